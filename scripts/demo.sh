@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The main job on a fresh clone: builds sequenced, installs helm if needed, and shows the example
+# charts rendered, every document with the chart and file it came from.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+SEQUENCED_HELM="$(scripts/install-helm.sh)"
+export SEQUENCED_HELM
+
+echo "== building sequenced" >&2
+cargo build --release --locked --quiet
+bin=target/release/sequenced
+
+for chart in examples/shop examples/foo; do
+  echo
+  echo "==================== sequenced template $chart"
+  "$bin" template "$chart"
+done
+echo
+echo "==================== sequenced template examples/foo --set bar.enabled=false (bar is left out)"
+"$bin" template examples/foo --set bar.enabled=false | grep -E '^# (Charts|Disabled)'

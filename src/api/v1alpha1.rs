@@ -1,0 +1,479 @@
+//! `sequenced.dev/v1alpha1`: the SequencedRelease spec and status (DESIGN.md, "The SequencedRelease API").
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// CEL rule for a duration string as Go and Helm write them (`30s`, `5m`, `1h30m`, `250ms`).
+const DURATION_RULE: &str = r"self.matches('^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$')";
+/// What the API server answers when [`DURATION_RULE`] fails.
+const DURATION_MESSAGE: &str = "must be a duration such as 30s, 5m or 1h30m (units ms, s, m, h)";
+
+/// A Helm chart deployed in dependency order: its resources are applied layer by layer, each layer
+/// only after the layers it depends on are ready.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "sequenced.dev",
+    version = "v1alpha1",
+    kind = "SequencedRelease",
+    namespaced,
+    shortname = "sqr",
+    status = "SequencedReleaseStatus",
+    derive = "PartialEq",
+    doc = "A Helm chart deployed in dependency order, layer by layer, by the sequenced operator.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether every resource of the release is ready"
+    ),
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "What the operator is doing with the release"
+    ),
+    printcolumn(
+        name = "Layer",
+        type_ = "string",
+        json_path = ".status.progress",
+        description = "Ready layers of the current revision out of all of them"
+    ),
+    printcolumn(
+        name = "Revision",
+        type_ = "integer",
+        json_path = ".status.revision",
+        description = "The release revision"
+    ),
+    printcolumn(
+        name = "Locked Till",
+        type_ = "string",
+        json_path = ".status.lock.lockedUntil",
+        description = "Until when the operation in progress holds the release's lock"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Session",
+        type_ = "string",
+        json_path = ".status.lock.sessionId",
+        description = "The session that holds the lock",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.message",
+        description = "What the release is doing or waiting for",
+        priority = 1
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SequencedReleaseSpec {
+    /// Where the chart comes from: exactly one of repository (with name), oci, path,
+    /// configMapRef or secretRef.
+    pub chart: ChartSource,
+
+    /// The Helm release name. Defaults to metadata.name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 53))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("must be a lowercase DNS label: letters, digits and '-', starting and ending with a letter or digit"))]
+    pub release_name: Option<String>,
+
+    /// The namespace the chart's resources go to. Defaults to the namespace of this object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub target_namespace: Option<String>,
+
+    /// Create the target namespace when it does not exist.
+    #[serde(default)]
+    pub create_namespace: bool,
+
+    /// Values for the chart, as in a values.yaml file. Merged after valuesFrom, so they win.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub values: Option<serde_json::Map<String, serde_json::Value>>,
+
+    /// Values taken from ConfigMaps and Secrets, merged in order before `values`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values_from: Vec<ValuesReference>,
+
+    /// `ordered` applies the chart layer by layer; `none` applies everything at once, as plain Helm.
+    #[serde(default)]
+    pub sequencing: Sequencing,
+
+    /// Bound of one operation (install, upgrade, rollback, uninstall), and the TTL of the
+    /// release's lock.
+    #[serde(default = "default_timeout")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    pub timeout: String,
+
+    /// How long each resource may take to become ready, unless it carries
+    /// `helm.sh/readiness-timeout`.
+    #[serde(default = "default_timeout")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    pub readiness_timeout: String,
+
+    /// The release is Ready only when every resource is ready, not just those something waits on.
+    #[serde(default = "default_true")]
+    pub wait: bool,
+
+    /// What to do when an operation fails.
+    #[serde(default)]
+    pub on_failure: OnFailure,
+
+    /// How many times a failed operation is retried, with exponential backoff.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub retries: i32,
+
+    /// Other SequencedReleases that must be Ready before this one starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<ReleaseReference>,
+
+    /// A ServiceAccount in the release's namespace to impersonate for every apply and delete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+
+    /// Stop acting on this release until set back to false.
+    #[serde(default)]
+    pub suspend: bool,
+
+    /// How many revisions to keep in the history; 0 keeps all of them.
+    #[serde(default = "default_max_history")]
+    #[schemars(range(min = 0))]
+    pub max_history: i32,
+
+    /// What uninstalling keeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uninstall: Option<UninstallSpec>,
+
+    /// Take over existing objects that no release owns. Objects owned by another release are never
+    /// taken over.
+    #[serde(default)]
+    pub adopt: bool,
+
+    /// How often a Ready release is looked at again even when nothing changed.
+    #[serde(default = "default_interval")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    pub interval: String,
+}
+
+fn default_timeout() -> String {
+    "5m".to_string()
+}
+
+fn default_interval() -> String {
+    "10m".to_string()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_max_history() -> i32 {
+    10
+}
+
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "Values for the chart, as in a values.yaml file. Merged after valuesFrom, so they win.",
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// The chart to deploy. Exactly one source: `repository` with `name` (and `version`), `oci`
+/// (and `version`), `path`, `configMapRef` or `secretRef`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("(has(self.repository) ? 1 : 0) + (has(self.oci) ? 1 : 0) + (has(self.path) ? 1 : 0) + (has(self.configMapRef) ? 1 : 0) + (has(self.secretRef) ? 1 : 0) == 1").message("chart needs exactly one source: repository (with name), oci, path, configMapRef or secretRef"))]
+#[x_kube(validation = Rule::new("has(self.repository) == has(self.name)").message("chart.name and chart.repository go together: the name of the chart in that repository"))]
+#[x_kube(validation = Rule::new("!has(self.version) || has(self.repository) || has(self.oci)").message("chart.version applies only to repository and oci charts"))]
+#[x_kube(validation = Rule::new("!has(self.plainHttp) || has(self.oci)").message("chart.plainHttp applies only to oci charts"))]
+#[x_kube(validation = Rule::new("!has(self.credentialsSecretRef) || has(self.repository) || has(self.oci)").message("chart.credentialsSecretRef applies only to repository and oci charts"))]
+pub struct ChartSource {
+    /// URL of a Helm chart repository that serves index.yaml (http:// or https://).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')").message("must be an http:// or https:// URL of a chart repository"))]
+    pub repository: Option<String>,
+
+    /// The chart's name in the repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub name: Option<String>,
+
+    /// A version or a semver range as Helm accepts them (`1.2.3`, `^1.2`, `>=1.0 <2.0`).
+    /// Without it the newest stable version is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub version: Option<String>,
+
+    /// An OCI reference: `oci://registry/path/chart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    #[x_kube(validation = Rule::new("self.startsWith('oci://') && size(self) > 6").message("must be an OCI reference such as oci://registry.example.com/charts/app"))]
+    pub oci: Option<String>,
+
+    /// A chart directory or packaged chart (.tgz) in the operator's file system.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub path: Option<String>,
+
+    /// A key of a ConfigMap (in binaryData) that holds a packaged chart (.tgz).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_ref: Option<KeyReference>,
+
+    /// A key of a Secret that holds a packaged chart (.tgz).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<KeyReference>,
+
+    /// A Secret in the release's namespace with `username` and `password` for the repository
+    /// or registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_ref: Option<LocalReference>,
+
+    /// Talk plain HTTP to the OCI registry (a registry without TLS), like `helm pull --plain-http`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plain_http: Option<bool>,
+}
+
+/// A key of a ConfigMap or Secret in the release's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyReference {
+    /// Name of the ConfigMap or Secret.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// The key that holds the data.
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+/// An object in the release's namespace, by name.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalReference {
+    /// Name of the object.
+    #[schemars(length(min = 1))]
+    pub name: String,
+}
+
+/// Values from a key of a ConfigMap or Secret in the release's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ValuesReference {
+    /// ConfigMap or Secret.
+    pub kind: ValuesKind,
+    /// Name of the ConfigMap or Secret.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// The key that holds the values as YAML.
+    #[serde(default = "default_values_key")]
+    #[schemars(length(min = 1))]
+    pub values_key: String,
+    /// A missing object or key is not an error; the reference is skipped.
+    #[serde(default)]
+    pub optional: bool,
+}
+
+fn default_values_key() -> String {
+    "values.yaml".to_string()
+}
+
+/// The kind of object `valuesFrom` reads.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValuesKind {
+    ConfigMap,
+    Secret,
+}
+
+/// Whether the chart is applied layer by layer.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Sequencing {
+    /// Layer by layer, each layer after the layers it depends on are ready.
+    #[default]
+    Ordered,
+    /// Everything at once, as plain Helm does.
+    None,
+}
+
+/// What happens when an operation fails.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Roll back to the last revision that was Ready.
+    Rollback,
+    /// Uninstall the release.
+    Uninstall,
+    /// Leave everything as it is, the release marked Failed.
+    #[default]
+    Keep,
+}
+
+/// Another SequencedRelease this one waits for.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseReference {
+    /// Name of the SequencedRelease.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Its namespace; defaults to this object's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// Uninstall options.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UninstallSpec {
+    /// Keep the release history after uninstalling.
+    #[serde(default)]
+    pub keep_history: bool,
+}
+
+/// What the operator observed and did.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SequencedReleaseStatus {
+    /// The metadata.generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// What the operator is doing with the release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ReleasePhase>,
+    /// The current release revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// Digest of the chart and values of the last applied revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_digest: Option<String>,
+    /// What the release is doing or waiting for, or why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Ready layers out of all layers of the current revision, such as `3/5`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// Ready, Reconciling and Stalled, with kstatus meanings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// Every layer of the current revision, in deploy order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<LayerStatus>,
+    /// The release's lock, mirrored from its Lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<LockStatus>,
+    /// The last revisions, newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<HistoryEntry>,
+}
+
+fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = <Vec<Condition>>::json_schema(generator);
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
+    schema.insert(
+        "description".into(),
+        "Ready, Reconciling and Stalled, with kstatus meanings.".into(),
+    );
+    schema
+}
+
+/// What the operator is doing with a release.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleasePhase {
+    Pending,
+    Rendering,
+    Deploying,
+    Ready,
+    Failed,
+    RollingBack,
+    Uninstalling,
+}
+
+/// One layer of one chart of the release.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LayerStatus {
+    /// The chart path: `foo`, or `foo/bar` for subchart bar of foo.
+    pub chart: String,
+    /// The layer's name.
+    pub name: String,
+    /// Where the layer is.
+    pub phase: LayerPhase,
+    /// How many resources the layer has.
+    pub resources: i32,
+    /// How many of them are ready.
+    pub ready: i32,
+    /// When the layer started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When the layer became ready, failed or was deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// What the layer waits for, naming the resource that blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Where a layer is.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LayerPhase {
+    #[default]
+    Pending,
+    Applying,
+    Waiting,
+    Ready,
+    Failed,
+    Deleting,
+    Deleted,
+}
+
+/// The holder of the release's lock.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LockStatus {
+    /// The controller that holds the lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// The session (one operation of one controller process) that holds the lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// When the lock expires unless renewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locked_until: Option<Time>,
+}
+
+/// One revision of the release.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    /// The revision number.
+    pub revision: i64,
+    /// The chart version it deployed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart_version: Option<String>,
+    /// Digest of its chart and values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// How it ended, or where it is.
+    pub phase: ReleasePhase,
+    /// When it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// Whether it was applied layer by layer.
+    pub sequenced: bool,
+}

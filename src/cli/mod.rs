@@ -1,0 +1,277 @@
+//! The `sequenced` command line.
+
+mod template;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::chart::source::{ChartCache, ChartReference, Credentials};
+use crate::chart::ValueOptions;
+
+/// Exit code for an error (bad input, a chart that cannot be rendered, a failed command).
+pub const EXIT_ERROR: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sequenced",
+    version,
+    about = "Deploy Helm charts in dependency order",
+    long_about = "sequenced deploys Helm charts in dependency order. As an operator (`sequenced run`) it \
+                  reconciles SequencedRelease objects: it renders the chart, groups its resources into \
+                  layers from their annotations and applies one layer at a time, each only after the \
+                  layers it depends on are ready. The other commands help chart authors see that order \
+                  before they ship."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the operator against the cluster of the current kubeconfig (or in-cluster config).
+    #[command(
+        long_about = "Run the operator: watch SequencedRelease objects and deploy each chart layer by \
+                      layer, recording every step in the object's status. Uses the current kubeconfig \
+                      context, or the in-cluster configuration inside a pod."
+    )]
+    Run(RunArgs),
+    /// Render a chart and print its documents with the chart and file each came from.
+    #[command(
+        long_about = "Render a chart with `helm template` (CRDs included) and print every document with \
+                      its chart path (`foo`, `foo/bar` for subchart bar) and template file. CRDs, hooks \
+                      and main resources are printed under their own stage headers. The output is valid \
+                      multi-document YAML.\n\nCHART is a chart directory, a packaged chart (.tgz), an \
+                      oci:// reference, or a chart name with --repo."
+    )]
+    Template(TemplateArgs),
+    /// Print the layer graph of a chart (text, Graphviz dot or Mermaid).
+    #[command(
+        long_about = "Print the dependency graph of a chart's layers and subcharts: as readable text, as \
+                      Graphviz dot, or as a Mermaid diagram for Markdown."
+    )]
+    Graph(GraphArgs),
+    /// Check a chart's sequencing annotations and report every error and warning.
+    #[command(
+        long_about = "Check a chart's sequencing annotations: cycles, dependencies on unknown layers, \
+                      mixed dialects, malformed annotation values, ignored annotations on hooks. Exit \
+                      code 1 when there are errors."
+    )]
+    Lint(LintArgs),
+    /// Print the SequencedRelease CustomResourceDefinition.
+    #[command(
+        long_about = "Print the SequencedRelease CustomResourceDefinition generated from the Rust types, \
+                      as committed in crds/sequencedrelease.yaml. Apply it with \
+                      `sequenced crd | kubectl apply --server-side -f -`."
+    )]
+    Crd,
+    /// Show the layer progress of a SequencedRelease in the cluster.
+    #[command(
+        long_about = "Show a live SequencedRelease: its layers with progress, the object that blocks, and \
+                      who holds its lock."
+    )]
+    Status(StatusArgs),
+    /// Judge whether Kubernetes objects are ready, as the operator would.
+    #[command(
+        long_about = "Read Kubernetes objects (one, many, or a List) from a file or stdin and print, for \
+                      each, whether it is ready and why, using the same rules as the operator. Exit code 0 \
+                      when all are ready, 1 when any is in progress, 2 when any failed."
+    )]
+    Ready(ReadyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Address of the metrics and health endpoints.
+    #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: String,
+}
+
+/// Where the chart comes from and how it is rendered: the flags `template`, `graph` and `lint` share.
+#[derive(Debug, Args)]
+pub struct ChartArgs {
+    /// Chart directory, packaged chart (.tgz), oci:// reference, or chart name with --repo.
+    #[arg(value_name = "CHART")]
+    pub chart: String,
+    /// Chart repository URL to find CHART in (as `helm template --repo`).
+    #[arg(long, value_name = "URL")]
+    pub repo: Option<String>,
+    /// Chart version or semver range for --repo and oci:// charts (default: the newest stable).
+    #[arg(long, value_name = "VERSION")]
+    pub version: Option<String>,
+    /// Talk plain HTTP to the OCI registry.
+    #[arg(long)]
+    pub plain_http: bool,
+    /// Username for the chart repository or registry.
+    #[arg(long, requires = "password")]
+    pub username: Option<String>,
+    /// Password for the chart repository or registry.
+    #[arg(long, requires = "username", env = "SEQUENCED_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+    /// Values file (repeatable; later files win).
+    #[arg(short = 'f', long = "values", value_name = "FILE")]
+    pub values: Vec<PathBuf>,
+    /// Set a value, as `helm --set` (repeatable): a.b=c, list={x,y}, a[0]=v.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Set a string value, as `helm --set-string` (repeatable).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub set_string: Vec<String>,
+    /// Namespace of the release.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+    /// Release name (default: the chart's name).
+    #[arg(long, value_name = "NAME")]
+    pub release_name: Option<String>,
+    /// Kubernetes version for .Capabilities.KubeVersion (as `helm template --kube-version`).
+    #[arg(long, value_name = "VERSION")]
+    pub kube_version: Option<String>,
+    /// API versions for .Capabilities.APIVersions (repeatable).
+    #[arg(long = "api-versions", value_name = "GROUP/VERSION")]
+    pub api_versions: Vec<String>,
+    /// Directory of the chart download cache.
+    #[arg(long, value_name = "DIR", env = "SEQUENCED_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl ChartArgs {
+    /// Where the chart comes from.
+    pub fn reference(&self) -> ChartReference {
+        if let Some(url) = &self.repo {
+            ChartReference::Repository {
+                url: url.clone(),
+                name: self.chart.clone(),
+                version: self.version.clone(),
+            }
+        } else if self.chart.starts_with("oci://") {
+            ChartReference::Oci {
+                reference: self.chart.clone(),
+                version: self.version.clone(),
+                plain_http: self.plain_http,
+            }
+        } else {
+            ChartReference::Path(PathBuf::from(&self.chart))
+        }
+    }
+
+    pub fn credentials(&self) -> Option<Credentials> {
+        match (&self.username, &self.password) {
+            (Some(username), Some(password)) => Some(Credentials {
+                username: username.clone(),
+                password: password.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    pub fn cache(&self) -> ChartCache {
+        ChartCache::new(self.cache_dir.clone().unwrap_or_else(ChartCache::default_dir))
+    }
+
+    pub fn value_options(&self) -> ValueOptions {
+        ValueOptions {
+            files: self.values.clone(),
+            set: self.set.clone(),
+            set_string: self.set_string.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct TemplateArgs {
+    #[command(flatten)]
+    pub chart: ChartArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum GraphFormat {
+    Text,
+    Dot,
+    Mermaid,
+}
+
+#[derive(Debug, Args)]
+pub struct GraphArgs {
+    #[command(flatten)]
+    pub chart: ChartArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: GraphFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct LintArgs {
+    #[command(flatten)]
+    pub chart: ChartArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Name of the SequencedRelease.
+    pub name: String,
+    /// Its namespace (default: the kubeconfig context's namespace).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Redraw on every change until the release is Ready or Failed.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "tree")]
+    pub output: StatusOutput,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum StatusOutput {
+    Tree,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ReadyArgs {
+    /// File with the objects, `-` for stdin.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub file: PathBuf,
+}
+
+/// Parses the command line and runs the command.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    run(cli)
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Crd => match crate::api::crd_yaml() {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&format!("cannot generate the CRD: {e}")),
+        },
+        Command::Template(args) => match template::run(&args) {
+            Ok(output) => {
+                print!("{output}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e.to_string()),
+        },
+        Command::Run(_) => not_implemented("run", "issue 5, the controller"),
+        Command::Graph(_) => not_implemented("graph", "issue 3, the sequencing planner"),
+        Command::Lint(_) => not_implemented("lint", "issue 3, the sequencing planner"),
+        Command::Status(_) => not_implemented("status", "issue 7, operating it"),
+        Command::Ready(_) => not_implemented("ready", "issue 4, readiness"),
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(EXIT_ERROR)
+}
+
+fn not_implemented(command: &str, issue: &str) -> ExitCode {
+    eprintln!("sequenced {command}: not implemented yet (arrives with {issue})");
+    ExitCode::from(EXIT_ERROR)
+}

@@ -1,0 +1,11 @@
+//! sequenced: deploys Helm charts in dependency order.
+//!
+//! The data flow (DESIGN.md): chart source -> chart tree -> render -> plan -> rollout -> cluster.
+//! This crate holds every stage; `main.rs` only parses the command line.
+
+pub mod api;
+pub mod chart;
+pub mod cli;
+pub mod helm;
+pub mod render;
+pub mod yaml;

@@ -1,0 +1,391 @@
+//! The SequencedRelease CRD: generated, committed, structural, and rejecting bad specs the way an
+//! API server would (OpenAPI checks and CEL rules).
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+const COPIES: [&str; 3] = [
+    "crds/sequencedrelease.yaml",
+    "charts/sequenced/crds/sequencedrelease.yaml",
+    "deploy/sequencedrelease.yaml",
+];
+
+fn generated() -> String {
+    sequenced::api::crd_yaml().expect("the CRD serializes")
+}
+
+#[test]
+fn committed_crd_files_match_the_rust_types() {
+    let expected = generated();
+    for copy in COPIES {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(copy);
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == expected,
+            "{copy} differs from what src/api generates; run scripts/generate-crds.sh and commit the result"
+        );
+    }
+}
+
+#[test]
+fn sequenced_crd_prints_the_committed_file() {
+    let output = Command::new(env!("CARGO_BIN_EXE_sequenced"))
+        .arg("crd")
+        .output()
+        .expect("run sequenced crd");
+    assert!(output.status.success());
+    let committed =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(COPIES[0])).unwrap();
+    assert_eq!(String::from_utf8_lossy(&output.stdout), committed);
+}
+
+fn crd() -> Value {
+    let text = generated();
+    let body: String = text.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
+    sequenced::yaml::parse(&body).expect("the CRD is YAML")
+}
+
+fn schema() -> Value {
+    crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+#[test]
+fn names_scope_subresources_and_columns() {
+    let crd = crd();
+    assert_eq!(crd["metadata"]["name"], "sequencedreleases.sequenced.dev");
+    assert_eq!(crd["spec"]["group"], "sequenced.dev");
+    assert_eq!(crd["spec"]["scope"], "Namespaced");
+    assert_eq!(crd["spec"]["names"]["kind"], "SequencedRelease");
+    assert_eq!(crd["spec"]["names"]["shortNames"], json!(["sqr"]));
+    let version = &crd["spec"]["versions"][0];
+    assert_eq!(version["name"], "v1alpha1");
+    assert_eq!(version["served"], true);
+    assert_eq!(version["storage"], true);
+    assert_eq!(version["subresources"]["status"], json!({}));
+    let columns: Vec<(String, i64)> = version["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap().to_uppercase(), c["priority"].as_i64().unwrap_or(0)))
+        .collect();
+    let wanted = [
+        ("READY", 0),
+        ("PHASE", 0),
+        ("LAYER", 0),
+        ("REVISION", 0),
+        ("LOCKED TILL", 0),
+        ("AGE", 0),
+        ("SESSION", 1),
+    ];
+    for (name, priority) in wanted {
+        assert!(
+            columns.contains(&(name.to_string(), priority)),
+            "missing column {name} (priority {priority}) in {columns:?}"
+        );
+    }
+}
+
+#[test]
+fn every_spec_and_status_field_of_the_design_is_there() {
+    let schema = schema();
+    let spec = &schema["properties"]["spec"]["properties"];
+    for field in [
+        "chart",
+        "releaseName",
+        "targetNamespace",
+        "createNamespace",
+        "values",
+        "valuesFrom",
+        "sequencing",
+        "timeout",
+        "readinessTimeout",
+        "wait",
+        "onFailure",
+        "retries",
+        "dependsOn",
+        "serviceAccountName",
+        "suspend",
+        "maxHistory",
+        "uninstall",
+        "adopt",
+        "interval",
+    ] {
+        assert!(spec.get(field).is_some(), "spec.{field} is missing");
+    }
+    let chart = &spec["chart"]["properties"];
+    for field in [
+        "repository",
+        "name",
+        "version",
+        "oci",
+        "path",
+        "configMapRef",
+        "secretRef",
+        "credentialsSecretRef",
+    ] {
+        assert!(chart.get(field).is_some(), "spec.chart.{field} is missing");
+    }
+    assert_eq!(spec["uninstall"]["properties"]["keepHistory"]["type"], "boolean");
+    let status = &schema["properties"]["status"]["properties"];
+    for field in [
+        "observedGeneration",
+        "phase",
+        "revision",
+        "lastAppliedDigest",
+        "message",
+        "conditions",
+        "layers",
+        "lock",
+        "history",
+    ] {
+        assert!(status.get(field).is_some(), "status.{field} is missing");
+    }
+    let layer = &status["layers"]["items"]["properties"];
+    for field in ["chart", "name", "phase", "resources", "ready", "startedAt", "finishedAt", "message"] {
+        assert!(layer.get(field).is_some(), "status.layers[].{field} is missing");
+    }
+    assert_eq!(
+        status["layers"]["items"]["properties"]["phase"]["enum"],
+        json!(["Pending", "Applying", "Waiting", "Ready", "Failed", "Deleting", "Deleted"])
+    );
+    for field in ["holder", "sessionId", "lockedUntil"] {
+        assert!(status["lock"]["properties"].get(field).is_some(), "status.lock.{field}");
+    }
+    for field in ["revision", "chartVersion", "digest", "phase", "startedAt", "finishedAt", "sequenced"] {
+        assert!(
+            status["history"]["items"]["properties"].get(field).is_some(),
+            "status.history[].{field}"
+        );
+    }
+    // An optional enum also lists null, which the API server accepts together with nullable.
+    let phases: Vec<&Value> = status["phase"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| !v.is_null())
+        .collect();
+    assert_eq!(
+        json!(phases),
+        json!(["Pending", "Rendering", "Deploying", "Ready", "Failed", "RollingBack", "Uninstalling"])
+    );
+    assert_eq!(status["phase"]["nullable"], true);
+}
+
+/// The rules a real API server applies before it accepts a CRD schema as structural
+/// (apiextensions-apiserver `structuralschema` validation), as far as a schema can break them.
+fn structural_violations(node: &Value, path: &str, out: &mut Vec<String>) {
+    let Some(map) = node.as_object() else {
+        out.push(format!("{path}: not an object"));
+        return;
+    };
+    for forbidden in ["$ref", "definitions", "$schema", "$defs", "id"] {
+        if map.contains_key(forbidden) {
+            out.push(format!("{path}: {forbidden} is not allowed"));
+        }
+    }
+    let preserve = map.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
+    let int_or_string = map.get("x-kubernetes-int-or-string") == Some(&json!(true));
+    if !map.contains_key("type") && !preserve && !int_or_string {
+        out.push(format!("{path}.type: Required value: must not be empty for specified object fields"));
+    }
+    if let Some(t) = map.get("type")
+        && !t.is_string()
+    {
+        out.push(format!("{path}.type: must be a single string, got {t}"));
+    }
+    if map.contains_key("properties") && map.contains_key("additionalProperties") {
+        out.push(format!("{path}: properties and additionalProperties are mutually exclusive"));
+    }
+    if map.get("type") == Some(&json!("array")) && !map.contains_key("items") {
+        out.push(format!("{path}.items: Required value for arrays"));
+    }
+    for logic in ["anyOf", "oneOf", "allOf", "not"] {
+        if let Some(branches) = map.get(logic) {
+            let has_types = branches.to_string().contains("\"type\"");
+            if has_types {
+                out.push(format!("{path}.{logic}: must only carry value validations, not types"));
+            }
+        }
+    }
+    if let Some(Value::Object(properties)) = map.get("properties") {
+        for (name, child) in properties {
+            structural_violations(child, &format!("{path}.properties[{name}]"), out);
+        }
+    }
+    if let Some(items) = map.get("items") {
+        structural_violations(items, &format!("{path}.items"), out);
+    }
+    if let Some(additional) = map.get("additionalProperties")
+        && additional.is_object()
+    {
+        structural_violations(additional, &format!("{path}.additionalProperties"), out);
+    }
+}
+
+#[test]
+fn the_schema_is_structural() {
+    let mut violations = Vec::new();
+    structural_violations(&schema(), "openAPIV3Schema", &mut violations);
+    assert!(violations.is_empty(), "not structural:\n{}", violations.join("\n"));
+    // The checker itself finds what the recorded API server complained about.
+    let mut found = Vec::new();
+    structural_violations(
+        &json!({"type": "object", "properties": {"spec": {"properties": {"values": {}}}}}),
+        "x",
+        &mut found,
+    );
+    assert_eq!(found.len(), 2, "{found:?}");
+}
+
+fn release(spec: Value) -> Value {
+    json!({
+        "apiVersion": "sequenced.dev/v1alpha1",
+        "kind": "SequencedRelease",
+        "metadata": {"name": "shop", "namespace": "default"},
+        "spec": spec,
+    })
+}
+
+/// What the API server's CEL rules say about an object; empty when it is accepted.
+fn cel_errors(object: &Value) -> Vec<String> {
+    match kube::core::cel::Validator::new().validate(&schema(), object, None) {
+        Ok(()) => Vec::new(),
+        Err(errors) => errors.iter().map(|e| e.to_string()).collect(),
+    }
+}
+
+#[test]
+fn cel_rules_compile_within_the_cost_budget() {
+    let compiled = kube::core::cel::compile_schema(&schema());
+    assert!(
+        !compiled.has_errors(),
+        "CEL rules do not compile: {:?}",
+        compiled.compilation_errors()
+    );
+}
+
+#[test]
+fn a_good_spec_is_accepted() {
+    for spec in [
+        json!({"chart": {"path": "/charts/shop"}}),
+        json!({"chart": {"repository": "https://charts.example.com", "name": "shop", "version": "^1.2"}}),
+        json!({"chart": {"oci": "oci://ghcr.io/example/shop", "version": "1.2.3", "plainHttp": true}}),
+        json!({"chart": {"configMapRef": {"name": "charts", "key": "shop.tgz"}}, "timeout": "1h30m", "readinessTimeout": "45s", "interval": "500ms"}),
+        json!({"chart": {"secretRef": {"name": "charts", "key": "shop.tgz"}}, "releaseName": "shop-1", "values": {"a": {"b": [1, 2]}}}),
+    ] {
+        let errors = cel_errors(&release(spec.clone()));
+        assert!(errors.is_empty(), "{spec} was rejected: {errors:?}");
+    }
+}
+
+#[test]
+fn a_bad_spec_is_rejected_with_a_message_a_user_understands() {
+    let cases = [
+        (json!({"chart": {}}), "chart needs exactly one source"),
+        (
+            json!({"chart": {"path": "/charts/a", "oci": "oci://r/a"}}),
+            "chart needs exactly one source",
+        ),
+        (
+            json!({"chart": {"repository": "https://charts.example.com"}}),
+            "chart.name and chart.repository go together",
+        ),
+        (
+            json!({"chart": {"path": "/charts/a", "version": "1.0.0"}}),
+            "chart.version applies only to repository and oci charts",
+        ),
+        (
+            json!({"chart": {"repository": "ftp://x", "name": "a"}}),
+            "must be an http:// or https:// URL",
+        ),
+        (
+            json!({"chart": {"oci": "ghcr.io/a"}}),
+            "must be an OCI reference such as oci://",
+        ),
+        (
+            json!({"chart": {"path": "/a", "plainHttp": true}}),
+            "chart.plainHttp applies only to oci charts",
+        ),
+        (
+            json!({"chart": {"path": "/a"}, "timeout": "5 minutes"}),
+            "spec.timeout: must be a duration such as 30s, 5m or 1h30m",
+        ),
+        (
+            json!({"chart": {"path": "/a"}, "readinessTimeout": "10"}),
+            "spec.readinessTimeout: must be a duration",
+        ),
+        (
+            json!({"chart": {"path": "/a"}, "interval": "1d"}),
+            "spec.interval: must be a duration",
+        ),
+        (
+            json!({"chart": {"path": "/a"}, "releaseName": "Shop_1"}),
+            "must be a lowercase DNS label",
+        ),
+    ];
+    for (spec, message) in cases {
+        let errors = cel_errors(&release(spec.clone()));
+        assert!(
+            errors.iter().any(|e| e.contains(message)),
+            "{spec}: expected an error containing {message:?}, got {errors:?}"
+        );
+    }
+}
+
+/// OpenAPI validation (types, enums, required fields, bounds), which the API server applies next
+/// to the CEL rules. The schema is plain JSON Schema apart from the Kubernetes extensions.
+fn openapi_errors(object: &Value) -> Vec<String> {
+    let validator = jsonschema::validator_for(&schema()).expect("the schema compiles");
+    validator.iter_errors(object).map(|e| format!("{}: {e}", e.instance_path())).collect()
+}
+
+#[test]
+fn enums_types_and_required_fields_are_enforced() {
+    assert!(openapi_errors(&release(json!({"chart": {"path": "/a"}}))).is_empty());
+    let cases = [
+        (json!({}), "\"chart\" is a required property"),
+        (json!({"chart": {"path": "/a"}, "sequencing": "sometimes"}), "/spec/sequencing"),
+        (json!({"chart": {"path": "/a"}, "onFailure": "retry"}), "/spec/onFailure"),
+        (json!({"chart": {"path": "/a"}, "retries": -1}), "/spec/retries"),
+        (json!({"chart": {"path": "/a"}, "values": [1]}), "/spec/values"),
+        (json!({"chart": {"path": "/a"}, "valuesFrom": [{"kind": "Pod", "name": "x"}]}), "/spec/valuesFrom/0/kind"),
+        (json!({"chart": {"configMapRef": {"name": "x"}}}), "\"key\" is a required property"),
+        (json!({"chart": {"path": "/a"}, "dependsOn": [{}]}), "\"name\" is a required property"),
+    ];
+    for (spec, message) in cases {
+        let errors = openapi_errors(&release(spec.clone()));
+        assert!(
+            errors.iter().any(|e| e.contains(message)),
+            "{spec}: expected an error containing {message:?}, got {errors:?}"
+        );
+    }
+}
+
+#[test]
+fn defaults_are_those_of_the_design() {
+    let spec = &schema()["properties"]["spec"]["properties"];
+    assert_eq!(spec["sequencing"]["default"], "ordered");
+    assert_eq!(spec["timeout"]["default"], "5m");
+    assert_eq!(spec["readinessTimeout"]["default"], "5m");
+    assert_eq!(spec["wait"]["default"], true);
+    assert_eq!(spec["onFailure"]["default"], "keep");
+    assert_eq!(spec["maxHistory"]["default"], 10);
+    assert_eq!(spec["interval"]["default"], "10m");
+    assert_eq!(spec["values"]["x-kubernetes-preserve-unknown-fields"], true);
+}
+
+#[test]
+fn the_rust_types_read_a_release_with_defaults_filled_in() {
+    let release: sequenced::api::SequencedRelease = serde_json::from_value(release(json!({
+        "chart": {"oci": "oci://ghcr.io/example/shop", "version": "1.2.3"},
+        "values": {"replicas": 2, "nested": {"list": [1, "two", {"three": true}]}},
+    })))
+    .unwrap();
+    assert_eq!(release.spec.timeout, "5m");
+    assert!(release.spec.wait);
+    assert_eq!(release.spec.sequencing, sequenced::api::Sequencing::Ordered);
+    assert_eq!(release.spec.max_history, 10);
+    assert_eq!(release.spec.values.unwrap()["nested"]["list"][2]["three"], true);
+}

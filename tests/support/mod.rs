@@ -1,0 +1,110 @@
+//! Shared helpers for the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// The helm binary the tests run: `$SEQUENCED_HELM`, else the copy that
+/// `scripts/install-helm.sh` put into `.tools/bin`, else `helm` on PATH.
+pub fn helm() -> PathBuf {
+    if let Some(path) = std::env::var_os("SEQUENCED_HELM") {
+        return PathBuf::from(path);
+    }
+    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/helm");
+    if local.is_file() {
+        return local;
+    }
+    PathBuf::from("helm")
+}
+
+pub mod http;
+
+use std::path::Path;
+use std::process::Command;
+
+/// Writes `content` to `dir/relative`, creating directories.
+pub fn write(dir: &Path, relative: &str, content: &str) {
+    let path = dir.join(relative);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).expect("create directories");
+    }
+    std::fs::write(&path, content).expect("write file");
+}
+
+/// Writes a minimal chart into `dir`: Chart.yaml from `name`, `version` and `extra` (more
+/// Chart.yaml lines such as `dependencies:`), and one ConfigMap template named after the chart so
+/// that every chart of a tree shows up in `helm template`.
+pub fn chart(dir: &Path, name: &str, version: &str, extra: &str) {
+    write(
+        dir,
+        "Chart.yaml",
+        &format!("apiVersion: v2\nname: {name}\nversion: {version}\n{extra}"),
+    );
+    write(
+        dir,
+        "templates/configmap.yaml",
+        &format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{{{ .Release.Name }}}}-{{{{ .Chart.Name }}}}-{name}\ndata:\n  chart: {name}\n"
+        ),
+    );
+}
+
+/// Packages the chart directory `dir` with `helm package` into `destination` and returns the
+/// archive's path.
+pub fn package(dir: &Path, destination: &Path) -> PathBuf {
+    std::fs::create_dir_all(destination).expect("create destination");
+    let output = Command::new(helm())
+        .arg("package")
+        .arg(dir)
+        .arg("--destination")
+        .arg(destination)
+        .output()
+        .expect("run helm package (is helm installed? scripts/install-helm.sh)");
+    assert!(
+        output.status.success(),
+        "helm package failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let path = stdout
+        .trim()
+        .rsplit(": ")
+        .next()
+        .expect("helm package prints the archive path");
+    PathBuf::from(path)
+}
+
+/// The chart paths (`foo`, `foo/bar`) of every document `helm template` prints for `chart`.
+pub fn helm_chart_paths(chart: &Path, args: &[&str]) -> std::collections::BTreeSet<String> {
+    let output = Command::new(helm())
+        .arg("template")
+        .arg("r")
+        .arg(chart)
+        .args(args)
+        .output()
+        .expect("run helm template");
+    assert!(
+        output.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.strip_prefix("# Source: "))
+        .map(|source| sequenced::render::attribute(source).0)
+        .collect()
+}
+
+/// Packs the chart directory `dir` into `destination` as a gzip'd tar with one top directory
+/// named `top`, keeping `.tgz` files in charts/ as they are (unlike `helm package`, which expands
+/// packaged subcharts into directories).
+pub fn tar_gz(dir: &Path, top: &str, destination: &Path) {
+    let file = std::fs::File::create(destination).expect("create archive");
+    let encoder = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+    let mut builder = tar::Builder::new(encoder);
+    builder.append_dir_all(top, dir).expect("add the chart to the archive");
+    builder
+        .into_inner()
+        .expect("finish the tar stream")
+        .finish()
+        .expect("finish the gzip stream");
+}
