@@ -82,13 +82,14 @@ impl Helm {
     /// Runs helm with `args` and returns what it printed on stdout. `name` is how the command is
     /// named in errors (`helm template`), never the full command line, which may hold credentials.
     pub fn run(&self, name: &str, args: &[OsString]) -> Result<String, HelmError> {
-        let output = Command::new(&self.path)
-            .args(args)
-            .output()
-            .map_err(|e| HelmError::Spawn {
-                path: self.path.display().to_string(),
-                message: crate::chart::io_message(&e),
-            })?;
+        let output =
+            Command::new(&self.path)
+                .args(args)
+                .output()
+                .map_err(|e| HelmError::Spawn {
+                    path: self.path.display().to_string(),
+                    message: crate::chart::io_message(&e),
+                })?;
         if !output.status.success() {
             let status = match output.status.code() {
                 Some(code) => format!("exit code {code}"),
@@ -97,7 +98,9 @@ impl Helm {
             return Err(HelmError::Failed {
                 command: name.to_string(),
                 status,
-                stderr: String::from_utf8_lossy(&output.stderr).trim_end().to_string(),
+                stderr: String::from_utf8_lossy(&output.stderr)
+                    .trim_end()
+                    .to_string(),
             });
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())

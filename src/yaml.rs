@@ -7,11 +7,21 @@ pub struct Error {
     pub message: String,
 }
 fn conv(e: serde_yaml_ng::Error) -> Error {
-    let (line, column) = e.location().map(|l| (l.line(), l.column())).unwrap_or((0, 0));
-    Error { line, column, message: e.to_string() }
+    let (line, column) = e
+        .location()
+        .map(|l| (l.line(), l.column()))
+        .unwrap_or((0, 0));
+    Error {
+        line,
+        column,
+        message: e.to_string(),
+    }
 }
 pub fn parse(text: &str) -> Result<serde_json::Value, Error> {
-    Ok(parse_documents(text)?.into_iter().next().unwrap_or(serde_json::Value::Null))
+    Ok(parse_documents(text)?
+        .into_iter()
+        .next()
+        .unwrap_or(serde_json::Value::Null))
 }
 pub fn parse_documents(text: &str) -> Result<Vec<serde_json::Value>, Error> {
     use serde::Deserialize;

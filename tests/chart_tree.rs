@@ -34,7 +34,10 @@ fn check(path: &Path, set: &[&str], expected: &[&str]) {
     let by_helm = helm_chart_paths(path, &helm_args);
     let by_us = ours(path, set);
     let expected: BTreeSet<String> = expected.iter().map(|s| s.to_string()).collect();
-    assert_eq!(by_us, by_helm, "sequenced and helm disagree for --set {set:?}");
+    assert_eq!(
+        by_us, by_helm,
+        "sequenced and helm disagree for --set {set:?}"
+    );
     assert_eq!(by_us, expected, "unexpected charts for --set {set:?}");
 }
 
@@ -79,9 +82,17 @@ fn packaged_subcharts_nested_in_packaged_charts() {
         &sources.join("foo/charts/bar/charts/baz-0.2.0.tgz"),
     );
     std::fs::remove_dir_all(sources.join("foo/charts/bar/charts/baz")).unwrap();
-    tar_gz(&sources.join("foo/charts/bar"), "bar", &sources.join("foo/charts/bar-0.1.0.tgz"));
+    tar_gz(
+        &sources.join("foo/charts/bar"),
+        "bar",
+        &sources.join("foo/charts/bar-0.1.0.tgz"),
+    );
     std::fs::remove_dir_all(sources.join("foo/charts/bar")).unwrap();
-    check(&sources.join("foo"), &[], &["foo", "foo/bar", "foo/bar/baz"]);
+    check(
+        &sources.join("foo"),
+        &[],
+        &["foo", "foo/bar", "foo/bar/baz"],
+    );
     let archive = dir.path().join("foo-1.0.0.tgz");
     tar_gz(&sources.join("foo"), "foo", &archive);
     check(&archive, &[], &["foo", "foo/bar", "foo/bar/baz"]);
@@ -109,13 +120,20 @@ fn aliases_rename_subcharts_and_may_use_one_chart_twice() {
     );
     chart(&dir.path().join("charts/cache"), "cache", "1.2.0", "");
     check(dir.path(), &[], &["shop", "shop/pages", "shop/sessions"]);
-    check(dir.path(), &["pages.enabled=false"], &["shop", "shop/sessions"]);
+    check(
+        dir.path(),
+        &["pages.enabled=false"],
+        &["shop", "shop/sessions"],
+    );
     let loaded = chart::load(dir.path()).unwrap();
     let tree = chart::resolve(&loaded, &Default::default()).unwrap();
     let sessions = tree.find("shop/sessions").unwrap();
     assert_eq!(sessions.name, "sessions");
     assert_eq!(sessions.metadata.name, "cache");
-    assert_eq!(sessions.dependency.as_ref().unwrap().alias.as_deref(), Some("sessions"));
+    assert_eq!(
+        sessions.dependency.as_ref().unwrap().alias.as_deref(),
+        Some("sessions")
+    );
 }
 
 #[test]
@@ -160,16 +178,35 @@ fn conditions_decide_from_merged_values() {
     conditional(dir.path());
     let all = ["foo", "foo/api", "foo/bar", "foo/odd", "foo/web"];
     check(dir.path(), &[], &all);
-    check(dir.path(), &["bar.enabled=false"], &["foo", "foo/api", "foo/odd", "foo/web"]);
+    check(
+        dir.path(),
+        &["bar.enabled=false"],
+        &["foo", "foo/api", "foo/odd", "foo/web"],
+    );
     // The first path that holds a boolean decides.
-    check(dir.path(), &["bar.enabled=true,global.bar.enabled=false"], &all);
+    check(
+        dir.path(),
+        &["bar.enabled=true,global.bar.enabled=false"],
+        &all,
+    );
     check(
         dir.path(),
         &["quiet.enabled=true"],
-        &["foo", "foo/api", "foo/bar", "foo/odd", "foo/quiet", "foo/web"],
+        &[
+            "foo",
+            "foo/api",
+            "foo/bar",
+            "foo/odd",
+            "foo/quiet",
+            "foo/web",
+        ],
     );
     // A condition that is not a boolean is ignored (values.yaml has odd.enabled: "no").
-    check(dir.path(), &["odd.enabled=false"], &["foo", "foo/api", "foo/bar", "foo/web"]);
+    check(
+        dir.path(),
+        &["odd.enabled=false"],
+        &["foo", "foo/api", "foo/bar", "foo/web"],
+    );
 }
 
 #[test]
@@ -187,7 +224,10 @@ fn helm_does_not_trim_the_second_condition_path() {
     write(
         dir.path(),
         "Chart.yaml",
-        &text.replace("bar.enabled,global.bar.enabled", "bar.enabled, global.bar.enabled"),
+        &text.replace(
+            "bar.enabled,global.bar.enabled",
+            "bar.enabled, global.bar.enabled",
+        ),
     );
     check(
         dir.path(),
@@ -200,14 +240,22 @@ fn helm_does_not_trim_the_second_condition_path() {
 fn tags_disable_and_conditions_override_tags() {
     let dir = TempDir::new().unwrap();
     conditional(dir.path());
-    check(dir.path(), &["tags.front-end=false"], &["foo", "foo/api", "foo/bar", "foo/odd"]);
+    check(
+        dir.path(),
+        &["tags.front-end=false"],
+        &["foo", "foo/api", "foo/bar", "foo/odd"],
+    );
     // One true tag keeps the chart.
     check(
         dir.path(),
         &["tags.front-end=false,tags.web=true"],
         &["foo", "foo/api", "foo/bar", "foo/odd", "foo/web"],
     );
-    check(dir.path(), &["tags.back-end=false"], &["foo", "foo/bar", "foo/odd", "foo/web"]);
+    check(
+        dir.path(),
+        &["tags.back-end=false"],
+        &["foo", "foo/bar", "foo/odd", "foo/web"],
+    );
     check(
         dir.path(),
         &["tags.back-end=false,api.enabled=true"],
@@ -236,9 +284,15 @@ fn disabled_dependencies_say_why() {
     assert_eq!(
         reasons,
         vec![
-            ("bar".to_string(), "condition bar.enabled is false".to_string()),
+            (
+                "bar".to_string(),
+                "condition bar.enabled is false".to_string()
+            ),
             ("web".to_string(), "tags front-end are false".to_string()),
-            ("quiet".to_string(), "condition quiet.enabled is false".to_string()),
+            (
+                "quiet".to_string(),
+                "condition quiet.enabled is false".to_string()
+            ),
         ]
     );
 }
@@ -246,17 +300,35 @@ fn disabled_dependencies_say_why() {
 #[test]
 fn nested_conditions_are_paths_below_the_subchart() {
     let dir = TempDir::new().unwrap();
-    chart(dir.path(), "top", "0.1.0", "dependencies:\n- name: mid\n  version: 0.1.0\n  alias: middle\n");
+    chart(
+        dir.path(),
+        "top",
+        "0.1.0",
+        "dependencies:\n- name: mid\n  version: 0.1.0\n  alias: middle\n",
+    );
     chart(
         &dir.path().join("charts/mid"),
         "mid",
         "0.1.0",
         "dependencies:\n- name: leaf\n  version: 0.1.0\n  condition: leaf.enabled\n",
     );
-    chart(&dir.path().join("charts/mid/charts/leaf"), "leaf", "0.1.0", "");
+    chart(
+        &dir.path().join("charts/mid/charts/leaf"),
+        "leaf",
+        "0.1.0",
+        "",
+    );
     check(dir.path(), &[], &["top", "top/middle", "top/middle/leaf"]);
-    check(dir.path(), &["middle.leaf.enabled=false"], &["top", "top/middle"]);
-    check(dir.path(), &["leaf.enabled=false"], &["top", "top/middle", "top/middle/leaf"]);
+    check(
+        dir.path(),
+        &["middle.leaf.enabled=false"],
+        &["top", "top/middle"],
+    );
+    check(
+        dir.path(),
+        &["leaf.enabled=false"],
+        &["top", "top/middle", "top/middle/leaf"],
+    );
 }
 
 #[test]
@@ -266,7 +338,11 @@ fn a_chart_without_dependencies_keeps_every_subchart() {
     chart(&dir.path().join("charts/extra"), "extra", "0.1.0", "");
     write(&dir.path().join("charts"), "README.md.prov", "signature\n");
     std::fs::create_dir_all(dir.path().join("charts/_ignored")).unwrap();
-    write(&dir.path().join("charts/.hidden"), "Chart.yaml", "not: a chart\n");
+    write(
+        &dir.path().join("charts/.hidden"),
+        "Chart.yaml",
+        "not: a chart\n",
+    );
     check(dir.path(), &[], &["plain", "plain/extra"]);
 }
 
@@ -297,7 +373,10 @@ fn the_examples_resolve_as_the_seed_describes() {
     let loaded = chart::load(&root.join("examples/foo")).unwrap();
     let tree = chart::resolve(&loaded, &Default::default()).unwrap();
     let bar = tree.find("foo/bar").unwrap();
-    assert_eq!(bar.dependency.as_ref().unwrap().depends_on, vec!["nginx", "rabbitmq"]);
+    assert_eq!(
+        bar.dependency.as_ref().unwrap().depends_on,
+        vec!["nginx", "rabbitmq"]
+    );
     assert_eq!(
         tree.root.metadata.annotations["helm.sh/depends-on/subcharts"],
         r#"["bar", "rabbitmq"]"#
@@ -325,26 +404,50 @@ fn a_missing_dependency_is_an_error_naming_it() {
     assert!(message.contains("Chart.yaml"), "{message}");
     // Nested too, naming the chart path.
     let dir = TempDir::new().unwrap();
-    chart(dir.path(), "foo", "0.1.0", "dependencies:\n- name: bar\n  version: 0.1.0\n");
-    chart(&dir.path().join("charts/bar"), "bar", "0.1.0", "dependencies:\n- name: baz\n  version: 0.1.0\n");
+    chart(
+        dir.path(),
+        "foo",
+        "0.1.0",
+        "dependencies:\n- name: bar\n  version: 0.1.0\n",
+    );
+    chart(
+        &dir.path().join("charts/bar"),
+        "bar",
+        "0.1.0",
+        "dependencies:\n- name: baz\n  version: 0.1.0\n",
+    );
     let loaded = chart::load(dir.path()).unwrap();
-    let message = chart::resolve(&loaded, &Default::default()).unwrap_err().to_string();
+    let message = chart::resolve(&loaded, &Default::default())
+        .unwrap_err()
+        .to_string();
     assert!(message.starts_with("chart foo/bar ("), "{message}");
     assert!(message.contains("charts/bar/Chart.yaml"), "{message}");
-    assert!(message.ends_with("missing in charts/ directory: baz"), "{message}");
+    assert!(
+        message.ends_with("missing in charts/ directory: baz"),
+        "{message}"
+    );
 }
 
 #[test]
 fn values_null_removes_a_default_like_helm() {
     let dir = TempDir::new().unwrap();
-    chart(dir.path(), "foo", "0.1.0", "dependencies:\n- name: bar\n  version: 0.1.0\n  condition: bar.enabled\n");
+    chart(
+        dir.path(),
+        "foo",
+        "0.1.0",
+        "dependencies:\n- name: bar\n  version: 0.1.0\n  condition: bar.enabled\n",
+    );
     write(dir.path(), "values.yaml", "bar:\n  enabled: false\n");
     chart(&dir.path().join("charts/bar"), "bar", "0.1.0", "");
     check(dir.path(), &[], &["foo"]);
     // A user null deletes the parent's default...
     check(dir.path(), &["bar.enabled=null"], &["foo", "foo/bar"]);
     // ...and the subchart's own default too: Helm drops the key all the way down.
-    write(&dir.path().join("charts/bar"), "values.yaml", "enabled: false\n");
+    write(
+        &dir.path().join("charts/bar"),
+        "values.yaml",
+        "enabled: false\n",
+    );
     check(dir.path(), &[], &["foo"]);
     check(dir.path(), &["bar.enabled=null"], &["foo", "foo/bar"]);
 }

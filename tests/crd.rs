@@ -43,7 +43,11 @@ fn sequenced_crd_prints_the_committed_file() {
 
 fn crd() -> Value {
     let text = generated();
-    let body: String = text.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
+    let body: String = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n");
     sequenced::yaml::parse(&body).expect("the CRD is YAML")
 }
 
@@ -68,7 +72,12 @@ fn names_scope_subresources_and_columns() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["name"].as_str().unwrap().to_uppercase(), c["priority"].as_i64().unwrap_or(0)))
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_uppercase(),
+                c["priority"].as_i64().unwrap_or(0),
+            )
+        })
         .collect();
     let wanted = [
         ("READY", 0),
@@ -127,7 +136,10 @@ fn every_spec_and_status_field_of_the_design_is_there() {
     ] {
         assert!(chart.get(field).is_some(), "spec.chart.{field} is missing");
     }
-    assert_eq!(spec["uninstall"]["properties"]["keepHistory"]["type"], "boolean");
+    assert_eq!(
+        spec["uninstall"]["properties"]["keepHistory"]["type"],
+        "boolean"
+    );
     let status = &schema["properties"]["status"]["properties"];
     for field in [
         "observedGeneration",
@@ -143,19 +155,46 @@ fn every_spec_and_status_field_of_the_design_is_there() {
         assert!(status.get(field).is_some(), "status.{field} is missing");
     }
     let layer = &status["layers"]["items"]["properties"];
-    for field in ["chart", "name", "phase", "resources", "ready", "startedAt", "finishedAt", "message"] {
-        assert!(layer.get(field).is_some(), "status.layers[].{field} is missing");
+    for field in [
+        "chart",
+        "name",
+        "phase",
+        "resources",
+        "ready",
+        "startedAt",
+        "finishedAt",
+        "message",
+    ] {
+        assert!(
+            layer.get(field).is_some(),
+            "status.layers[].{field} is missing"
+        );
     }
     assert_eq!(
         status["layers"]["items"]["properties"]["phase"]["enum"],
-        json!(["Pending", "Applying", "Waiting", "Ready", "Failed", "Deleting", "Deleted"])
+        json!([
+            "Pending", "Applying", "Waiting", "Ready", "Failed", "Deleting", "Deleted"
+        ])
     );
     for field in ["holder", "sessionId", "lockedUntil"] {
-        assert!(status["lock"]["properties"].get(field).is_some(), "status.lock.{field}");
-    }
-    for field in ["revision", "chartVersion", "digest", "phase", "startedAt", "finishedAt", "sequenced"] {
         assert!(
-            status["history"]["items"]["properties"].get(field).is_some(),
+            status["lock"]["properties"].get(field).is_some(),
+            "status.lock.{field}"
+        );
+    }
+    for field in [
+        "revision",
+        "chartVersion",
+        "digest",
+        "phase",
+        "startedAt",
+        "finishedAt",
+        "sequenced",
+    ] {
+        assert!(
+            status["history"]["items"]["properties"]
+                .get(field)
+                .is_some(),
             "status.history[].{field}"
         );
     }
@@ -168,7 +207,15 @@ fn every_spec_and_status_field_of_the_design_is_there() {
         .collect();
     assert_eq!(
         json!(phases),
-        json!(["Pending", "Rendering", "Deploying", "Ready", "Failed", "RollingBack", "Uninstalling"])
+        json!([
+            "Pending",
+            "Rendering",
+            "Deploying",
+            "Ready",
+            "Failed",
+            "RollingBack",
+            "Uninstalling"
+        ])
     );
     assert_eq!(status["phase"]["nullable"], true);
 }
@@ -188,7 +235,9 @@ fn structural_violations(node: &Value, path: &str, out: &mut Vec<String>) {
     let preserve = map.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
     let int_or_string = map.get("x-kubernetes-int-or-string") == Some(&json!(true));
     if !map.contains_key("type") && !preserve && !int_or_string {
-        out.push(format!("{path}.type: Required value: must not be empty for specified object fields"));
+        out.push(format!(
+            "{path}.type: Required value: must not be empty for specified object fields"
+        ));
     }
     if let Some(t) = map.get("type")
         && !t.is_string()
@@ -196,7 +245,9 @@ fn structural_violations(node: &Value, path: &str, out: &mut Vec<String>) {
         out.push(format!("{path}.type: must be a single string, got {t}"));
     }
     if map.contains_key("properties") && map.contains_key("additionalProperties") {
-        out.push(format!("{path}: properties and additionalProperties are mutually exclusive"));
+        out.push(format!(
+            "{path}: properties and additionalProperties are mutually exclusive"
+        ));
     }
     if map.get("type") == Some(&json!("array")) && !map.contains_key("items") {
         out.push(format!("{path}.items: Required value for arrays"));
@@ -205,7 +256,9 @@ fn structural_violations(node: &Value, path: &str, out: &mut Vec<String>) {
         if let Some(branches) = map.get(logic) {
             let has_types = branches.to_string().contains("\"type\"");
             if has_types {
-                out.push(format!("{path}.{logic}: must only carry value validations, not types"));
+                out.push(format!(
+                    "{path}.{logic}: must only carry value validations, not types"
+                ));
             }
         }
     }
@@ -228,7 +281,11 @@ fn structural_violations(node: &Value, path: &str, out: &mut Vec<String>) {
 fn the_schema_is_structural() {
     let mut violations = Vec::new();
     structural_violations(&schema(), "openAPIV3Schema", &mut violations);
-    assert!(violations.is_empty(), "not structural:\n{}", violations.join("\n"));
+    assert!(
+        violations.is_empty(),
+        "not structural:\n{}",
+        violations.join("\n")
+    );
     // The checker itself finds what the recorded API server complained about.
     let mut found = Vec::new();
     structural_violations(
@@ -338,7 +395,10 @@ fn a_bad_spec_is_rejected_with_a_message_a_user_understands() {
 /// to the CEL rules. The schema is plain JSON Schema apart from the Kubernetes extensions.
 fn openapi_errors(object: &Value) -> Vec<String> {
     let validator = jsonschema::validator_for(&schema()).expect("the schema compiles");
-    validator.iter_errors(object).map(|e| format!("{}: {e}", e.instance_path())).collect()
+    validator
+        .iter_errors(object)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect()
 }
 
 #[test]
@@ -346,13 +406,34 @@ fn enums_types_and_required_fields_are_enforced() {
     assert!(openapi_errors(&release(json!({"chart": {"path": "/a"}}))).is_empty());
     let cases = [
         (json!({}), "\"chart\" is a required property"),
-        (json!({"chart": {"path": "/a"}, "sequencing": "sometimes"}), "/spec/sequencing"),
-        (json!({"chart": {"path": "/a"}, "onFailure": "retry"}), "/spec/onFailure"),
-        (json!({"chart": {"path": "/a"}, "retries": -1}), "/spec/retries"),
-        (json!({"chart": {"path": "/a"}, "values": [1]}), "/spec/values"),
-        (json!({"chart": {"path": "/a"}, "valuesFrom": [{"kind": "Pod", "name": "x"}]}), "/spec/valuesFrom/0/kind"),
-        (json!({"chart": {"configMapRef": {"name": "x"}}}), "\"key\" is a required property"),
-        (json!({"chart": {"path": "/a"}, "dependsOn": [{}]}), "\"name\" is a required property"),
+        (
+            json!({"chart": {"path": "/a"}, "sequencing": "sometimes"}),
+            "/spec/sequencing",
+        ),
+        (
+            json!({"chart": {"path": "/a"}, "onFailure": "retry"}),
+            "/spec/onFailure",
+        ),
+        (
+            json!({"chart": {"path": "/a"}, "retries": -1}),
+            "/spec/retries",
+        ),
+        (
+            json!({"chart": {"path": "/a"}, "values": [1]}),
+            "/spec/values",
+        ),
+        (
+            json!({"chart": {"path": "/a"}, "valuesFrom": [{"kind": "Pod", "name": "x"}]}),
+            "/spec/valuesFrom/0/kind",
+        ),
+        (
+            json!({"chart": {"configMapRef": {"name": "x"}}}),
+            "\"key\" is a required property",
+        ),
+        (
+            json!({"chart": {"path": "/a"}, "dependsOn": [{}]}),
+            "\"name\" is a required property",
+        ),
     ];
     for (spec, message) in cases {
         let errors = openapi_errors(&release(spec.clone()));
@@ -387,5 +468,8 @@ fn the_rust_types_read_a_release_with_defaults_filled_in() {
     assert!(release.spec.wait);
     assert_eq!(release.spec.sequencing, sequenced::api::Sequencing::Ordered);
     assert_eq!(release.spec.max_history, 10);
-    assert_eq!(release.spec.values.unwrap()["nested"]["list"][2]["three"], true);
+    assert_eq!(
+        release.spec.values.unwrap()["nested"]["list"][2]["three"],
+        true
+    );
 }

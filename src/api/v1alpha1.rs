@@ -12,6 +12,8 @@ const DURATION_MESSAGE: &str = "must be a duration such as 30s, 5m or 1h30m (uni
 
 /// A Helm chart deployed in dependency order: its resources are applied layer by layer, each layer
 /// only after the layers it depends on are ready.
+// Each printcolumn repeats `type_`, which clippy takes for a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "sequenced.dev",
@@ -381,7 +383,10 @@ pub struct SequencedReleaseStatus {
 fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let mut schema = <Vec<Condition>>::json_schema(generator);
     schema.insert("x-kubernetes-list-type".into(), "map".into());
-    schema.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
+    schema.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["type"]),
+    );
     schema.insert(
         "description".into(),
         "Ready, Reconciling and Stalled, with kstatus meanings.".into(),

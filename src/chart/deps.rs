@@ -14,7 +14,7 @@ use std::collections::{BTreeSet, HashSet};
 use serde_json::Value;
 
 use super::constraint::is_compatible_range;
-use super::values::{ValuesSource, Values, coalesce, path_value, table};
+use super::values::{Values, ValuesSource, coalesce, path_value, table};
 use super::{Chart, ChartError, Dependency, Location, Metadata};
 
 /// The enabled charts of a release, each with its chart path.
@@ -151,7 +151,12 @@ fn check_missing(chart: &Chart, path: &str) -> Result<(), ChartError> {
     Ok(())
 }
 
-fn process(work: &mut Work<'_>, values: &Values, prefix: &str, path: &str) -> Result<(), ChartError> {
+fn process(
+    work: &mut Work<'_>,
+    values: &Values,
+    prefix: &str,
+    path: &str,
+) -> Result<(), ChartError> {
     let Some(requirements) = work.requirements.clone() else {
         return Ok(());
     };
@@ -208,7 +213,9 @@ fn process(work: &mut Work<'_>, values: &Values, prefix: &str, path: &str) -> Re
             if condition.is_empty() {
                 continue;
             }
-            if let Some(Value::Bool(value)) = path_value(&coalesced, &format!("{prefix}{condition}")) {
+            if let Some(Value::Bool(value)) =
+                path_value(&coalesced, &format!("{prefix}{condition}"))
+            {
                 enabled = *value;
                 reason = format!("condition {} is false", condition.trim());
                 break;

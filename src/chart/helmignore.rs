@@ -36,7 +36,10 @@ impl Rules {
                 ));
             }
             if glob_match(rule, "abc").is_err() {
-                return Err(format!("line {}: syntax error in pattern {rule:?}", number + 1));
+                return Err(format!(
+                    "line {}: syntax error in pattern {rule:?}",
+                    number + 1
+                ));
             }
             let (negate, rule) = match rule.strip_prefix('!') {
                 Some(rest) => (true, rest),
@@ -89,9 +92,14 @@ impl Rules {
     }
 }
 
+/// A glob pattern that Go's `filepath.Match` rejects (`[` without `]`, a trailing `\`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("syntax error in pattern")]
+pub struct BadPattern;
+
 /// Go's `filepath.Match` on `/`-separated paths: `*` and `?` never match `/`, `[...]` classes
 /// with `^` negation and ranges, `\` escapes. A malformed pattern is an error.
-pub fn glob_match(pattern: &str, name: &str) -> Result<bool, ()> {
+pub fn glob_match(pattern: &str, name: &str) -> Result<bool, BadPattern> {
     let pattern: Vec<char> = pattern.chars().collect();
     let name: Vec<char> = name.chars().collect();
     let result = match_from(&pattern, &name)?;
@@ -100,13 +108,13 @@ pub fn glob_match(pattern: &str, name: &str) -> Result<bool, ()> {
     Ok(result)
 }
 
-fn validate_pattern(pattern: &[char]) -> Result<(), ()> {
+fn validate_pattern(pattern: &[char]) -> Result<(), BadPattern> {
     let mut i = 0;
     while i < pattern.len() {
         match pattern[i] {
             '\\' => {
                 if i + 1 >= pattern.len() {
-                    return Err(());
+                    return Err(BadPattern);
                 }
                 i += 2;
             }
@@ -120,7 +128,7 @@ fn validate_pattern(pattern: &[char]) -> Result<(), ()> {
     Ok(())
 }
 
-fn match_from(pattern: &[char], name: &[char]) -> Result<bool, ()> {
+fn match_from(pattern: &[char], name: &[char]) -> Result<bool, BadPattern> {
     let Some((&first, rest)) = pattern.split_first() else {
         return Ok(name.is_empty());
     };
@@ -156,7 +164,7 @@ fn match_from(pattern: &[char], name: &[char]) -> Result<bool, ()> {
         }
         '\\' => {
             let Some(&literal) = rest.first() else {
-                return Err(());
+                return Err(BadPattern);
             };
             match name.split_first() {
                 Some((&c, tail)) if c == literal => match_from(&rest[1..], tail),
@@ -172,7 +180,7 @@ fn match_from(pattern: &[char], name: &[char]) -> Result<bool, ()> {
 
 /// Evaluates the class starting at `pattern[start] == '['` against `c`; returns whether it
 /// matched and the index after the closing `]`.
-fn class_matches(pattern: &[char], start: usize, c: char) -> Result<(bool, usize), ()> {
+fn class_matches(pattern: &[char], start: usize, c: char) -> Result<(bool, usize), BadPattern> {
     let mut i = start + 1;
     let negated = pattern.get(i) == Some(&'^');
     if negated {
@@ -182,7 +190,7 @@ fn class_matches(pattern: &[char], start: usize, c: char) -> Result<(bool, usize
     let mut first = true;
     loop {
         let Some(&ch) = pattern.get(i) else {
-            return Err(());
+            return Err(BadPattern);
         };
         if ch == ']' && !first {
             i += 1;
@@ -204,10 +212,10 @@ fn class_matches(pattern: &[char], start: usize, c: char) -> Result<(bool, usize
     Ok((matched != negated, i))
 }
 
-fn class_char(pattern: &[char], i: usize) -> Result<(char, usize), ()> {
+fn class_char(pattern: &[char], i: usize) -> Result<(char, usize), BadPattern> {
     match pattern.get(i) {
-        Some('\\') => pattern.get(i + 1).map(|&c| (c, i + 2)).ok_or(()),
-        Some('-') | Some(']') | None => Err(()),
+        Some('\\') => pattern.get(i + 1).map(|&c| (c, i + 2)).ok_or(BadPattern),
+        Some('-') | Some(']') | None => Err(BadPattern),
         Some(&c) => Ok((c, i + 1)),
     }
 }
@@ -241,10 +249,10 @@ mod tests {
         for (pattern, name, want) in cases {
             assert_eq!(glob_match(pattern, name), Ok(want), "{pattern} vs {name}");
         }
-        assert_eq!(glob_match("[", "a"), Err(()));
-        assert_eq!(glob_match("a[", "x"), Err(()));
-        assert_eq!(glob_match("[a-", "a"), Err(()));
-        assert_eq!(glob_match("\\", "a"), Err(()));
+        assert_eq!(glob_match("[", "a"), Err(BadPattern));
+        assert_eq!(glob_match("a[", "x"), Err(BadPattern));
+        assert_eq!(glob_match("[a-", "a"), Err(BadPattern));
+        assert_eq!(glob_match("\\", "a"), Err(BadPattern));
     }
 
     #[test]
@@ -260,7 +268,11 @@ mod tests {
         let negated = Rules::parse("!charts\n").unwrap();
         assert!(negated.ignores("values.yaml", false));
         assert!(!negated.ignores("charts", true));
-        assert!(Rules::parse("a/**/b\n").unwrap_err().contains("double-star"));
+        assert!(
+            Rules::parse("a/**/b\n")
+                .unwrap_err()
+                .contains("double-star")
+        );
         assert!(Rules::parse("[\n").unwrap_err().contains("line 1"));
     }
 }

@@ -123,7 +123,8 @@ fn collect_directory(
                 // Helm sees no files in an empty directory, so no subchart either.
                 continue;
             }
-            if !full.join("Chart.yaml").is_file() || rules.ignores(&format!("{relative}/Chart.yaml"), false)
+            if !full.join("Chart.yaml").is_file()
+                || rules.ignores(&format!("{relative}/Chart.yaml"), false)
             {
                 return Err(ChartError::NotAChart {
                     path: full.display().to_string(),
@@ -139,8 +140,9 @@ fn collect_directory(
         } else {
             return Err(ChartError::Read {
                 path: full.display().to_string(),
-                message: "cannot load an irregular file (device, socket or pipe) as part of a chart"
-                    .to_string(),
+                message:
+                    "cannot load an irregular file (device, socket or pipe) as part of a chart"
+                        .to_string(),
             });
         }
     }
@@ -260,7 +262,11 @@ fn clean_path(path: &str) -> Option<String> {
             other => parts.push(other),
         }
     }
-    if parts.is_empty() || parts.first().is_some_and(|p| p.len() == 2 && p.ends_with(':')) {
+    if parts.is_empty()
+        || parts
+            .first()
+            .is_some_and(|p| p.len() == 2 && p.ends_with(':'))
+    {
         return None;
     }
     Some(parts.join("/"))
@@ -269,10 +275,12 @@ fn clean_path(path: &str) -> Option<String> {
 /// Builds a chart from its files, loading its subcharts recursively.
 fn load_files(files: &Files, location: Location) -> Result<Chart, ChartError> {
     let chart_file = location.file("Chart.yaml");
-    let chart_yaml = files.get("Chart.yaml").ok_or_else(|| ChartError::NotAChart {
-        path: location.to_string(),
-        reason: "Chart.yaml file is missing".to_string(),
-    })?;
+    let chart_yaml = files
+        .get("Chart.yaml")
+        .ok_or_else(|| ChartError::NotAChart {
+            path: location.to_string(),
+            reason: "Chart.yaml file is missing".to_string(),
+        })?;
     let text = utf8(chart_yaml, &chart_file)?;
     let document = crate::yaml::parse(text).map_err(|e| ChartError::ChartYaml {
         file: chart_file.clone(),
@@ -287,12 +295,11 @@ fn load_files(files: &Files, location: Location) -> Result<Chart, ChartError> {
     }
     if let Some(requirements) = files.get("requirements.yaml") {
         let file = location.file("requirements.yaml");
-        let document = crate::yaml::parse(utf8(requirements, &file)?).map_err(|e| {
-            ChartError::ChartYaml {
+        let document =
+            crate::yaml::parse(utf8(requirements, &file)?).map_err(|e| ChartError::ChartYaml {
                 file: file.clone(),
                 message: format!("invalid YAML at {e}"),
-            }
-        })?;
+            })?;
         if let Some(dependencies) =
             parse_requirements(&document).map_err(|message| ChartError::ChartYaml {
                 file: file.clone(),
@@ -378,8 +385,14 @@ mod tests {
 
     #[test]
     fn clean_path_rejects_escapes() {
-        assert_eq!(clean_path("templates/a.yaml").as_deref(), Some("templates/a.yaml"));
-        assert_eq!(clean_path("./x/../Chart.yaml").as_deref(), Some("Chart.yaml"));
+        assert_eq!(
+            clean_path("templates/a.yaml").as_deref(),
+            Some("templates/a.yaml")
+        );
+        assert_eq!(
+            clean_path("./x/../Chart.yaml").as_deref(),
+            Some("Chart.yaml")
+        );
         assert_eq!(clean_path("../etc/passwd"), None);
         assert_eq!(clean_path("/abs"), None);
         assert_eq!(clean_path("c:/x"), None);
@@ -391,6 +404,9 @@ mod tests {
         let err = read_archive(b"hello").unwrap_err();
         assert!(err.contains("not gzip-compressed"), "{err}");
         let err = read_archive(&[0x1f, 0x8b, 0, 1, 2]).unwrap_err();
-        assert!(err.contains("corrupt") || err.contains("cannot read"), "{err}");
+        assert!(
+            err.contains("corrupt") || err.contains("cannot read"),
+            "{err}"
+        );
     }
 }

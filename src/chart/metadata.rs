@@ -136,14 +136,19 @@ fn parse_dependencies(value: Option<&Value>) -> Result<Option<Vec<Dependency>>, 
                 ));
             }
         };
-        let field = |name: &str| string_field(map.get(name), &format!("dependencies[{index}].{name}"));
+        let field =
+            |name: &str| string_field(map.get(name), &format!("dependencies[{index}].{name}"));
         let alias = field("alias")?.filter(|a| !a.is_empty());
         let dependency = Dependency {
             name: field("name")?.unwrap_or_default(),
             version: field("version")?.unwrap_or_default(),
             repository: field("repository")?.unwrap_or_default(),
             condition: field("condition")?.unwrap_or_default(),
-            tags: string_list(map.get("tags"), &format!("dependencies[{index}].tags"), false)?,
+            tags: string_list(
+                map.get("tags"),
+                &format!("dependencies[{index}].tags"),
+                false,
+            )?,
             alias,
             depends_on: string_list(
                 map.get("depends-on"),
@@ -169,7 +174,11 @@ fn string_field(value: Option<&Value>, field: &str) -> Result<Option<String>, St
 }
 
 /// A list of strings. With `split_commas`, a single string `a, b` is also accepted.
-fn string_list(value: Option<&Value>, field: &str, split_commas: bool) -> Result<Vec<String>, String> {
+fn string_list(
+    value: Option<&Value>,
+    field: &str,
+    split_commas: bool,
+) -> Result<Vec<String>, String> {
     match value {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(items)) => items
@@ -264,7 +273,10 @@ pub fn validate(md: &Metadata) -> Result<(), String> {
         return Err("chart.metadata.version is required".to_string());
     }
     if constraint::parse_version(&md.version).is_err() {
-        return Err(format!("chart.metadata.version {:?} is invalid", md.version));
+        return Err(format!(
+            "chart.metadata.version {:?} is invalid",
+            md.version
+        ));
     }
     if let Some(t) = &md.chart_type
         && !t.is_empty()
@@ -287,7 +299,9 @@ pub fn validate(md: &Metadata) -> Result<(), String> {
         }
         let key = dependency.effective_name();
         if !seen.insert(key.to_string()) {
-            return Err(format!("more than one dependency with name or alias {key:?}"));
+            return Err(format!(
+                "more than one dependency with name or alias {key:?}"
+            ));
         }
     }
     Ok(())
@@ -327,7 +341,10 @@ mod tests {
             "annotations": {"helm.sh/depends-on/subcharts": ["bar", "rabbitmq"]},
         }))
         .unwrap_err();
-        assert!(err.contains("annotations.helm.sh/depends-on/subcharts must be a string"), "{err}");
+        assert!(
+            err.contains("annotations.helm.sh/depends-on/subcharts must be a string"),
+            "{err}"
+        );
         assert!(err.contains(r#"'["bar","rabbitmq"]'"#), "{err}");
     }
 
@@ -352,16 +369,38 @@ mod tests {
         };
         assert!(validate(&base).is_ok());
         let err = |md: Metadata| validate(&md).unwrap_err();
-        assert!(err(Metadata { name: String::new(), ..base.clone() }).contains("name is required"));
-        assert!(err(Metadata { version: "x.y".into(), ..base.clone() }).contains("\"x.y\" is invalid"));
+        assert!(
+            err(Metadata {
+                name: String::new(),
+                ..base.clone()
+            })
+            .contains("name is required")
+        );
+        assert!(
+            err(Metadata {
+                version: "x.y".into(),
+                ..base.clone()
+            })
+            .contains("\"x.y\" is invalid")
+        );
         let dup = Metadata {
             dependencies: Some(vec![
-                Dependency { name: "a".into(), alias: Some("b".into()), ..Default::default() },
-                Dependency { name: "b".into(), ..Default::default() },
+                Dependency {
+                    name: "a".into(),
+                    alias: Some("b".into()),
+                    ..Default::default()
+                },
+                Dependency {
+                    name: "b".into(),
+                    ..Default::default()
+                },
             ]),
             ..base.clone()
         };
-        assert_eq!(err(dup), "more than one dependency with name or alias \"b\"");
+        assert_eq!(
+            err(dup),
+            "more than one dependency with name or alias \"b\""
+        );
         let bad_alias = Metadata {
             dependencies: Some(vec![Dependency {
                 name: "a".into(),

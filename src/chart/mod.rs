@@ -116,7 +116,9 @@ pub enum ChartError {
         input: String,
         message: String,
     },
-    #[error("chart {chart} ({file}): found in Chart.yaml, but missing in charts/ directory: {names}")]
+    #[error(
+        "chart {chart} ({file}): found in Chart.yaml, but missing in charts/ directory: {names}"
+    )]
     MissingDependencies {
         chart: String,
         file: String,

@@ -43,13 +43,25 @@ pub enum ChartReference {
 
 impl std::fmt::Display for ChartReference {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let version = |v: &Option<String>| v.as_ref().map(|v| format!(" version {v}")).unwrap_or_default();
+        let version = |v: &Option<String>| {
+            v.as_ref()
+                .map(|v| format!(" version {v}"))
+                .unwrap_or_default()
+        };
         match self {
             ChartReference::Path(path) => write!(f, "{}", path.display()),
-            ChartReference::Repository { url, name, version: v } => {
+            ChartReference::Repository {
+                url,
+                name,
+                version: v,
+            } => {
                 write!(f, "chart {name} from {url}{}", version(v))
             }
-            ChartReference::Oci { reference, version: v, .. } => write!(f, "{reference}{}", version(v)),
+            ChartReference::Oci {
+                reference,
+                version: v,
+                ..
+            } => write!(f, "{reference}{}", version(v)),
         }
     }
 }
@@ -88,7 +100,9 @@ pub enum SourceError {
     Repository { url: String, message: String },
     #[error("chart repository {url}: no chart named {name:?} in its index.yaml")]
     NoSuchChart { url: String, name: String },
-    #[error("{source_name}: no version of chart {name} matches {constraint:?} (available: {available})")]
+    #[error(
+        "{source_name}: no version of chart {name} matches {constraint:?} (available: {available})"
+    )]
     NoMatchingVersion {
         source_name: String,
         name: String,
@@ -118,7 +132,9 @@ impl SourceError {
     pub fn category(&self) -> &'static str {
         match self {
             SourceError::Repository { .. } | SourceError::Registry { .. } => "unreachable",
-            SourceError::NoSuchChart { .. } | SourceError::NoMatchingVersion { .. } => "no_such_chart",
+            SourceError::NoSuchChart { .. } | SourceError::NoMatchingVersion { .. } => {
+                "no_such_chart"
+            }
             SourceError::BadVersion { .. } => "bad_version",
             SourceError::Pull { .. } => "pull_failed",
             SourceError::Cache { .. } => "cache",
@@ -177,7 +193,13 @@ impl ChartCache {
                 reference,
                 version,
                 plain_http,
-            } => self.fetch_from_registry(helm, reference, version.as_deref(), *plain_http, credentials),
+            } => self.fetch_from_registry(
+                helm,
+                reference,
+                version.as_deref(),
+                *plain_http,
+                credentials,
+            ),
         }
     }
 
@@ -218,7 +240,14 @@ impl ChartCache {
             resolved.clone().into(),
         ];
         push_credentials(&mut args, credentials);
-        let path = self.download(helm, &key, name, &resolved, args, &format!("{url} chart {name}"))?;
+        let path = self.download(
+            helm,
+            &key,
+            name,
+            &resolved,
+            args,
+            &format!("{url} chart {name}"),
+        )?;
         Ok(FetchedChart {
             path,
             version: Some(resolved),
@@ -235,7 +264,11 @@ impl ChartCache {
         credentials: Option<&Credentials>,
     ) -> Result<FetchedChart, SourceError> {
         let reference = reference.trim_end_matches('/');
-        let name = reference.rsplit('/').next().unwrap_or(reference).to_string();
+        let name = reference
+            .rsplit('/')
+            .next()
+            .unwrap_or(reference)
+            .to_string();
         let key = format!("oci\n{reference}");
         let resolved = match version.filter(|v| is_exact(v)) {
             Some(exact) => exact.to_string(),
@@ -388,9 +421,12 @@ fn resolve_in_index(
     if let Some(credentials) = credentials {
         request = request.header("Authorization", basic_auth(credentials));
     }
-    let mut response = request
-        .call()
-        .map_err(|e| error(format!("cannot fetch index.yaml: {}", transport_message(&e))))?;
+    let mut response = request.call().map_err(|e| {
+        error(format!(
+            "cannot fetch index.yaml: {}",
+            transport_message(&e)
+        ))
+    })?;
     let status = response.status();
     if !status.is_success() {
         return Err(error(format!("GET {index_url} answered {status}")));
@@ -521,7 +557,12 @@ fn list_tags(
             .as_reader()
             .take(MAX_INDEX_SIZE)
             .read_to_string(&mut body)
-            .map_err(|e| error(format!("cannot read the tag list: {}", super::io_message(&e))))?;
+            .map_err(|e| {
+                error(format!(
+                    "cannot read the tag list: {}",
+                    super::io_message(&e)
+                ))
+            })?;
         let list: Value = serde_json::from_str(&body)
             .map_err(|e| error(format!("the tag list is not JSON: {e}")))?;
         tags.extend(
@@ -542,16 +583,16 @@ fn send(
     authorization: Option<&str>,
     error: &impl Fn(String) -> SourceError,
 ) -> Result<ureq::http::Response<ureq::Body>, SourceError> {
-    let mut request = agent.get(url).header(
-        "Accept",
-        "application/json",
-    );
+    let mut request = agent.get(url).header("Accept", "application/json");
     if let Some(authorization) = authorization {
         request = request.header("Authorization", authorization);
     }
-    request
-        .call()
-        .map_err(|e| error(format!("cannot reach the registry: {}", transport_message(&e))))
+    request.call().map_err(|e| {
+        error(format!(
+            "cannot reach the registry: {}",
+            transport_message(&e)
+        ))
+    })
 }
 
 /// Answers a `WWW-Authenticate` challenge: basic credentials, or a bearer token from the realm.
@@ -568,7 +609,9 @@ fn authorize(
             .ok_or_else(|| error("the registry needs credentials".to_string()));
     }
     if !scheme.eq_ignore_ascii_case("bearer") {
-        return Err(error(format!("unsupported authentication challenge {challenge:?}")));
+        return Err(error(format!(
+            "unsupported authentication challenge {challenge:?}"
+        )));
     }
     let params = parse_challenge(params);
     let realm = params
@@ -585,9 +628,12 @@ fn authorize(
     if let Some(credentials) = credentials {
         request = request.header("Authorization", basic_auth(credentials));
     }
-    let mut response = request
-        .call()
-        .map_err(|e| error(format!("cannot get a token from {realm}: {}", transport_message(&e))))?;
+    let mut response = request.call().map_err(|e| {
+        error(format!(
+            "cannot get a token from {realm}: {}",
+            transport_message(&e)
+        ))
+    })?;
     if !response.status().is_success() {
         return Err(error(format!(
             "the token service {realm} answered {}",
@@ -616,7 +662,11 @@ fn parse_challenge(params: &str) -> Vec<(String, String)> {
         let Some((key, after)) = rest.split_once('=') else {
             break;
         };
-        let key = key.trim().trim_start_matches(',').trim().to_ascii_lowercase();
+        let key = key
+            .trim()
+            .trim_start_matches(',')
+            .trim()
+            .to_ascii_lowercase();
         let after = after.trim_start();
         let (value, remainder) = if let Some(quoted) = after.strip_prefix('"') {
             match quoted.find('"') {
@@ -643,11 +693,13 @@ fn next_link(link: &str, scheme: &str, host: &str) -> Option<String> {
             return None;
         }
         let target = target.trim().trim_start_matches('<').trim_end_matches('>');
-        Some(if target.starts_with("http://") || target.starts_with("https://") {
-            target.to_string()
-        } else {
-            format!("{scheme}://{host}{target}")
-        })
+        Some(
+            if target.starts_with("http://") || target.starts_with("https://") {
+                target.to_string()
+            } else {
+                format!("{scheme}://{host}{target}")
+            },
+        )
     })
 }
 
@@ -665,7 +717,10 @@ mod tests {
         assert_eq!(pick(Some("1.2.0")).unwrap(), "1.2.0");
         assert_eq!(pick(Some("2.0.0-rc.1")).unwrap(), "2.0.0-rc.1");
         let err = pick(Some("^3")).unwrap_err().to_string();
-        assert!(err.contains("no version of chart app matches \"^3\""), "{err}");
+        assert!(
+            err.contains("no version of chart app matches \"^3\""),
+            "{err}"
+        );
         assert!(err.contains("available: 2.0.0-rc.1, 1.10.0"), "{err}");
         let err = pick(Some(">>1")).unwrap_err().to_string();
         assert!(err.contains("invalid version \">>1\""), "{err}");
@@ -676,10 +731,21 @@ mod tests {
         let params = parse_challenge(
             r#"realm="https://auth.example.com/token",service="registry.example.com",scope="repository:charts/app:pull""#,
         );
-        assert_eq!(params[0], ("realm".into(), "https://auth.example.com/token".into()));
-        assert_eq!(params[2], ("scope".into(), "repository:charts/app:pull".into()));
         assert_eq!(
-            next_link(r#"</v2/charts/app/tags/list?n=100&last=1.0.0>; rel="next""#, "https", "r.io").as_deref(),
+            params[0],
+            ("realm".into(), "https://auth.example.com/token".into())
+        );
+        assert_eq!(
+            params[2],
+            ("scope".into(), "repository:charts/app:pull".into())
+        );
+        assert_eq!(
+            next_link(
+                r#"</v2/charts/app/tags/list?n=100&last=1.0.0>; rel="next""#,
+                "https",
+                "r.io"
+            )
+            .as_deref(),
             Some("https://r.io/v2/charts/app/tags/list?n=100&last=1.0.0")
         );
         assert_eq!(next_link(r#"<x>; rel="prev""#, "https", "r.io"), None);

@@ -301,7 +301,9 @@ mod tests {
     fn coalesce_puts_defaults_under_user_values_and_subcharts_under_their_names() {
         let chart = TestChart {
             name: "foo",
-            values: map(json!({"a": 1, "t": {"x": 1, "y": 2}, "gone": 5, "bar": {"enabled": false}})),
+            values: map(
+                json!({"a": 1, "t": {"x": 1, "y": 2}, "gone": 5, "bar": {"enabled": false}}),
+            ),
             subs: vec![TestChart {
                 name: "bar",
                 values: map(json!({"enabled": true, "port": 80})),
@@ -326,7 +328,11 @@ mod tests {
         let chart = TestChart {
             name: "foo",
             values: Values::new(),
-            subs: vec![TestChart { name: "bar", values: Values::new(), subs: vec![] }],
+            subs: vec![TestChart {
+                name: "bar",
+                values: Values::new(),
+                subs: vec![],
+            }],
         };
         let err = coalesce(&chart, &map(json!({"bar": "x"}))).unwrap_err();
         assert!(err.contains("type mismatch on bar"), "{err}");

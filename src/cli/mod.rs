@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::chart::source::{ChartCache, ChartReference, Credentials};
 use crate::chart::ValueOptions;
+use crate::chart::source::{ChartCache, ChartReference, Credentials};
 
 /// Exit code for an error (bad input, a chart that cannot be rendered, a failed command).
 pub const EXIT_ERROR: u8 = 2;
@@ -108,7 +108,12 @@ pub struct ChartArgs {
     #[arg(long, requires = "password")]
     pub username: Option<String>,
     /// Password for the chart repository or registry.
-    #[arg(long, requires = "username", env = "SEQUENCED_PASSWORD", hide_env_values = true)]
+    #[arg(
+        long,
+        requires = "username",
+        env = "SEQUENCED_PASSWORD",
+        hide_env_values = true
+    )]
     pub password: Option<String>,
     /// Values file (repeatable; later files win).
     #[arg(short = 'f', long = "values", value_name = "FILE")]
@@ -167,7 +172,11 @@ impl ChartArgs {
     }
 
     pub fn cache(&self) -> ChartCache {
-        ChartCache::new(self.cache_dir.clone().unwrap_or_else(ChartCache::default_dir))
+        ChartCache::new(
+            self.cache_dir
+                .clone()
+                .unwrap_or_else(ChartCache::default_dir),
+        )
     }
 
     pub fn value_options(&self) -> ValueOptions {

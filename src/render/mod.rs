@@ -126,7 +126,7 @@ impl Rendered {
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
     /// Helm failed; its message is kept whole.
-    #[error("rendering chart {chart} with helm failed:\n{source}")]
+    #[error("rendering chart {chart}: {source}")]
     Helm {
         chart: String,
         #[source]
@@ -286,11 +286,10 @@ pub fn parse_output(output: &str, tree: &ChartTree) -> Result<Rendered, RenderEr
         let Some(source) = raw.source else {
             return Err(RenderError::NoSource { index: index + 1 });
         };
-        let value =
-            crate::yaml::parse(&raw.text).map_err(|e| RenderError::Document {
-                source_path: source.to_string(),
-                message: format!("{}invalid YAML at {e}", resource_hint(&raw.text)),
-            })?;
+        let value = crate::yaml::parse(&raw.text).map_err(|e| RenderError::Document {
+            source_path: source.to_string(),
+            message: format!("{}invalid YAML at {e}", resource_hint(&raw.text)),
+        })?;
         if value.is_null() {
             continue;
         }
@@ -421,14 +420,30 @@ mod tests {
     fn attribution_of_source_paths() {
         let cases = [
             ("foo/templates/a.yaml", "foo", "templates/a.yaml"),
-            ("foo/charts/bar/templates/a.yaml", "foo/bar", "templates/a.yaml"),
-            ("foo/charts/bar/charts/baz/templates/x/a.yaml", "foo/bar/baz", "templates/x/a.yaml"),
+            (
+                "foo/charts/bar/templates/a.yaml",
+                "foo/bar",
+                "templates/a.yaml",
+            ),
+            (
+                "foo/charts/bar/charts/baz/templates/x/a.yaml",
+                "foo/bar/baz",
+                "templates/x/a.yaml",
+            ),
             ("foo/crds/c.yaml", "foo", "crds/c.yaml"),
             ("foo/charts/bar/crds/c.yaml", "foo/bar", "crds/c.yaml"),
-            ("foo/templates/charts/a.yaml", "foo", "templates/charts/a.yaml"),
+            (
+                "foo/templates/charts/a.yaml",
+                "foo",
+                "templates/charts/a.yaml",
+            ),
         ];
         for (source, chart, template) in cases {
-            assert_eq!(attribute(source), (chart.to_string(), template.to_string()), "{source}");
+            assert_eq!(
+                attribute(source),
+                (chart.to_string(), template.to_string()),
+                "{source}"
+            );
         }
     }
 

@@ -113,71 +113,71 @@ impl Drop for Server {
     }
 }
 
+/// Answers one request on the connection, then closes it.
 fn serve(stream: TcpStream, handler: &Handler, requests: &Mutex<Vec<Request>>) {
-    let Ok(read_half) = stream.try_clone() else { return };
+    let Ok(read_half) = stream.try_clone() else {
+        return;
+    };
     let mut reader = BufReader::new(read_half);
     let mut writer = stream;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut parts = line.split_whitespace();
-        let method = parts.next().unwrap_or_default().to_string();
-        let target = parts.next().unwrap_or_default().to_string();
-        let mut headers = BTreeMap::new();
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            let header = header.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':') {
-                headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_string());
-            }
-        }
-        let length: usize = headers
-            .get("content-length")
-            .and_then(|l| l.parse().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; length];
-        if length > 0 && reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let (path, query) = match target.split_once('?') {
-            Some((path, query)) => (path.to_string(), query.to_string()),
-            None => (target.clone(), String::new()),
-        };
-        let request = Request {
-            method: method.clone(),
-            path,
-            query,
-            headers,
-        };
-        if let Ok(mut all) = requests.lock() {
-            all.push(request.clone());
-        }
-        let response = handler(&request);
-        let mut head = format!(
-            "HTTP/1.1 {} {}\r\nContent-Length: {}\r\nConnection: close\r\n",
-            response.status,
-            reason(response.status),
-            response.body.len()
-        );
-        for (name, value) in &response.headers {
-            head.push_str(&format!("{name}: {value}\r\n"));
-        }
-        head.push_str("\r\n");
-        let _ = writer.write_all(head.as_bytes());
-        if method != "HEAD" {
-            let _ = writer.write_all(&response.body);
-        }
-        let _ = writer.flush();
+    let mut line = String::new();
+    if reader.read_line(&mut line).unwrap_or(0) == 0 {
         return;
     }
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or_default().to_string();
+    let target = parts.next().unwrap_or_default().to_string();
+    let mut headers = BTreeMap::new();
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header).unwrap_or(0) == 0 {
+            return;
+        }
+        let header = header.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_string());
+        }
+    }
+    let length: usize = headers
+        .get("content-length")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    if length > 0 && reader.read_exact(&mut body).is_err() {
+        return;
+    }
+    let (path, query) = match target.split_once('?') {
+        Some((path, query)) => (path.to_string(), query.to_string()),
+        None => (target.clone(), String::new()),
+    };
+    let request = Request {
+        method: method.clone(),
+        path,
+        query,
+        headers,
+    };
+    if let Ok(mut all) = requests.lock() {
+        all.push(request.clone());
+    }
+    let response = handler(&request);
+    let mut head = format!(
+        "HTTP/1.1 {} {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        response.status,
+        reason(response.status),
+        response.body.len()
+    );
+    for (name, value) in &response.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let _ = writer.write_all(head.as_bytes());
+    if method != "HEAD" {
+        let _ = writer.write_all(&response.body);
+    }
+    let _ = writer.flush();
 }
 
 fn reason(status: u16) -> &'static str {

@@ -101,7 +101,9 @@ pub fn tar_gz(dir: &Path, top: &str, destination: &Path) {
     let file = std::fs::File::create(destination).expect("create archive");
     let encoder = flate2::write::GzEncoder::new(file, flate2::Compression::default());
     let mut builder = tar::Builder::new(encoder);
-    builder.append_dir_all(top, dir).expect("add the chart to the archive");
+    builder
+        .append_dir_all(top, dir)
+        .expect("add the chart to the archive");
     builder
         .into_inner()
         .expect("finish the tar stream")

@@ -1,0 +1,31 @@
+# Multi-stage build of the sequenced operator image.
+#   docker build -t sequenced:dev .
+# Stage 1 builds the release binary; stage 2 ships it with a pinned helm on a small non-root base.
+
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+RUN cargo build --release --locked --bin sequenced
+
+FROM debian:bookworm-slim AS helm
+ARG HELM_VERSION=v4.1.4
+ARG TARGETARCH=amd64
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \
+ && curl -fsSLO "https://get.helm.sh/helm-${HELM_VERSION}-linux-${TARGETARCH}.tar.gz" \
+ && curl -fsSLO "https://get.helm.sh/helm-${HELM_VERSION}-linux-${TARGETARCH}.tar.gz.sha256sum" \
+ && sha256sum -c "helm-${HELM_VERSION}-linux-${TARGETARCH}.tar.gz.sha256sum" \
+ && tar -xzf "helm-${HELM_VERSION}-linux-${TARGETARCH}.tar.gz" \
+ && install -m 0755 "linux-${TARGETARCH}/helm" /usr/local/bin/helm
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=helm /usr/local/bin/helm /usr/local/bin/helm
+COPY --from=build /src/target/release/sequenced /usr/local/bin/sequenced
+ENV SEQUENCED_HELM=/usr/local/bin/helm \
+    SEQUENCED_CACHE_DIR=/tmp/sequenced/charts \
+    HELM_CACHE_HOME=/tmp/helm/cache \
+    HELM_CONFIG_HOME=/tmp/helm/config \
+    HELM_DATA_HOME=/tmp/helm/data
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/sequenced"]
+CMD ["run"]

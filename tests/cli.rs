@@ -1,0 +1,365 @@
+//! The `sequenced` command line as a user runs it: output, exit codes and one-line errors.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use support::{chart, write};
+use tempfile::TempDir;
+
+fn sequenced(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sequenced"))
+        .args(args)
+        .env("SEQUENCED_HELM", support::helm())
+        .env(
+            "SEQUENCED_CACHE_DIR",
+            std::env::temp_dir().join("sequenced-cli-test-cache"),
+        )
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run sequenced")
+}
+
+/// Runs a command that must fail with exit code 2 and a single error line; returns that line.
+fn one_line_error(args: &[&str]) -> String {
+    let output = sequenced(args);
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(output.stdout.is_empty(), "{args:?} printed to stdout");
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "{args:?} should print one line: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr.trim_end().to_string()
+}
+
+#[test]
+fn template_prints_every_document_with_its_chart_path_and_file() {
+    let output = sequenced(&["template", "examples/foo"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for line in [
+        "# Chart: foo  File: templates/foo.yaml  Resource: ConfigMap/foo-foo",
+        "# Chart: foo/bar  File: templates/bar.yaml  Resource: Deployment/foo-bar",
+        "# Chart: foo/nginx  File: templates/nginx.yaml  Resource: Service/foo-nginx",
+        "# Chart: foo/rabbitmq  File: templates/rabbitmq.yaml  Resource: Deployment/foo-rabbitmq",
+        "## STAGE: crds (0 documents)",
+        "## STAGE: resources (8 documents)",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
+    }
+    // Still valid multi-document YAML: 8 objects.
+    let documents = sequenced::yaml::parse_documents(&stdout).expect("valid YAML");
+    let objects = documents.iter().filter(|d| d.is_object()).count();
+    assert_eq!(objects, 8);
+}
+
+#[test]
+fn template_takes_values_files_set_namespace_and_release_name() {
+    let dir = TempDir::new().unwrap();
+    let values = dir.path().join("values.yaml");
+    std::fs::write(&values, "bar:\n  enabled: false\n").unwrap();
+    let output = sequenced(&[
+        "template",
+        "examples/foo",
+        "-f",
+        values.to_str().unwrap(),
+        "--set",
+        "image=busybox",
+        "--namespace",
+        "prod",
+        "--release-name",
+        "web",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("release web in namespace prod"), "{stdout}");
+    assert!(
+        stdout.contains("# Disabled: foo/bar (condition bar.enabled is false)"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("# Chart: foo/bar "), "{stdout}");
+    assert!(stdout.contains("Resource: Deployment/web-foo"), "{stdout}");
+    assert!(stdout.contains("image: busybox"), "{stdout}");
+}
+
+#[test]
+fn crd_prints_the_crd() {
+    let output = sequenced(&["crd"]);
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("name: sequencedreleases.sequenced.dev"));
+}
+
+#[test]
+fn commands_of_later_issues_say_they_are_not_implemented() {
+    for args in [
+        vec!["run"],
+        vec!["graph", "examples/shop"],
+        vec!["lint", "examples/shop"],
+        vec!["status", "shop"],
+        vec!["ready", "-f", "-"],
+    ] {
+        let line = one_line_error(&args);
+        assert!(line.contains("not implemented yet"), "{args:?}: {line}");
+    }
+}
+
+#[test]
+fn every_command_has_help() {
+    for command in ["run", "template", "graph", "lint", "crd", "status", "ready"] {
+        let output = sequenced(&[command, "--help"]);
+        assert!(output.status.success(), "{command} --help");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(stdout.contains("Usage: sequenced"), "{command}: {stdout}");
+        assert!(
+            stdout.len() > 200,
+            "{command} --help is too short: {stdout}"
+        );
+    }
+    let output = sequenced(&["--help"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for command in ["run", "template", "graph", "lint", "crd", "status", "ready"] {
+        assert!(
+            stdout.contains(&format!("  {command} ")),
+            "{command} missing in --help"
+        );
+    }
+}
+
+#[test]
+fn a_path_that_does_not_exist() {
+    assert_eq!(
+        one_line_error(&["template", "examples/nope"]),
+        "error: chart examples/nope: no such file or directory"
+    );
+}
+
+#[test]
+fn a_directory_that_is_not_a_chart() {
+    assert_eq!(
+        one_line_error(&["template", "src"]),
+        "error: src is not a chart: the directory has no Chart.yaml"
+    );
+}
+
+#[test]
+fn a_corrupt_archive() {
+    let dir = TempDir::new().unwrap();
+    let garbage = dir.path().join("broken.tgz");
+    std::fs::write(&garbage, b"this is not a chart").unwrap();
+    let line = one_line_error(&["template", garbage.to_str().unwrap()]);
+    assert!(
+        line.starts_with(&format!(
+            "error: chart archive {}: not a packaged chart",
+            garbage.display()
+        )),
+        "{line}"
+    );
+    // Truncated gzip.
+    let truncated = dir.path().join("truncated.tgz");
+    let bytes = std::fs::read(support::package(Path::new("examples/shop"), dir.path())).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let line = one_line_error(&["template", truncated.to_str().unwrap()]);
+    assert!(
+        line.starts_with(&format!(
+            "error: chart archive {}: corrupt archive",
+            truncated.display()
+        )),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_chart_yaml_that_is_not_yaml() {
+    let dir = TempDir::new().unwrap();
+    write(dir.path(), "Chart.yaml", "apiVersion: v2\nname: [broken\n");
+    let line = one_line_error(&["template", dir.path().to_str().unwrap()]);
+    let file = dir.path().join("Chart.yaml");
+    assert!(
+        line.starts_with(&format!("error: {}: invalid YAML at line", file.display())),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_subchart_chart_yaml_with_a_wrong_field() {
+    let dir = TempDir::new().unwrap();
+    chart(dir.path(), "foo", "0.1.0", "");
+    write(
+        &dir.path().join("charts/bar"),
+        "Chart.yaml",
+        "apiVersion: v2\nname: bar\nversion: 0.1.0\nannotations:\n  helm.sh/depends-on/subcharts: [a, b]\n",
+    );
+    let line = one_line_error(&["template", dir.path().to_str().unwrap()]);
+    let file = dir.path().join("charts/bar/Chart.yaml");
+    assert_eq!(
+        line,
+        format!(
+            "error: {}: annotations.helm.sh/depends-on/subcharts must be a string, not a list: Helm rejects it; quote the value, e.g. '[\"a\",\"b\"]'",
+            file.display()
+        )
+    );
+}
+
+#[test]
+fn two_dependencies_with_the_same_name_or_alias() {
+    let dir = TempDir::new().unwrap();
+    chart(
+        dir.path(),
+        "foo",
+        "0.1.0",
+        "dependencies:\n- name: redis\n  version: 1.0.0\n  alias: cache\n- name: cache\n  version: 1.0.0\n",
+    );
+    let line = one_line_error(&["template", dir.path().to_str().unwrap()]);
+    assert_eq!(
+        line,
+        format!(
+            "error: {}: more than one dependency with name or alias \"cache\"",
+            dir.path().join("Chart.yaml").display()
+        )
+    );
+}
+
+#[test]
+fn a_values_file_that_is_not_yaml() {
+    let dir = TempDir::new().unwrap();
+    let values = dir.path().join("values.yaml");
+    std::fs::write(&values, "image: {tag: [\n").unwrap();
+    let line = one_line_error(&["template", "examples/shop", "-f", values.to_str().unwrap()]);
+    assert!(
+        line.starts_with(&format!(
+            "error: {}: invalid YAML at line",
+            values.display()
+        )),
+        "{line}"
+    );
+    std::fs::write(&values, "- a list\n").unwrap();
+    let line = one_line_error(&["template", "examples/shop", "-f", values.to_str().unwrap()]);
+    assert_eq!(
+        line,
+        format!(
+            "error: {}: document 1 is a list, but values must be a mapping of keys to values",
+            values.display()
+        )
+    );
+    let missing = dir.path().join("missing.yaml");
+    let line = one_line_error(&["template", "examples/shop", "-f", missing.to_str().unwrap()]);
+    assert_eq!(
+        line,
+        format!("error: {}: no such file or directory", missing.display())
+    );
+}
+
+#[test]
+fn a_chart_values_yaml_that_is_not_yaml() {
+    let dir = TempDir::new().unwrap();
+    chart(dir.path(), "foo", "0.1.0", "");
+    write(dir.path(), "values.yaml", "a: b: c\n");
+    let line = one_line_error(&["template", dir.path().to_str().unwrap()]);
+    let file = dir.path().join("values.yaml");
+    assert!(
+        line.starts_with(&format!("error: {}: invalid YAML at line", file.display())),
+        "{line}"
+    );
+}
+
+#[test]
+fn an_unreachable_chart_repository() {
+    let line = one_line_error(&[
+        "template",
+        "demo",
+        "--repo",
+        "http://127.0.0.1:9/charts",
+        "--version",
+        "^1",
+    ]);
+    assert!(
+        line.starts_with(
+            "error: chart repository http://127.0.0.1:9/charts: cannot fetch index.yaml:"
+        ),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_missing_dependency() {
+    let dir = TempDir::new().unwrap();
+    chart(
+        dir.path(),
+        "foo",
+        "0.1.0",
+        "dependencies:\n- name: nginx\n  version: 18.3.1\n",
+    );
+    let line = one_line_error(&["template", dir.path().to_str().unwrap()]);
+    assert_eq!(
+        line,
+        format!(
+            "error: chart foo ({}): found in Chart.yaml, but missing in charts/ directory: nginx",
+            dir.path().join("Chart.yaml").display()
+        )
+    );
+}
+
+#[test]
+fn a_bad_set_flag() {
+    let line = one_line_error(&["template", "examples/shop", "--set", "a.b"]);
+    assert!(line.starts_with("error: --set \"a.b\": "), "{line}");
+}
+
+#[test]
+fn no_helm_at_all() {
+    let output = Command::new(env!("CARGO_BIN_EXE_sequenced"))
+        .args(["template", "examples/shop"])
+        .env_remove("SEQUENCED_HELM")
+        .env("PATH", "")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.starts_with("error: helm not found: install Helm 4"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("SEQUENCED_HELM"), "{stderr}");
+}
+
+#[test]
+fn helm_errors_are_passed_on_whole() {
+    let dir = TempDir::new().unwrap();
+    chart(dir.path(), "foo", "0.1.0", "");
+    write(
+        dir.path(),
+        "templates/bad.yaml",
+        "{{ .Values.missing.field }}\n",
+    );
+    let output = sequenced(&["template", dir.path().to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let chart = dir.path().display();
+    assert!(
+        stderr.starts_with(&format!(
+            "error: rendering chart {chart}: helm template failed (exit code 1):\n"
+        )),
+        "{stderr}"
+    );
+    // Helm's own message, line for line.
+    assert!(
+        stderr.contains(
+            "\nError: foo/templates/bad.yaml:1:10\n  executing \"foo/templates/bad.yaml\" at <.Values.missing.field>:\n    nil pointer evaluating interface {}.field\n\nUse --debug flag to render out invalid YAML\n"
+        ),
+        "{stderr}"
+    );
+}
