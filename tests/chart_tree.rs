@@ -451,3 +451,33 @@ fn values_null_removes_a_default_like_helm() {
     check(dir.path(), &[], &["foo"]);
     check(dir.path(), &["bar.enabled=null"], &["foo", "foo/bar"]);
 }
+
+#[test]
+fn yaml_1_1_booleans_decide_conditions_as_in_helm() {
+    // Helm reads YAML with go-yaml v2: `off`, `no`, `n` are false, `on`, `yes`, `y` are true.
+    let dir = TempDir::new().unwrap();
+    chart(
+        dir.path(),
+        "foo",
+        "0.1.0",
+        "dependencies:\n- name: bar\n  version: 0.1.0\n  condition: bar.enabled\n- name: baz\n  version: 0.1.0\n  condition: baz.enabled\n",
+    );
+    write(dir.path(), "values.yaml", "bar:\n  enabled: off\nbaz:\n  enabled: \"off\"\n");
+    chart(&dir.path().join("charts/bar"), "bar", "0.1.0", "");
+    chart(&dir.path().join("charts/baz"), "baz", "0.1.0", "");
+    check(dir.path(), &[], &["foo", "foo/baz"]);
+    let values = dir.path().join("override.yaml");
+    std::fs::write(&values, "bar:\n  enabled: yes\nbaz:\n  enabled: n\n").unwrap();
+    let by_helm = helm_chart_paths(dir.path(), &["-f", values.to_str().unwrap()]);
+    let loaded = chart::load(dir.path()).unwrap();
+    let merged = ValueOptions {
+        files: vec![values],
+        ..Default::default()
+    }
+    .merge()
+    .unwrap();
+    let tree = chart::resolve(&loaded, &merged).unwrap();
+    let ours: BTreeSet<String> = tree.charts().iter().map(|c| c.path.clone()).collect();
+    assert_eq!(ours, by_helm);
+    assert_eq!(ours, ["foo", "foo/bar"].iter().map(|s| s.to_string()).collect());
+}

@@ -95,6 +95,32 @@ fn template_takes_values_files_set_namespace_and_release_name() {
 }
 
 #[test]
+fn set_json_and_set_literal_count_like_in_helm() {
+    let output = sequenced(&[
+        "template",
+        "examples/foo",
+        "--set-json",
+        r#"bar={"enabled":false}"#,
+        "--set-literal",
+        "image=registry.k8s.io/pause:3.10,debug",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("# Disabled: foo/bar (condition bar.enabled is false)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("image: registry.k8s.io/pause:3.10,debug"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn crd_prints_the_crd() {
     let output = sequenced(&["crd"]);
     assert!(output.status.success());

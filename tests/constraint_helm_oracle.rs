@@ -56,7 +56,7 @@ fn write(path: &Path, text: &str) {
 }
 
 /// Whether helm matches a subchart of `version` to a dependency on
-/// `constraint`, or `None` when helm cannot be run.
+/// `constraint`.
 fn helm_matches(constraint: &str, version: &str) -> bool {
     let dir = tempfile::tempdir().expect("temporary directory");
     let parent = dir.path().join("parent");
@@ -83,7 +83,9 @@ fn helm_matches(constraint: &str, version: &str) -> bool {
         .args(["template", "release"])
         .arg(&parent)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run helm ({e}); run scripts/install-helm.sh or set SEQUENCED_HELM"));
+        .unwrap_or_else(|e| {
+            panic!("cannot run helm ({e}); run scripts/install-helm.sh or set SEQUENCED_HELM")
+        });
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

@@ -143,6 +143,17 @@ fn documents_are_attributed_to_chart_paths_and_template_files() {
             ),
         ]
     );
+    let listed = rendered
+        .resources
+        .iter()
+        .find(|d| d.name() == "listed-b")
+        .unwrap();
+    assert_eq!(
+        sequenced::yaml::parse(&listed.text).unwrap(),
+        listed.object,
+        "an item of a List carries its own text"
+    );
+    assert!(!listed.text.contains("listed-a"));
     let deep = rendered
         .resources
         .iter()

@@ -149,8 +149,10 @@ impl ChartError {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ValueOptions {
     pub files: Vec<std::path::PathBuf>,
+    pub set_json: Vec<String>,
     pub set: Vec<String>,
     pub set_string: Vec<String>,
+    pub set_literal: Vec<String>,
 }
 
 impl ValueOptions {
@@ -169,19 +171,25 @@ impl ValueOptions {
             })?;
             merged = values::merge_maps(merged, values);
         }
-        for input in &self.set {
-            strvals::parse_set(input, &mut merged).map_err(|e| ChartError::ValueFlag {
-                flag: "--set",
-                input: input.clone(),
-                message: e.to_string(),
-            })?;
-        }
-        for input in &self.set_string {
-            strvals::parse_set_string(input, &mut merged).map_err(|e| ChartError::ValueFlag {
-                flag: "--set-string",
-                input: input.clone(),
-                message: e.to_string(),
-            })?;
+        type Parser = fn(&str, &mut Values) -> Result<(), strvals::Error>;
+        let flags: [(&'static str, &[String], Parser); 4] = [
+            ("--set-json", &self.set_json, strvals::parse_set_json),
+            ("--set", &self.set, strvals::parse_set),
+            ("--set-string", &self.set_string, strvals::parse_set_string),
+            (
+                "--set-literal",
+                &self.set_literal,
+                strvals::parse_set_literal,
+            ),
+        ];
+        for (flag, inputs, parse) in flags {
+            for input in inputs {
+                parse(input, &mut merged).map_err(|e| ChartError::ValueFlag {
+                    flag,
+                    input: input.clone(),
+                    message: e.to_string(),
+                })?;
+            }
         }
         Ok(merged)
     }

@@ -17,6 +17,15 @@ pub const GLOBAL_KEY: &str = "global";
 /// must be a mapping (or empty), and the documents are merged in order.
 pub fn parse_values(text: &str) -> Result<Values, String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    // Helm appends a final newline before it parses values, which matters for a block scalar on
+    // the last line (`a: |` ... without a newline at the end still ends in one).
+    let owned;
+    let text = if text.is_empty() || text.ends_with('\n') {
+        text
+    } else {
+        owned = format!("{text}\n");
+        &owned
+    };
     let mut merged = Values::new();
     for (index, document) in crate::yaml::parse_documents(text)
         .map_err(|e| format!("invalid YAML at {e}"))?
@@ -290,8 +299,17 @@ mod tests {
 
     #[test]
     fn values_files_merge_their_documents() {
-        let v = parse_values("a: {x: 1}\n---\na: {y: 2}\n---\n").unwrap();
-        assert_eq!(Value::Object(v), json!({"a": {"x": 1, "y": 2}}));
+        let v = parse_values("a: {x: 1}\n---\na: {z: 2}\n---\n").unwrap();
+        assert_eq!(Value::Object(v), json!({"a": {"x": 1, "z": 2}}));
+        // YAML 1.1, as Helm reads it: the key `y` is the boolean true.
+        let v = parse_values("enabled: no\ny: 1\n").unwrap();
+        assert_eq!(Value::Object(v), json!({"enabled": false, "true": 1}));
+        let last = parse_values("a: |\n  x").unwrap();
+        assert_eq!(
+            last["a"],
+            json!("x\n"),
+            "a final newline is added, as Helm does"
+        );
         let err = parse_values("- a\n- b\n").unwrap_err();
         assert!(err.contains("document 1 is a list"), "{err}");
         assert!(parse_values("a: [\n").unwrap_err().contains("invalid YAML"));

@@ -107,13 +107,8 @@ pub struct ChartArgs {
     /// Username for the chart repository or registry.
     #[arg(long, requires = "password")]
     pub username: Option<String>,
-    /// Password for the chart repository or registry.
-    #[arg(
-        long,
-        requires = "username",
-        env = "SEQUENCED_PASSWORD",
-        hide_env_values = true
-    )]
+    /// Password for the chart repository or registry (better given in the environment).
+    #[arg(long, env = "SEQUENCED_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
     /// Values file (repeatable; later files win).
     #[arg(short = 'f', long = "values", value_name = "FILE")]
@@ -124,6 +119,12 @@ pub struct ChartArgs {
     /// Set a string value, as `helm --set-string` (repeatable).
     #[arg(long, value_name = "KEY=VALUE")]
     pub set_string: Vec<String>,
+    /// Set a JSON value, as `helm --set-json` (repeatable): a.b={"x":1}.
+    #[arg(long, value_name = "KEY=JSON")]
+    pub set_json: Vec<String>,
+    /// Set a literal string value, as `helm --set-literal` (repeatable; no escaping).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub set_literal: Vec<String>,
     /// Namespace of the release.
     #[arg(short = 'n', long, default_value = "default")]
     pub namespace: String,
@@ -182,8 +183,10 @@ impl ChartArgs {
     pub fn value_options(&self) -> ValueOptions {
         ValueOptions {
             files: self.values.clone(),
+            set_json: self.set_json.clone(),
             set: self.set.clone(),
             set_string: self.set_string.clone(),
+            set_literal: self.set_literal.clone(),
         }
     }
 }

@@ -24,10 +24,14 @@ pub struct RenderOptions {
     pub namespace: String,
     /// `-f` files, in order.
     pub values_files: Vec<PathBuf>,
+    /// `--set-json` flags, in order.
+    pub set_json: Vec<String>,
     /// `--set` flags, in order.
     pub set: Vec<String>,
     /// `--set-string` flags, in order.
     pub set_string: Vec<String>,
+    /// `--set-literal` flags, in order.
+    pub set_literal: Vec<String>,
     /// `--kube-version`: the cluster's version for `.Capabilities.KubeVersion`.
     pub kube_version: Option<String>,
     /// `--api-versions`: the cluster's API versions for `.Capabilities.APIVersions`.
@@ -47,7 +51,7 @@ pub struct Document {
     pub source: String,
     /// The object.
     pub object: Value,
-    /// The YAML text Helm printed for it.
+    /// The YAML text Helm printed for it (for an item of a `kind: List`, that item alone).
     pub text: String,
 }
 
@@ -192,13 +196,17 @@ pub fn template_args(chart: &Path, options: &RenderOptions) -> Vec<OsString> {
         args.push("--values".into());
         args.push(file.into());
     }
-    for set in &options.set {
-        args.push("--set".into());
-        args.push(set.into());
-    }
-    for set in &options.set_string {
-        args.push("--set-string".into());
-        args.push(set.into());
+    let flags = [
+        ("--set-json", &options.set_json),
+        ("--set", &options.set),
+        ("--set-string", &options.set_string),
+        ("--set-literal", &options.set_literal),
+    ];
+    for (flag, values) in flags {
+        for value in values {
+            args.push(flag.into());
+            args.push(value.into());
+        }
     }
     if let Some(version) = &options.kube_version {
         args.push("--kube-version".into());
@@ -307,13 +315,24 @@ pub fn parse_output(output: &str, tree: &ChartTree) -> Result<Rendered, RenderEr
                     .join(", "),
             });
         }
-        for object in flatten(value, source)? {
+        let (objects, from_list) = flatten(value, source)?;
+        for object in objects {
+            // An item of a List gets its own text, so that printing every document does not
+            // repeat the whole List.
+            let text = if from_list {
+                serde_yaml_ng::to_string(&object).map_err(|e| RenderError::Document {
+                    source_path: source.to_string(),
+                    message: format!("cannot print an item of a List: {e}"),
+                })?
+            } else {
+                raw.text.clone()
+            };
             let document = Document {
                 chart: chart.clone(),
                 template: template.clone(),
                 source: source.to_string(),
                 object,
-                text: raw.text.clone(),
+                text,
             };
             check_object(&document)?;
             if template.starts_with("crds/") {
@@ -328,19 +347,20 @@ pub fn parse_output(output: &str, tree: &ChartTree) -> Result<Rendered, RenderEr
     Ok(rendered)
 }
 
-/// `kind: List` documents hold their objects in `items`; Helm applies each of them.
-fn flatten(value: Value, source: &str) -> Result<Vec<Value>, RenderError> {
+/// `kind: List` documents hold their objects in `items`; Helm applies each of them. Returns the
+/// objects and whether they came out of a List.
+fn flatten(value: Value, source: &str) -> Result<(Vec<Value>, bool), RenderError> {
     let is_list = value
         .get("kind")
         .and_then(Value::as_str)
         .is_some_and(|kind| kind == "List")
         && value.get("items").is_some();
     if !is_list {
-        return Ok(vec![value]);
+        return Ok((vec![value], false));
     }
     match value.get("items") {
-        Some(Value::Array(items)) => Ok(items.clone()),
-        Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => Ok((items.clone(), true)),
+        Some(Value::Null) => Ok((Vec::new(), true)),
         _ => Err(RenderError::Document {
             source_path: source.to_string(),
             message: "kind List whose items is not a list".to_string(),
