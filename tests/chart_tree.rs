@@ -462,7 +462,11 @@ fn yaml_1_1_booleans_decide_conditions_as_in_helm() {
         "0.1.0",
         "dependencies:\n- name: bar\n  version: 0.1.0\n  condition: bar.enabled\n- name: baz\n  version: 0.1.0\n  condition: baz.enabled\n",
     );
-    write(dir.path(), "values.yaml", "bar:\n  enabled: off\nbaz:\n  enabled: \"off\"\n");
+    write(
+        dir.path(),
+        "values.yaml",
+        "bar:\n  enabled: off\nbaz:\n  enabled: \"off\"\n",
+    );
     chart(&dir.path().join("charts/bar"), "bar", "0.1.0", "");
     chart(&dir.path().join("charts/baz"), "baz", "0.1.0", "");
     check(dir.path(), &[], &["foo", "foo/baz"]);
@@ -479,5 +483,8 @@ fn yaml_1_1_booleans_decide_conditions_as_in_helm() {
     let tree = chart::resolve(&loaded, &merged).unwrap();
     let ours: BTreeSet<String> = tree.charts().iter().map(|c| c.path.clone()).collect();
     assert_eq!(ours, by_helm);
-    assert_eq!(ours, ["foo", "foo/bar"].iter().map(|s| s.to_string()).collect());
+    assert_eq!(
+        ours,
+        ["foo", "foo/bar"].iter().map(|s| s.to_string()).collect()
+    );
 }
