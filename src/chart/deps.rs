@@ -119,11 +119,12 @@ pub fn resolve(chart: &Chart, user_values: &Values) -> Result<ChartTree, ChartEr
     let mut root = Work::new(chart);
     process(&mut root, user_values, "", &chart.metadata.name)?;
     Ok(ChartTree {
-        root: into_node(root, None),
+        root: into_node(root, None)?,
     })
 }
 
-/// Every dependency listed in a Chart.yaml must have a chart of that name in charts/.
+/// Every dependency a chart lists in its Chart.yaml, enabled or not, must have a chart of that
+/// name in its charts/ (Helm checks this for the top chart; sequenced for every enabled chart).
 fn check_missing(chart: &Chart, path: &str) -> Result<(), ChartError> {
     let present: HashSet<&str> = chart
         .subcharts
@@ -144,9 +145,6 @@ fn check_missing(chart: &Chart, path: &str) -> Result<(), ChartError> {
             file: chart.location.file("Chart.yaml"),
             names: missing.into_iter().collect::<Vec<_>>().join(", "),
         });
-    }
-    for sub in &chart.subcharts {
-        check_missing(sub, &format!("{path}/{}", sub.metadata.name))?;
     }
     Ok(())
 }
@@ -239,18 +237,22 @@ fn process(
     Ok(())
 }
 
-fn into_node(work: Work<'_>, parent_path: Option<&str>) -> ChartNode {
+/// The enabled chart as a node of the tree, checking that its dependencies are all there.
+fn into_node(work: Work<'_>, parent_path: Option<&str>) -> Result<ChartNode, ChartError> {
     let path = match parent_path {
         Some(parent) => format!("{parent}/{}", work.name),
         None => work.name.clone(),
     };
-    let mut subcharts: Vec<ChartNode> = work
+    if parent_path.is_some() {
+        check_missing(work.chart, &path)?;
+    }
+    let mut subcharts = work
         .subcharts
         .into_iter()
         .map(|sub| into_node(sub, Some(&path)))
-        .collect();
+        .collect::<Result<Vec<ChartNode>, ChartError>>()?;
     subcharts.sort_by(|a, b| a.name.cmp(&b.name));
-    ChartNode {
+    Ok(ChartNode {
         path,
         name: work.name,
         metadata: work.chart.metadata.clone(),
@@ -258,5 +260,5 @@ fn into_node(work: Work<'_>, parent_path: Option<&str>) -> ChartNode {
         subcharts,
         disabled: work.disabled,
         location: work.chart.location.clone(),
-    }
+    })
 }
