@@ -1168,7 +1168,7 @@ fn json_key(key: &GoScalar) -> Result<String, String> {
         GoScalar::Str(s) => Ok(s.clone()),
         GoScalar::Int(i) => Ok(i.to_string()),
         GoScalar::Bool(b) => Ok(b.to_string()),
-        GoScalar::Float(f) => Ok(format_float_key(*f)),
+        GoScalar::Float(f) => Ok(format_float32(*f)),
         GoScalar::Null => Err(
             "unsupported map key: a null key (empty, `~` or `null`) cannot \
                                become a JSON key; quote it to make it a string"
@@ -1181,8 +1181,10 @@ fn json_key(key: &GoScalar) -> Result<String, String> {
     }
 }
 
-/// Go's `strconv.FormatFloat(f, 'g', -1, 32)`, with sigs.k8s.io/yaml's names for the specials.
-fn format_float_key(f: f64) -> String {
+/// Go's `strconv.FormatFloat(f, 'g', -1, 32)`, with sigs.k8s.io/yaml's names for the specials:
+/// how sigs.k8s.io/yaml turns a float key into a JSON key, and how Go's YAML-to-JSON decoding
+/// turns a float into a string field (Chart.yaml's `version: 1.10` is `1.1`).
+pub(crate) fn format_float32(f: f64) -> String {
     // Narrowing to f32 rounds to nearest, overflowing to infinity, as Go's float32() does.
     let narrow = f as f32;
     if narrow.is_nan() {
@@ -2653,7 +2655,7 @@ mod tests {
             (f64::NAN, ".nan"),
         ];
         for (value, want) in cases {
-            assert_eq!(format_float_key(value), want, "{value}");
+            assert_eq!(format_float32(value), want, "{value}");
         }
     }
 

@@ -230,28 +230,10 @@ pub fn scalar_to_string(value: &Value) -> String {
             } else if let Some(u) = n.as_u64() {
                 u.to_string()
             } else {
-                go_float32_string(n.as_f64().unwrap_or_default())
+                crate::yaml::format_float32(n.as_f64().unwrap_or_default())
             }
         }
         Value::Array(_) | Value::Object(_) => value.to_string(),
-    }
-}
-
-/// Go's `strconv.FormatFloat(f, 'g', -1, 32)`: the shortest float32 digits, in exponent form
-/// (`1e+06`) when the decimal exponent is below -4 or at least 6.
-fn go_float32_string(value: f64) -> String {
-    let f = value as f32;
-    if !f.is_finite() || f == 0.0 {
-        return f.to_string();
-    }
-    let sci = format!("{f:e}");
-    let (mantissa, exponent) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
-    let exponent: i32 = exponent.parse().unwrap_or(0);
-    if !(-4..6).contains(&exponent) {
-        let sign = if exponent < 0 { '-' } else { '+' };
-        format!("{mantissa}e{sign}{:02}", exponent.abs())
-    } else {
-        f.to_string()
     }
 }
 
