@@ -431,13 +431,7 @@ fn resolve_in_index(
     if !status.is_success() {
         return Err(error(format!("GET {index_url} answered {status}")));
     }
-    let mut body = String::new();
-    response
-        .body_mut()
-        .as_reader()
-        .take(MAX_INDEX_SIZE)
-        .read_to_string(&mut body)
-        .map_err(|e| error(format!("cannot read index.yaml: {}", super::io_message(&e))))?;
+    let body = read_body(&mut response, "index.yaml").map_err(error)?;
     let index = crate::yaml::parse(&body)
         .map_err(|e| error(format!("index.yaml is not valid YAML: {e}")))?;
     let entries = index
@@ -551,18 +545,7 @@ fn list_tags(
             .get("link")
             .and_then(|v| v.to_str().ok())
             .and_then(|link| next_link(link, scheme, host));
-        let mut body = String::new();
-        response
-            .body_mut()
-            .as_reader()
-            .take(MAX_INDEX_SIZE)
-            .read_to_string(&mut body)
-            .map_err(|e| {
-                error(format!(
-                    "cannot read the tag list: {}",
-                    super::io_message(&e)
-                ))
-            })?;
+        let body = read_body(&mut response, "the tag list").map_err(error)?;
         let list: Value = serde_json::from_str(&body)
             .map_err(|e| error(format!("the tag list is not JSON: {e}")))?;
         tags.extend(
@@ -575,6 +558,27 @@ fn list_tags(
         );
     }
     Ok(tags)
+}
+
+/// A response body as text, at most [`MAX_INDEX_SIZE`] bytes; `what` names it in errors.
+fn read_body(
+    response: &mut ureq::http::Response<ureq::Body>,
+    what: &str,
+) -> Result<String, String> {
+    let mut body = String::new();
+    response
+        .body_mut()
+        .as_reader()
+        .take(MAX_INDEX_SIZE + 1)
+        .read_to_string(&mut body)
+        .map_err(|e| format!("cannot read {what}: {}", super::io_message(&e)))?;
+    if body.len() as u64 > MAX_INDEX_SIZE {
+        return Err(format!(
+            "{what} is larger than {} MiB",
+            MAX_INDEX_SIZE / 1024 / 1024
+        ));
+    }
+    Ok(body)
 }
 
 fn send(
