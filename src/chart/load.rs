@@ -21,6 +21,16 @@ const MAX_FILE_SIZE: u64 = 5 * 1024 * 1024;
 /// Chart.yaml, values.yaml, requirements.yaml, and everything under charts/.
 type Files = BTreeMap<String, Vec<u8>>;
 
+/// The same files, borrowed: a subchart's view of its parent's files, without copying them.
+type FileView<'a> = BTreeMap<&'a str, &'a [u8]>;
+
+fn view(files: &Files) -> FileView<'_> {
+    files
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect()
+}
+
 /// Loads the chart at `path`: a chart directory or a packaged chart (.tgz).
 pub fn load(path: &Path) -> Result<Chart, ChartError> {
     let display = path.display().to_string();
@@ -56,7 +66,7 @@ pub fn load(path: &Path) -> Result<Chart, ChartError> {
         let mut files = Files::new();
         let mut budget = MAX_CHART_SIZE;
         collect_directory(path, "", &rules, &mut files, &mut budget)?;
-        load_files(&files, Location::directory(display))
+        load_files(&view(&files), Location::directory(display))
     } else {
         let bytes = std::fs::read(path).map_err(|e| ChartError::Read {
             path: display.clone(),
@@ -72,7 +82,7 @@ pub fn load_archive(bytes: &[u8], location: Location) -> Result<Chart, ChartErro
         path: location.to_string(),
         message,
     })?;
-    load_files(&files, location)
+    load_files(&view(&files), location)
 }
 
 /// Reads what sequencing needs from a chart directory (`rel` is the chart's directory relative
@@ -273,7 +283,7 @@ fn clean_path(path: &str) -> Option<String> {
 }
 
 /// Builds a chart from its files, loading its subcharts recursively.
-fn load_files(files: &Files, location: Location) -> Result<Chart, ChartError> {
+fn load_files(files: &FileView<'_>, location: Location) -> Result<Chart, ChartError> {
     let chart_file = location.file("Chart.yaml");
     let chart_yaml = files
         .get("Chart.yaml")
@@ -324,21 +334,14 @@ fn load_files(files: &Files, location: Location) -> Result<Chart, ChartError> {
     };
 
     // Group charts/ by the first path element after it, as Helm does.
-    let mut groups: BTreeMap<&str, Files> = BTreeMap::new();
+    let mut groups: BTreeMap<&str, FileView<'_>> = BTreeMap::new();
     for (name, data) in files {
         let Some(rest) = name.strip_prefix("charts/") else {
             continue;
         };
-        let (group, inner) = match rest.split_once('/') {
-            Some((group, inner)) => (group, Some(inner)),
-            None => (rest, None),
-        };
-        let entry = groups.entry(group).or_default();
-        if let Some(inner) = inner {
-            entry.insert(inner.to_string(), data.clone());
-        } else {
-            entry.insert(String::new(), data.clone());
-        }
+        // A file directly in charts/ (a packaged chart) is its own group, under the empty name.
+        let (group, inner) = rest.split_once('/').unwrap_or((rest, ""));
+        groups.entry(group).or_default().insert(inner, data);
     }
     let mut subcharts = Vec::with_capacity(groups.len());
     for (group, group_files) in groups {
