@@ -1,5 +1,7 @@
 //! The `sequenced` command line.
 
+mod graph;
+mod lint;
 mod template;
 
 use std::path::PathBuf;
@@ -12,6 +14,9 @@ use crate::chart::source::{ChartCache, ChartReference, Credentials};
 
 /// Exit code for an error (bad input, a chart that cannot be rendered, a failed command).
 pub const EXIT_ERROR: u8 = 2;
+
+/// Exit code of `sequenced lint` when the chart has errors.
+pub const EXIT_LINT_ERRORS: u8 = 1;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -271,8 +276,22 @@ pub fn run(cli: Cli) -> ExitCode {
             Err(e) => fail(&e.to_string()),
         },
         Command::Run(_) => not_implemented("run", "issue 5, the controller"),
-        Command::Graph(_) => not_implemented("graph", "issue 3, the sequencing planner"),
-        Command::Lint(_) => not_implemented("lint", "issue 3, the sequencing planner"),
+        Command::Graph(args) => match graph::run(&args) {
+            Ok(output) => {
+                print!("{output}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e.to_string()),
+        },
+        Command::Lint(args) => {
+            let report = lint::run(&args);
+            print!("{}", report.output);
+            if report.errors > 0 {
+                ExitCode::from(EXIT_LINT_ERRORS)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
         Command::Status(_) => not_implemented("status", "issue 7, operating it"),
         Command::Ready(_) => not_implemented("ready", "issue 4, readiness"),
     }

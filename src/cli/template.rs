@@ -1,12 +1,14 @@
 //! `sequenced template`: the rendered documents of a chart with their chart paths.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use super::{ChartArgs, TemplateArgs};
 use crate::chart::source::{FetchedChart, SourceError};
 use crate::chart::{ChartError, ChartNode, ChartTree};
 use crate::helm::{Helm, HelmError};
-use crate::render::{Document, RenderError, RenderOptions, Rendered};
+use crate::plan::{Plan, PlanError, Resource};
+use crate::render::{RenderError, RenderOptions, Rendered};
 
 /// Anything that stops a chart from being loaded and rendered.
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +21,8 @@ pub enum CommandError {
     Chart(#[from] ChartError),
     #[error(transparent)]
     Render(#[from] RenderError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
 }
 
 /// A chart fetched, loaded, resolved against the values and rendered.
@@ -70,12 +74,99 @@ pub fn load_and_render(args: &ChartArgs) -> Result<LoadedChart, CommandError> {
 /// Runs the command and returns what it prints.
 pub fn run(args: &TemplateArgs) -> Result<String, CommandError> {
     let loaded = load_and_render(&args.chart)?;
-    Ok(format_output(&loaded))
+    let texts = original_texts(&loaded.rendered);
+    let plan = crate::plan::plan(&loaded.tree, loaded.rendered.clone())?;
+    Ok(format_output(&loaded, &plan, &texts))
 }
 
-/// The rendered documents under stage headers, each with its chart path, file and resource. The
+/// Where a rendered object came from and what it is: how a plan's resource is matched to the
+/// text Helm printed for it.
+type TextKey = (String, String, String, String, Option<String>);
+
+fn text_key(
+    chart: &str,
+    template: &str,
+    kind: &str,
+    name: &str,
+    namespace: Option<&str>,
+) -> TextKey {
+    (
+        chart.to_string(),
+        template.to_string(),
+        kind.to_string(),
+        name.to_string(),
+        namespace.map(str::to_string),
+    )
+}
+
+/// The text Helm printed for each document whose annotations the planner keeps as they are.
+/// Documents that lose annotations (keys a real API server rejects) are printed from the object.
+fn original_texts(rendered: &Rendered) -> HashMap<TextKey, String> {
+    rendered
+        .all()
+        .filter(|d| {
+            d.object
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.as_object())
+                .is_none_or(|a| {
+                    a.keys()
+                        .all(|k| crate::plan::annotations::valid_annotation_key(k))
+                })
+        })
+        .map(|d| {
+            (
+                text_key(&d.chart, &d.template, d.kind(), d.name(), d.namespace()),
+                d.text.clone(),
+            )
+        })
+        .collect()
+}
+
+fn write_resource(out: &mut String, resource: &Resource, texts: &HashMap<TextKey, String>) {
+    let key = text_key(
+        &resource.chart,
+        &resource.template,
+        &resource.kind,
+        &resource.name,
+        resource.namespace.as_deref(),
+    );
+    let _ = writeln!(
+        out,
+        "# Source: {}",
+        source_path(&resource.chart, &resource.template)
+    );
+    let _ = writeln!(
+        out,
+        "# Chart: {}  File: {}  Resource: {}",
+        resource.chart,
+        resource.template,
+        resource.id()
+    );
+    match texts.get(&key) {
+        Some(text) => out.push_str(text.trim_end()),
+        None => match serde_yaml_ng::to_string(&resource.object) {
+            Ok(text) => out.push_str(text.trim_end()),
+            Err(e) => {
+                let _ = write!(out, "# cannot print {}: {e}", resource.id());
+            }
+        },
+    }
+    out.push('\n');
+}
+
+/// The `# Source:` path Helm prints: `foo/charts/bar/templates/x.yaml` for chart path `foo/bar`.
+fn source_path(chart: &str, template: &str) -> String {
+    format!("{}/{template}", chart.replace('/', "/charts/"))
+}
+
+/// The rendered documents in deploy order: CRDs, then hooks in run order, then the main
+/// resources layer by layer between `## START layer:` and `## END layer:` lines (seed 000). The
 /// output stays valid multi-document YAML: the annotations are comments.
-pub fn format_output(loaded: &LoadedChart) -> String {
+pub fn format_output(
+    loaded: &LoadedChart,
+    plan: &Plan,
+    texts: &HashMap<TextKey, String>,
+) -> String {
     let root = &loaded.tree.root;
     let mut out = String::new();
     let version = loaded
@@ -111,28 +202,53 @@ pub fn format_output(loaded: &LoadedChart) -> String {
     }
     let _ = writeln!(
         out,
-        "# Documents are in the order Helm printed them, grouped by stage."
+        "# Documents are in deploy order: CRDs, hooks in run order, then the layers."
     );
-    let stages: [(&str, &[Document]); 3] = [
-        ("crds", &loaded.rendered.crds),
-        ("hooks", &loaded.rendered.hooks),
-        ("resources", &loaded.rendered.resources),
-    ];
-    for (stage, documents) in stages {
-        let _ = writeln!(out, "## STAGE: {stage} ({} documents)", documents.len());
-        for document in documents {
-            out.push_str("---\n");
-            let _ = writeln!(out, "# Source: {}", document.source);
-            let _ = writeln!(
-                out,
-                "# Chart: {}  File: {}  Resource: {}",
-                document.chart,
-                document.template,
-                document.resource()
-            );
-            out.push_str(document.text.trim_end());
-            out.push('\n');
+    let _ = writeln!(out, "## STAGE: crds ({} documents)", plan.crds.len());
+    for crd in &plan.crds {
+        out.push_str("---\n");
+        write_resource(&mut out, crd, texts);
+    }
+    let _ = writeln!(out, "## STAGE: hooks ({} documents)", plan.hooks.len());
+    for hook in &plan.hooks {
+        out.push_str("---\n");
+        let _ = writeln!(
+            out,
+            "# Hook: {}  weight {}  delete policy {}",
+            hook.events.join(","),
+            hook.weight,
+            hook.delete_policies.join(",")
+        );
+        write_resource(&mut out, &hook.resource, texts);
+    }
+    let _ = writeln!(
+        out,
+        "## STAGE: resources ({} documents in {} layers)",
+        plan.resources.len(),
+        plan.layers.len()
+    );
+    for layer in &plan.layers {
+        out.push_str("---\n");
+        let _ = writeln!(out, "## START layer: {} {}", layer.chart, layer.name);
+        let mut after: Vec<String> = layer
+            .depends_on
+            .iter()
+            .filter_map(|d| plan.layers.get(d.layer))
+            .map(|l| format!("{} {}", l.chart, l.name))
+            .collect();
+        after.extend(layer.after_charts.iter().map(|c| format!("chart {c}")));
+        if !after.is_empty() {
+            let _ = writeln!(out, "# After: {}", after.join(", "));
         }
+        for (i, &r) in layer.resources.iter().enumerate() {
+            if i > 0 {
+                out.push_str("---\n");
+            }
+            if let Some(resource) = plan.resources.get(r) {
+                write_resource(&mut out, resource, texts);
+            }
+        }
+        let _ = writeln!(out, "## END layer: {} {}", layer.chart, layer.name);
     }
     out
 }

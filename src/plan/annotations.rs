@@ -1,0 +1,295 @@
+//! The sequencing annotations of every dialect, and how their values are read.
+//!
+//! Annotation values on a real API server are strings, so a list arrives as the text
+//! `["database", "queue"]` or `database, queue`. Charts written for the seed put a comma inside
+//! one list element (`["database, queue"]`), so every element is split on commas too.
+
+use serde_json::Value;
+
+/// `helm.sh/layer` (seed 000): the layer of a resource.
+pub const LAYER: &str = "helm.sh/layer";
+/// `helm.sh/resource-group` (HIP-0025 as merged): the same as [`LAYER`].
+pub const RESOURCE_GROUP: &str = "helm.sh/resource-group";
+/// `helm.sh/depends-on/layers` (seed 000): layers that must be ready first.
+pub const DEPENDS_ON_LAYERS: &str = "helm.sh/depends-on/layers";
+/// `helm.sh/depends-on/resource-groups` (HIP-0025): the same as [`DEPENDS_ON_LAYERS`].
+pub const DEPENDS_ON_RESOURCE_GROUPS: &str = "helm.sh/depends-on/resource-groups";
+/// `helm.sh/depends-on/subcharts` in Chart.yaml: subcharts that must be ready before the chart's
+/// own resources.
+pub const DEPENDS_ON_SUBCHARTS: &str = "helm.sh/depends-on/subcharts";
+/// `werf.io/weight` (seed 003): numeric groups, each ready before the next.
+pub const WERF_WEIGHT: &str = "werf.io/weight";
+/// `kots.io/creation-phase` (seed 002): numeric phases, applied in order.
+pub const KOTS_CREATION_PHASE: &str = "kots.io/creation-phase";
+/// `kots.io/deletion-phase` (seed 002): numeric phases of uninstall.
+pub const KOTS_DELETION_PHASE: &str = "kots.io/deletion-phase";
+/// `kots.io/wait-for-ready` (seed 002): later phases wait until this resource is ready.
+pub const KOTS_WAIT_FOR_READY: &str = "kots.io/wait-for-ready";
+/// `kots.io/wait-for-properties` (seed 002): later phases wait until these properties match.
+pub const KOTS_WAIT_FOR_PROPERTIES: &str = "kots.io/wait-for-properties";
+/// The suffix of werf's external dependency annotations: `<id>.external-dependency.werf.io/resource`.
+pub const WERF_EXTERNAL_RESOURCE: &str = ".external-dependency.werf.io/resource";
+/// `<id>.external-dependency.werf.io/namespace`.
+pub const WERF_EXTERNAL_NAMESPACE: &str = ".external-dependency.werf.io/namespace";
+/// `helm.sh/hook-weight`.
+pub const HOOK_WEIGHT: &str = "helm.sh/hook-weight";
+/// `helm.sh/hook-delete-policy`.
+pub const HOOK_DELETE_POLICY: &str = "helm.sh/hook-delete-policy";
+
+/// The annotations that put a resource into a named layer or make it depend on one.
+pub const NAMED_LAYER_KEYS: [&str; 4] = [
+    LAYER,
+    RESOURCE_GROUP,
+    DEPENDS_ON_LAYERS,
+    DEPENDS_ON_RESOURCE_GROUPS,
+];
+
+/// Every annotation that orders main resources; on a hook each is ignored (with a lint warning).
+pub const SEQUENCING_KEYS: [&str; 8] = [
+    LAYER,
+    RESOURCE_GROUP,
+    DEPENDS_ON_LAYERS,
+    DEPENDS_ON_RESOURCE_GROUPS,
+    WERF_WEIGHT,
+    KOTS_CREATION_PHASE,
+    KOTS_DELETION_PHASE,
+    KOTS_WAIT_FOR_READY,
+];
+
+/// The text of an annotation value: strings as they are, other scalars as YAML would print them,
+/// lists (which Helm 4 rejects, but other tools produce) as a JSON list.
+pub fn text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// Reads a list of names: a YAML/JSON flow list (`["a", "b"]`, `[a, b]`), a comma-separated
+/// string (`a, b`) or one name. Each element is split on commas and trimmed; empty elements are
+/// dropped. The error says what is wrong with the text.
+pub fn name_list(value: &Value) -> Result<Vec<String>, String> {
+    let elements: Vec<String> = match value {
+        Value::Array(items) => items.iter().map(text).collect(),
+        Value::String(s) if s.trim_start().starts_with('[') => match crate::yaml::parse(s) {
+            Ok(Value::Array(items)) => {
+                let mut out = Vec::with_capacity(items.len());
+                for item in &items {
+                    match item {
+                        Value::Array(_) | Value::Object(_) => {
+                            return Err("a list element is itself a list or mapping; write names"
+                                .to_string());
+                        }
+                        other => out.push(text(other)),
+                    }
+                }
+                out
+            }
+            Ok(_) => return Err("it starts with '[' but is not a list".to_string()),
+            Err(e) => return Err(format!("it is not a valid list: {}", e.message)),
+        },
+        other => vec![text(other)],
+    };
+    Ok(elements
+        .iter()
+        .flat_map(|element| element.split(','))
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
+/// Whether `name` may name a layer: letters, digits, `-`, `_` and `.`, starting and ending with a
+/// letter or digit, at most 63 characters (the rules of a Kubernetes label value).
+pub fn valid_layer_name(name: &str) -> bool {
+    valid_dns_like(name, 63, |c| c == '-' || c == '_' || c == '.')
+}
+
+fn valid_dns_like(name: &str, max: usize, inner: impl Fn(char) -> bool) -> bool {
+    let bytes = name.as_bytes();
+    !name.is_empty()
+        && name.len() <= max
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || inner(c))
+}
+
+/// Whether `key` is a valid Kubernetes annotation key: an optional DNS-subdomain prefix and `/`,
+/// then a name of at most 63 characters (letters, digits, `-`, `_`, `.`; alphanumeric at both ends).
+pub fn valid_annotation_key(key: &str) -> bool {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if !valid_dns_like(name, 63, |c| c == '-' || c == '_' || c == '.') {
+        return false;
+    }
+    match prefix {
+        None => true,
+        Some(prefix) => {
+            prefix.len() <= 253
+                && prefix
+                    .split('.')
+                    .all(|label| valid_dns_like(label, 63, |c| c == '-') && !label.contains('_'))
+                && prefix.chars().all(|c| !c.is_ascii_uppercase())
+        }
+    }
+}
+
+/// Reads an integer annotation (`"-1"`, `"5"`). Leading `+` and surrounding spaces are accepted, as
+/// Go's `strconv.Atoi` after trimming would.
+pub fn integer(value: &Value) -> Result<i64, String> {
+    let text = text(value);
+    let trimmed = text.trim();
+    trimmed
+        .strip_prefix('+')
+        .unwrap_or(trimmed)
+        .parse::<i64>()
+        .ok()
+        .filter(|_| !trimmed.is_empty())
+        .ok_or_else(|| format!("{text:?} is not an integer"))
+}
+
+/// Reads a boolean annotation the way KOTS does (`"true"`/`"false"`, any case).
+pub fn boolean(value: &Value) -> Result<bool, String> {
+    let text = text(value);
+    match text.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("{text:?} is not true or false")),
+    }
+}
+
+/// An external object a resource waits for: `KIND[.GROUP]/NAME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectReference {
+    pub kind: String,
+    pub group: Option<String>,
+    pub name: String,
+}
+
+/// Reads `KIND[.GROUP]/NAME` (`secret/my-secret`, `deployment.apps/web`).
+pub fn object_reference(value: &Value) -> Result<ObjectReference, String> {
+    let text = text(value);
+    let trimmed = text.trim();
+    let Some((kind_group, name)) = trimmed.split_once('/') else {
+        return Err(format!("{text:?} is not KIND[.GROUP]/NAME"));
+    };
+    if name.is_empty() || name.contains('/') || kind_group.is_empty() {
+        return Err(format!("{text:?} is not KIND[.GROUP]/NAME"));
+    }
+    let (kind, group) = match kind_group.split_once('.') {
+        Some((kind, group)) => (kind, Some(group.to_string())),
+        None => (kind_group, None),
+    };
+    if kind.is_empty() || !kind.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(format!("{text:?} is not KIND[.GROUP]/NAME"));
+    }
+    if group.as_deref().is_some_and(|g| g.is_empty()) {
+        return Err(format!("{text:?} is not KIND[.GROUP]/NAME"));
+    }
+    Ok(ObjectReference {
+        kind: kind.to_string(),
+        group,
+        name: name.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn name_lists_in_every_spelling() {
+        let cases = [
+            (json!("database"), vec!["database"]),
+            (json!("database,queue"), vec!["database", "queue"]),
+            (json!(" database , queue "), vec!["database", "queue"]),
+            (json!("[\"database, queue\"]"), vec!["database", "queue"]),
+            (
+                json!("[\"database\", \"queue\"]"),
+                vec!["database", "queue"],
+            ),
+            (json!("[database, queue]"), vec!["database", "queue"]),
+            (
+                json!(["database, queue", "cache"]),
+                vec!["database", "queue", "cache"],
+            ),
+            (json!("[]"), vec![]),
+            (json!(""), vec![]),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(name_list(&input).unwrap(), expected, "{input}");
+        }
+    }
+
+    #[test]
+    fn malformed_lists_are_errors() {
+        for input in ["[a,", "[\"a\"", "[[a]]", "[{a: b}]"] {
+            assert!(name_list(&json!(input)).is_err(), "{input}");
+        }
+    }
+
+    #[test]
+    fn annotation_keys() {
+        for key in [
+            "helm.sh/layer",
+            "werf.io/weight",
+            "db.external-dependency.werf.io/resource",
+            "simple",
+            "a_b.c-d",
+        ] {
+            assert!(valid_annotation_key(key), "{key}");
+        }
+        for key in [
+            "helm.sh/depends-on/layers",
+            "",
+            "/x",
+            "a/",
+            "Helm.sh/x",
+            "-a/b",
+            "a/-b",
+            "a b",
+        ] {
+            assert!(!valid_annotation_key(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn integers_and_booleans() {
+        assert_eq!(integer(&json!("-1")).unwrap(), -1);
+        assert_eq!(integer(&json!(" +5 ")).unwrap(), 5);
+        assert_eq!(integer(&json!(3)).unwrap(), 3);
+        assert!(integer(&json!("1.5")).is_err());
+        assert!(integer(&json!("")).is_err());
+        assert!(integer(&json!("ten")).is_err());
+        assert!(boolean(&json!("True")).unwrap());
+        assert!(!boolean(&json!("false")).unwrap());
+        assert!(boolean(&json!("yes")).is_err());
+    }
+
+    #[test]
+    fn object_references() {
+        assert_eq!(
+            object_reference(&json!("secret/my-secret")).unwrap(),
+            ObjectReference {
+                kind: "secret".into(),
+                group: None,
+                name: "my-secret".into()
+            }
+        );
+        assert_eq!(
+            object_reference(&json!("Deployment.apps/web")).unwrap(),
+            ObjectReference {
+                kind: "Deployment".into(),
+                group: Some("apps".into()),
+                name: "web".into()
+            }
+        );
+        for bad in ["secret", "/x", "secret/", "a/b/c", "se cret/x", "secret./x"] {
+            assert!(object_reference(&json!(bad)).is_err(), "{bad}");
+        }
+    }
+}

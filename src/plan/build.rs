@@ -1,0 +1,1400 @@
+//! How a plan is built: charts and their subchart edges, then annotations per document, then the
+//! layers of each chart, then one DAG over the whole tree for levels and order, then uninstall.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use petgraph::algo::{tarjan_scc, toposort};
+use petgraph::graph::{DiGraph, NodeIndex};
+use serde_json::{Map, Value};
+
+use super::annotations::{self as ann, name_list};
+use super::kind_order::{self, Direction};
+use super::{
+    ChartPlan, DEFAULT_LAYER, Diagnostic, Dialect, ExternalDependency, Grouping, Hook, Layer,
+    LayerDependency, Plan, PlanError, Problem, Resource, Severity, UninstallStep, Wait,
+};
+use crate::chart::{ChartNode, ChartTree};
+use crate::render::{Document, HOOK_ANNOTATION, Rendered};
+
+/// The hook events Helm knows.
+const HOOK_EVENTS: [&str; 10] = [
+    "pre-install",
+    "post-install",
+    "pre-delete",
+    "post-delete",
+    "pre-upgrade",
+    "post-upgrade",
+    "pre-rollback",
+    "post-rollback",
+    "test",
+    "test-success",
+];
+
+/// The hook delete policies Helm knows.
+const DELETE_POLICIES: [&str; 3] = ["before-hook-creation", "hook-succeeded", "hook-failed"];
+
+/// The range KOTS allows for phases.
+const PHASE_RANGE: std::ops::RangeInclusive<i64> = -9999..=9999;
+
+struct ChartInfo<'t> {
+    node: &'t ChartNode,
+    parent: Option<usize>,
+    subcharts: Vec<usize>,
+    /// Sibling chart indices this chart's subtree waits for.
+    after: Vec<usize>,
+    /// Subchart indices this chart's own resources wait for.
+    own_after: Vec<usize>,
+    /// Its own layers (indices into `Builder::layers`), in local order.
+    layers: Vec<usize>,
+    dialect: Dialect,
+}
+
+/// Where a document is, for messages: `chart shop, templates/app.yaml Deployment/my-app`.
+#[derive(Clone)]
+struct Origin {
+    chart: String,
+    template: String,
+    resource: String,
+}
+
+impl Origin {
+    fn of(document: &Document) -> Self {
+        Origin {
+            chart: document.chart.clone(),
+            template: document.template.clone(),
+            resource: document.resource(),
+        }
+    }
+
+    fn at(&self) -> String {
+        format!("chart {}, {} {}", self.chart, self.template, self.resource)
+    }
+
+    fn here(&self) -> String {
+        format!("{} {}", self.template, self.resource)
+    }
+}
+
+/// A main resource with its sequencing annotations read.
+struct Entry {
+    chart: usize,
+    origin: Origin,
+    resource: Option<Resource>,
+    kind_key: (usize, String),
+    /// The named layer and the key that named it.
+    layer: Option<(String, &'static str)>,
+    /// Named layers it depends on, with the key that named them.
+    depends: Vec<(String, &'static str)>,
+    weight: Option<i64>,
+    phase: Option<i64>,
+    deletion_phase: Option<i64>,
+    external: Vec<ExternalDependency>,
+}
+
+/// The sequencing annotations of one document, read.
+#[derive(Default)]
+struct Read {
+    layer: Option<(String, &'static str)>,
+    depends: Vec<(String, &'static str)>,
+    weight: Option<i64>,
+    phase: Option<i64>,
+    deletion_phase: Option<i64>,
+    gate: bool,
+    external: Vec<ExternalDependency>,
+    hook_weight: Option<i64>,
+}
+
+struct LocalLayer {
+    chart: usize,
+    name: String,
+    grouping: Grouping,
+    members: Vec<usize>,
+    deps: Vec<(usize, Wait)>,
+    after_charts: Vec<usize>,
+    external: Vec<ExternalDependency>,
+}
+
+pub(super) struct Builder<'t> {
+    charts: Vec<ChartInfo<'t>>,
+    index: HashMap<&'t str, usize>,
+    layers: Vec<LocalLayer>,
+    errors: Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
+}
+
+impl<'t> Builder<'t> {
+    pub(super) fn new(tree: &'t ChartTree) -> Self {
+        let mut builder = Builder {
+            charts: Vec::new(),
+            index: HashMap::new(),
+            layers: Vec::new(),
+            errors: Vec::new(),
+            warnings: Vec::new(),
+        };
+        builder.add_chart(&tree.root, None);
+        builder
+    }
+
+    fn add_chart(&mut self, node: &'t ChartNode, parent: Option<usize>) -> usize {
+        let at = self.charts.len();
+        self.charts.push(ChartInfo {
+            node,
+            parent,
+            subcharts: Vec::new(),
+            after: Vec::new(),
+            own_after: Vec::new(),
+            layers: Vec::new(),
+            dialect: Dialect::None,
+        });
+        self.index.insert(node.path.as_str(), at);
+        for sub in &node.subcharts {
+            let child = self.add_chart(sub, Some(at));
+            self.charts[at].subcharts.push(child);
+        }
+        at
+    }
+
+    fn error(
+        &mut self,
+        problem: Problem,
+        chart: &str,
+        file: Option<&str>,
+        resource: Option<&str>,
+        message: String,
+    ) {
+        self.errors.push(Diagnostic {
+            severity: Severity::Error,
+            problem,
+            chart: chart.to_string(),
+            file: file.map(str::to_string),
+            resource: resource.map(str::to_string),
+            message,
+        });
+    }
+
+    fn warn(&mut self, problem: Problem, origin: &Origin, message: String) {
+        self.warnings.push(Diagnostic {
+            severity: Severity::Warning,
+            problem,
+            chart: origin.chart.clone(),
+            file: Some(origin.template.clone()),
+            resource: Some(origin.resource.clone()),
+            message,
+        });
+    }
+
+    fn error_at(&mut self, problem: Problem, origin: &Origin, message: String) {
+        self.error(
+            problem,
+            &origin.chart.clone(),
+            Some(&origin.template.clone()),
+            Some(&origin.resource.clone()),
+            message,
+        );
+    }
+
+    pub(super) fn build(mut self, rendered: Rendered) -> Result<Plan, PlanError> {
+        self.order_subcharts();
+
+        let mut crds = Vec::with_capacity(rendered.crds.len());
+        for document in rendered.crds {
+            let origin = Origin::of(&document);
+            let (resource, _) = self.resource(document, &origin, true);
+            crds.push(resource);
+        }
+
+        let mut hooks = Vec::with_capacity(rendered.hooks.len());
+        for document in rendered.hooks {
+            if let Some(hook) = self.hook(document) {
+                hooks.push(hook);
+            }
+        }
+        hooks.sort_by(|a, b| {
+            (
+                a.weight,
+                kind_order::sort_key(&a.resource.kind, Direction::Install),
+            )
+                .cmp(&(
+                    b.weight,
+                    kind_order::sort_key(&b.resource.kind, Direction::Install),
+                ))
+                .then_with(|| a.resource.name.cmp(&b.resource.name))
+        });
+
+        let mut entries = Vec::with_capacity(rendered.resources.len());
+        let mut seen: HashMap<(String, String, String, String), Origin> =
+            HashMap::with_capacity(rendered.resources.len());
+        for document in rendered.resources {
+            let origin = Origin::of(&document);
+            let Some(&chart) = self.index.get(document.chart.as_str()) else {
+                self.error_at(
+                    Problem::BadDocument,
+                    &origin,
+                    format!(
+                        "{}: chart {} is not an enabled chart of this release",
+                        origin.here(),
+                        origin.chart
+                    ),
+                );
+                continue;
+            };
+            let key = (
+                group_of(document.api_version()).to_string(),
+                document.kind().to_string(),
+                document.namespace().unwrap_or_default().to_string(),
+                document.name().to_string(),
+            );
+            if let Some(first) = seen.get(&key) {
+                let message = format!(
+                    "{} is rendered twice: by chart {}, {} and by {}; a release can hold an object once",
+                    origin.resource,
+                    first.chart,
+                    first.template,
+                    origin.at()
+                );
+                self.error_at(Problem::DuplicateResource, &origin, message);
+                continue;
+            }
+            seen.insert(key, origin.clone());
+            let (resource, read) = self.resource(document, &origin, false);
+            let kind_key = kind_order::sort_key(&resource.kind, Direction::Install);
+            let kind_key = (kind_key.0, kind_key.1.to_string());
+            entries.push(Entry {
+                chart,
+                origin,
+                resource: Some(resource),
+                kind_key,
+                layer: read.layer,
+                depends: read.depends,
+                weight: read.weight,
+                phase: read.phase,
+                deletion_phase: read.deletion_phase,
+                external: read.external,
+            });
+        }
+
+        let mut by_chart: Vec<Vec<usize>> = vec![Vec::new(); self.charts.len()];
+        for (i, entry) in entries.iter().enumerate() {
+            by_chart[entry.chart].push(i);
+        }
+        for (chart, members) in by_chart.iter().enumerate() {
+            self.layer_chart(chart, members, &entries);
+        }
+
+        if !self.errors.is_empty() {
+            return Err(PlanError {
+                errors: self.errors,
+                warnings: self.warnings,
+            });
+        }
+        self.connect_charts();
+        let levels = match self.levels() {
+            Some(levels) => levels,
+            None => {
+                return Err(PlanError {
+                    errors: self.errors,
+                    warnings: self.warnings,
+                });
+            }
+        };
+        Ok(self.assemble(levels, entries, crds, hooks))
+    }
+
+    /// Resolves `dependencies[].depends-on` and `helm.sh/depends-on/subcharts` of every chart
+    /// and checks the subchart graph of each chart for cycles.
+    fn order_subcharts(&mut self) {
+        for parent in 0..self.charts.len() {
+            let node = self.charts[parent].node;
+            let file = node.location.file("Chart.yaml");
+            let subcharts = self.charts[parent].subcharts.clone();
+            let mut names: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+            for &child in &subcharts {
+                let child_node = self.charts[child].node;
+                names
+                    .entry(child_node.name.as_str())
+                    .or_default()
+                    .push(child);
+                if let Some(dep) = &child_node.dependency {
+                    for tag in &dep.tags {
+                        names.entry(tag.as_str()).or_default().push(child);
+                    }
+                }
+            }
+            let mut disabled: HashSet<&str> = HashSet::new();
+            for d in &node.disabled {
+                disabled.insert(d.dependency.effective_name());
+                disabled.extend(d.dependency.tags.iter().map(String::as_str));
+            }
+            let known = |names: &BTreeMap<&str, Vec<usize>>| {
+                let mut all: Vec<&str> = names.keys().copied().collect();
+                all.extend(disabled.iter().copied());
+                all.sort_unstable();
+                all.dedup();
+                if all.is_empty() {
+                    "it has no dependencies".to_string()
+                } else {
+                    format!("its dependencies and tags: {}", all.join(", "))
+                }
+            };
+
+            let mut edges: Vec<(usize, usize)> = Vec::new();
+            for &child in &subcharts {
+                let child_node = self.charts[child].node;
+                let Some(dep) = &child_node.dependency else {
+                    continue;
+                };
+                let wanted: Vec<String> = dep
+                    .depends_on
+                    .iter()
+                    .flat_map(|n| n.split(','))
+                    .map(|n| n.trim().to_string())
+                    .filter(|n| !n.is_empty())
+                    .collect();
+                for name in wanted {
+                    if name == child_node.name {
+                        self.error(
+                            Problem::Cycle,
+                            &node.path,
+                            Some(&file),
+                            None,
+                            format!(
+                                "subchart cycle in chart {}: {name} -> {name} ({file}: dependency {name} depends-on itself)",
+                                node.path
+                            ),
+                        );
+                        continue;
+                    }
+                    match names.get(name.as_str()) {
+                        Some(targets) => {
+                            for &target in targets {
+                                if target != child && !self.charts[child].after.contains(&target) {
+                                    self.charts[child].after.push(target);
+                                    edges.push((child, target));
+                                }
+                            }
+                        }
+                        None if disabled.contains(name.as_str()) => {}
+                        None => {
+                            let message = format!(
+                                "unknown subchart {name:?} in chart {} ({file}): dependency {} depends-on it, but chart {} has no dependency or tag of that name ({})",
+                                node.path,
+                                child_node.name,
+                                node.path,
+                                known(&names)
+                            );
+                            self.error(
+                                Problem::UnknownSubchart,
+                                &node.path,
+                                Some(&file),
+                                None,
+                                message,
+                            );
+                        }
+                    }
+                }
+            }
+
+            if let Some(text) = node.metadata.annotations.get(ann::DEPENDS_ON_SUBCHARTS) {
+                match name_list(&Value::String(text.clone())) {
+                    Err(e) => self.error(
+                        Problem::BadAnnotation,
+                        &node.path,
+                        Some(&file),
+                        None,
+                        format!(
+                            "malformed {} in chart {} ({file}): {text:?}: {e}",
+                            ann::DEPENDS_ON_SUBCHARTS,
+                            node.path
+                        ),
+                    ),
+                    Ok(wanted) => {
+                        for name in wanted {
+                            match names.get(name.as_str()) {
+                                Some(targets) => {
+                                    for &target in targets {
+                                        if !self.charts[parent].own_after.contains(&target) {
+                                            self.charts[parent].own_after.push(target);
+                                        }
+                                    }
+                                }
+                                None if disabled.contains(name.as_str()) => {}
+                                None => {
+                                    let message = format!(
+                                        "unknown subchart {name:?} in chart {} ({file}): {} names it, but chart {} has no dependency or tag of that name ({})",
+                                        node.path,
+                                        ann::DEPENDS_ON_SUBCHARTS,
+                                        node.path,
+                                        known(&names)
+                                    );
+                                    self.error(
+                                        Problem::UnknownSubchart,
+                                        &node.path,
+                                        Some(&file),
+                                        None,
+                                        message,
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+
+            let local: Vec<usize> = subcharts.clone();
+            let position = |c: usize| local.iter().position(|&x| x == c).unwrap_or(0);
+            let local_edges: Vec<(usize, usize)> = edges
+                .iter()
+                .map(|&(from, to)| (position(from), position(to)))
+                .collect();
+            for cycle in find_cycles(local.len(), &local_edges) {
+                let names: Vec<&str> = cycle
+                    .iter()
+                    .map(|&i| self.charts[local[i]].node.name.as_str())
+                    .collect();
+                let steps: Vec<String> = names
+                    .windows(2)
+                    .map(|w| format!("{} depends-on {}", w[0], w[1]))
+                    .collect();
+                let message = format!(
+                    "subchart cycle in chart {}: {} ({file}: {})",
+                    node.path,
+                    names.join(" -> "),
+                    steps.join(", ")
+                );
+                self.error(Problem::Cycle, &node.path, Some(&file), None, message);
+            }
+        }
+    }
+
+    /// Reads the annotations of a document, checks their keys, and makes the resource to apply
+    /// (without the sequencing annotations a real API server rejects).
+    fn resource(&mut self, mut document: Document, origin: &Origin, crd: bool) -> (Resource, Read) {
+        let mut read = Read::default();
+        if let Some(Value::Object(annotations)) =
+            document.object.pointer_mut("/metadata/annotations")
+        {
+            if !crd {
+                self.read_annotations(annotations, origin, &mut read);
+            }
+            let mut strip = Vec::new();
+            for key in annotations.keys() {
+                if ann::valid_annotation_key(key) {
+                    continue;
+                }
+                if key.starts_with("helm.sh/depends-on/") {
+                    strip.push(key.clone());
+                } else {
+                    strip.push(key.clone());
+                    let message = format!(
+                        "annotation key {key:?} of {} is not a valid Kubernetes annotation key (an optional DNS prefix and '/', then a name of letters, digits, '-', '_' and '.'); a real API server rejects the object",
+                        origin.at()
+                    );
+                    self.error_at(Problem::InvalidAnnotationKey, origin, message);
+                }
+            }
+            for key in strip {
+                annotations.remove(&key);
+            }
+        }
+        if let Some(Value::Object(metadata)) = document.object.get_mut("metadata")
+            && metadata
+                .get("annotations")
+                .and_then(Value::as_object)
+                .is_some_and(Map::is_empty)
+        {
+            metadata.remove("annotations");
+        }
+        let resource = Resource {
+            chart: document.chart.clone(),
+            template: document.template.clone(),
+            api_version: document.api_version().to_string(),
+            kind: document.kind().to_string(),
+            name: document.name().to_string(),
+            namespace: document.namespace().map(str::to_string),
+            gate: read.gate,
+            object: document.object,
+        };
+        (resource, read)
+    }
+
+    fn read_annotations(
+        &mut self,
+        annotations: &Map<String, Value>,
+        origin: &Origin,
+        read: &mut Read,
+    ) {
+        let bad = |builder: &mut Self, key: &str, value: &Value, why: String| {
+            let message = format!(
+                "malformed {key} in {}: {:?}: {why}",
+                origin.at(),
+                ann::text(value)
+            );
+            builder.error_at(Problem::BadAnnotation, origin, message);
+        };
+        for key in [ann::LAYER, ann::RESOURCE_GROUP] {
+            let Some(value) = annotations.get(key) else {
+                continue;
+            };
+            let name = ann::text(value).trim().to_string();
+            if !ann::valid_layer_name(&name) {
+                bad(
+                    self,
+                    key,
+                    value,
+                    "a layer name is 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit".to_string(),
+                );
+                continue;
+            }
+            match &read.layer {
+                Some((other, other_key)) if *other != name => {
+                    let why = format!(
+                        "it names layer {name:?} but {other_key} names {other:?}; a resource is in one layer"
+                    );
+                    bad(self, key, value, why);
+                }
+                Some(_) => {}
+                None => read.layer = Some((name, key)),
+            }
+        }
+        for key in [ann::DEPENDS_ON_LAYERS, ann::DEPENDS_ON_RESOURCE_GROUPS] {
+            let Some(value) = annotations.get(key) else {
+                continue;
+            };
+            match name_list(value) {
+                Ok(names) => {
+                    for name in names {
+                        if !read.depends.iter().any(|(n, _)| *n == name) {
+                            read.depends.push((name, key));
+                        }
+                    }
+                }
+                Err(why) => bad(self, key, value, why),
+            }
+        }
+        if let Some(value) = annotations.get(ann::WERF_WEIGHT) {
+            match ann::integer(value) {
+                Ok(weight) => read.weight = Some(weight),
+                Err(why) => bad(self, ann::WERF_WEIGHT, value, why),
+            }
+        }
+        for (key, slot) in [
+            (ann::KOTS_CREATION_PHASE, &mut read.phase),
+            (ann::KOTS_DELETION_PHASE, &mut read.deletion_phase),
+        ] {
+            let Some(value) = annotations.get(key) else {
+                continue;
+            };
+            match ann::integer(value) {
+                Ok(phase) if PHASE_RANGE.contains(&phase) => *slot = Some(phase),
+                Ok(_) => bad(
+                    self,
+                    key,
+                    value,
+                    "a phase is from -9999 to 9999".to_string(),
+                ),
+                Err(why) => bad(self, key, value, why),
+            }
+        }
+        if let Some(value) = annotations.get(ann::KOTS_WAIT_FOR_READY) {
+            match ann::boolean(value) {
+                Ok(wait) => read.gate |= wait,
+                Err(why) => bad(self, ann::KOTS_WAIT_FOR_READY, value, why),
+            }
+        }
+        if let Some(value) = annotations.get(ann::KOTS_WAIT_FOR_PROPERTIES) {
+            if ann::text(value).trim().is_empty() {
+                bad(
+                    self,
+                    ann::KOTS_WAIT_FOR_PROPERTIES,
+                    value,
+                    "it is empty; write PATH=VALUE pairs separated by commas".to_string(),
+                );
+            } else {
+                read.gate = true;
+            }
+        }
+        for (key, value) in annotations {
+            let Some(id) = key.strip_suffix(ann::WERF_EXTERNAL_RESOURCE) else {
+                continue;
+            };
+            match ann::object_reference(value) {
+                Ok(reference) => {
+                    let namespace = annotations
+                        .get(&format!("{id}{}", ann::WERF_EXTERNAL_NAMESPACE))
+                        .map(|v| ann::text(v).trim().to_string())
+                        .filter(|v| !v.is_empty());
+                    read.external.push(ExternalDependency {
+                        id: id.to_string(),
+                        kind: reference.kind,
+                        group: reference.group,
+                        name: reference.name,
+                        namespace,
+                        declared_by: origin.resource.clone(),
+                        template: origin.template.clone(),
+                    });
+                }
+                Err(why) => bad(self, key, value, why),
+            }
+        }
+        if let Some(value) = annotations.get(ann::HOOK_WEIGHT) {
+            read.hook_weight = ann::integer(value).ok();
+        }
+        if annotations.contains_key(ann::DEPENDS_ON_SUBCHARTS) {
+            self.warn(
+                Problem::Ignored,
+                origin,
+                format!(
+                    "{} on {} is ignored: it belongs in the annotations of Chart.yaml",
+                    ann::DEPENDS_ON_SUBCHARTS,
+                    origin.at()
+                ),
+            );
+        }
+    }
+
+    fn hook(&mut self, document: Document) -> Option<Hook> {
+        let origin = Origin::of(&document);
+        let annotations = document
+            .object
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object);
+        let text_of = |key: &str| annotations.and_then(|a| a.get(key)).map(ann::text);
+        let events: Vec<String> = text_of(HOOK_ANNOTATION)
+            .unwrap_or_default()
+            .split(',')
+            .map(|e| e.trim().to_string())
+            .filter(|e| !e.is_empty())
+            .collect();
+        let policies_text = text_of(ann::HOOK_DELETE_POLICY);
+        let weight_text = text_of(ann::HOOK_WEIGHT);
+        let ignored: Vec<&str> = ann::SEQUENCING_KEYS
+            .iter()
+            .copied()
+            .chain([ann::KOTS_WAIT_FOR_PROPERTIES])
+            .filter(|k| annotations.is_some_and(|a| a.contains_key(*k)))
+            .collect();
+        for event in &events {
+            if !HOOK_EVENTS.contains(&event.as_str()) {
+                self.warn(
+                    Problem::BadAnnotation,
+                    &origin,
+                    format!(
+                        "unknown hook event {event:?} in {} of {}; Helm ignores it (events: {})",
+                        HOOK_ANNOTATION,
+                        origin.at(),
+                        HOOK_EVENTS.join(", ")
+                    ),
+                );
+            }
+        }
+        if !ignored.is_empty() {
+            self.warn(
+                Problem::Ignored,
+                &origin,
+                format!(
+                    "{} on hook {} {} ignored: hooks run one at a time by {}",
+                    ignored.join(", "),
+                    origin.at(),
+                    if ignored.len() == 1 { "is" } else { "are" },
+                    ann::HOOK_WEIGHT
+                ),
+            );
+        }
+        let (resource, read) = self.resource(document, &origin, false);
+        let weight = match (&weight_text, read.hook_weight) {
+            (None, _) => 0,
+            (Some(_), Some(weight)) => weight,
+            (Some(text), None) => {
+                self.warn(
+                    Problem::BadAnnotation,
+                    &origin,
+                    format!(
+                        "{} of {} is {text:?}, not an integer; Helm uses 0",
+                        ann::HOOK_WEIGHT,
+                        origin.at()
+                    ),
+                );
+                0
+            }
+        };
+        let mut delete_policies: Vec<String> = policies_text
+            .unwrap_or_default()
+            .split(',')
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect();
+        for policy in &delete_policies {
+            if !DELETE_POLICIES.contains(&policy.as_str()) {
+                self.warn(
+                    Problem::BadAnnotation,
+                    &origin,
+                    format!(
+                        "unknown {} {policy:?} of {}; Helm ignores it (policies: {})",
+                        ann::HOOK_DELETE_POLICY,
+                        origin.at(),
+                        DELETE_POLICIES.join(", ")
+                    ),
+                );
+            }
+        }
+        if delete_policies.is_empty() {
+            delete_policies.push("before-hook-creation".to_string());
+        }
+        Some(Hook {
+            resource: Resource {
+                gate: false,
+                ..resource
+            },
+            events,
+            weight,
+            delete_policies,
+            external: read.external,
+        })
+    }
+
+    /// Groups the main resources of one chart into layers and connects them.
+    fn layer_chart(&mut self, chart: usize, members: &[usize], entries: &[Entry]) {
+        if members.is_empty() {
+            return;
+        }
+        let path = self.charts[chart].node.path.clone();
+        let first = |pick: &dyn Fn(&Entry) -> Option<String>| {
+            members
+                .iter()
+                .find_map(|&m| pick(&entries[m]).map(|what| (m, what)))
+        };
+        let named = first(&|e: &Entry| {
+            e.layer
+                .as_ref()
+                .map(|(name, key)| format!("{key}: {name}"))
+                .or_else(|| e.depends.first().map(|(_, key)| key.to_string()))
+        });
+        let weighted =
+            first(&|e: &Entry| e.weight.map(|w| format!("{}: \"{w}\"", ann::WERF_WEIGHT)));
+        let phased = first(&|e: &Entry| {
+            e.phase
+                .map(|p| format!("{}: \"{p}\"", ann::KOTS_CREATION_PHASE))
+        });
+        let present: Vec<(usize, String, Dialect)> = [
+            named.map(|(m, w)| (m, w, Dialect::Layers)),
+            weighted.map(|(m, w)| (m, w, Dialect::Weights)),
+            phased.map(|(m, w)| (m, w, Dialect::Phases)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if present.len() > 1 {
+            let (a, what_a, _) = &present[0];
+            let (b, what_b, _) = &present[1];
+            let message = format!(
+                "chart {path} mixes sequencing dialects: {} has {what_a} but {} has {what_b}; use named layers, werf.io/weight or kots.io/creation-phase, one per chart",
+                entries[*a].origin.here(),
+                entries[*b].origin.here(),
+            );
+            let origin = entries[*b].origin.clone();
+            self.error_at(Problem::MixedDialects, &origin, message);
+            return;
+        }
+        let dialect = present.first().map(|p| p.2).unwrap_or(Dialect::None);
+        self.charts[chart].dialect = dialect;
+        match dialect {
+            Dialect::None => {
+                let layer = self.new_layer(chart, DEFAULT_LAYER.to_string(), Grouping::Default);
+                for &m in members {
+                    self.add_member(layer, m, entries);
+                }
+            }
+            Dialect::Weights | Dialect::Phases => {
+                let mut groups: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+                for &m in members {
+                    let value = match dialect {
+                        Dialect::Weights => entries[m].weight,
+                        _ => entries[m].phase,
+                    };
+                    groups.entry(value.unwrap_or(0)).or_default().push(m);
+                }
+                let mut previous: Option<usize> = None;
+                for (value, group) in groups {
+                    let (name, grouping, wait) = match dialect {
+                        Dialect::Weights => (
+                            format!("weight {value}"),
+                            Grouping::Weight(value),
+                            Wait::Ready,
+                        ),
+                        _ => (
+                            format!("phase {value}"),
+                            Grouping::Phase(value),
+                            Wait::Gates,
+                        ),
+                    };
+                    let layer = self.new_layer(chart, name, grouping);
+                    for m in group {
+                        self.add_member(layer, m, entries);
+                    }
+                    if let Some(before) = previous {
+                        self.layers[layer].deps.push((before, wait));
+                    }
+                    previous = Some(layer);
+                }
+            }
+            Dialect::Layers => self.named_layers(chart, &path, members, entries),
+        }
+    }
+
+    fn new_layer(&mut self, chart: usize, name: String, grouping: Grouping) -> usize {
+        let at = self.layers.len();
+        self.layers.push(LocalLayer {
+            chart,
+            name,
+            grouping,
+            members: Vec::new(),
+            deps: Vec::new(),
+            after_charts: Vec::new(),
+            external: Vec::new(),
+        });
+        self.charts[chart].layers.push(at);
+        at
+    }
+
+    fn add_member(&mut self, layer: usize, member: usize, entries: &[Entry]) {
+        self.layers[layer].members.push(member);
+        for external in &entries[member].external {
+            if !self.layers[layer].external.contains(external) {
+                self.layers[layer].external.push(external.clone());
+            }
+        }
+    }
+
+    fn named_layers(&mut self, chart: usize, path: &str, members: &[usize], entries: &[Entry]) {
+        let mut by_name: HashMap<&str, usize> = HashMap::new();
+        let mut local: Vec<usize> = Vec::new();
+        // Named layers in name order, so that layers of one level come out the same every time.
+        let names: BTreeSet<&str> = members
+            .iter()
+            .filter_map(|&m| entries[m].layer.as_ref().map(|(name, _)| name.as_str()))
+            .collect();
+        for name in names {
+            let layer = self.new_layer(chart, name.to_string(), Grouping::Named);
+            by_name.insert(name, local.len());
+            local.push(layer);
+        }
+        let mut default: Option<usize> = None;
+        // Edges in the local numbering: dependent -> dependency, with the entry that declared it.
+        let mut edges: Vec<(usize, usize)> = Vec::new();
+        let mut declared_by: HashMap<(usize, usize), usize> = HashMap::new();
+        for &m in members {
+            let entry = &entries[m];
+            let own = match &entry.layer {
+                Some((name, _)) => by_name[name.as_str()],
+                None => {
+                    if !entry.depends.is_empty() {
+                        let keys: BTreeSet<&str> = entry.depends.iter().map(|(_, k)| *k).collect();
+                        let keys: Vec<&str> = keys.into_iter().collect();
+                        self.warn(
+                            Problem::Ignored,
+                            &entry.origin,
+                            format!(
+                                "{} has {} but no {}: it goes into layer {DEFAULT_LAYER} of chart {path}, after every layer",
+                                entry.origin.at(),
+                                keys.join(" and "),
+                                ann::LAYER
+                            ),
+                        );
+                    }
+                    *default.get_or_insert_with(|| {
+                        let layer =
+                            self.new_layer(chart, DEFAULT_LAYER.to_string(), Grouping::Default);
+                        local.push(layer);
+                        local.len() - 1
+                    })
+                }
+            };
+            self.add_member(local[own], m, entries);
+            if entry.layer.is_none() {
+                continue;
+            }
+            for (name, key) in &entry.depends {
+                match by_name.get(name.as_str()) {
+                    Some(&target) => {
+                        if !edges.contains(&(own, target)) {
+                            edges.push((own, target));
+                            declared_by.insert((own, target), m);
+                        }
+                    }
+                    None => {
+                        let mut layers: Vec<&str> = by_name.keys().copied().collect();
+                        layers.sort_unstable();
+                        let message = format!(
+                            "unknown layer {name:?} in chart {path}: {} has {key} {name:?}, but no resource of chart {path} is in that layer (its layers: {})",
+                            entry.origin.here(),
+                            layers.join(", ")
+                        );
+                        let origin = entry.origin.clone();
+                        self.error_at(Problem::UnknownLayer, &origin, message);
+                    }
+                }
+            }
+        }
+        for cycle in find_cycles(local.len(), &edges) {
+            let names: Vec<&str> = cycle
+                .iter()
+                .map(|&i| self.layers[local[i]].name.as_str())
+                .collect();
+            let details: Vec<String> = cycle
+                .windows(2)
+                .map(|w| {
+                    let by = declared_by
+                        .get(&(w[0], w[1]))
+                        .map(|&m| entries[m].origin.here())
+                        .unwrap_or_default();
+                    format!(
+                        "{by}: {} depends on {}",
+                        self.layers[local[w[0]]].name, self.layers[local[w[1]]].name
+                    )
+                })
+                .collect();
+            let first = cycle
+                .windows(2)
+                .find_map(|w| declared_by.get(&(w[0], w[1])))
+                .map(|&m| entries[m].origin.clone());
+            let message = format!(
+                "layer cycle in chart {path}: {} ({})",
+                names.join(" -> "),
+                details.join("; ")
+            );
+            match first {
+                Some(origin) => self.error_at(Problem::Cycle, &origin, message),
+                None => self.error(Problem::Cycle, path, None, None, message),
+            }
+        }
+        for &(from, to) in &edges {
+            self.layers[local[from]].deps.push((local[to], Wait::Ready));
+        }
+        if let Some(default) = default {
+            // After every named layer: it is enough to wait for those nothing else waits for.
+            let waited_on: HashSet<usize> = edges.iter().map(|&(_, to)| to).collect();
+            for (i, &layer) in local.iter().enumerate() {
+                if i != default && !waited_on.contains(&i) {
+                    self.layers[local[default]].deps.push((layer, Wait::Ready));
+                }
+            }
+        }
+    }
+
+    /// Gives the first layers of every chart the chart subtrees they wait for.
+    fn connect_charts(&mut self) {
+        for chart in 0..self.charts.len() {
+            let mut after: Vec<usize> = self.charts[chart].own_after.clone();
+            let mut at = Some(chart);
+            while let Some(c) = at {
+                after.extend(self.charts[c].after.iter().copied());
+                at = self.charts[c].parent;
+            }
+            after.sort_unstable();
+            after.dedup();
+            if after.is_empty() {
+                continue;
+            }
+            for &layer in &self.charts[chart].layers {
+                if self.layers[layer].deps.is_empty() {
+                    self.layers[layer].after_charts = after.clone();
+                }
+            }
+        }
+    }
+
+    /// The deploy order of the layers with the level of each, over the whole tree. None after a
+    /// cycle that only shows across charts (reported).
+    fn levels(&mut self) -> Option<Vec<(usize, usize)>> {
+        let layers = self.layers.len();
+        let mut graph: DiGraph<(), ()> =
+            DiGraph::with_capacity(layers + self.charts.len(), layers * 2);
+        for _ in 0..layers + self.charts.len() {
+            graph.add_node(());
+        }
+        let done = |chart: usize| NodeIndex::new(layers + chart);
+        for (i, layer) in self.layers.iter().enumerate() {
+            for &(dep, _) in &layer.deps {
+                graph.add_edge(NodeIndex::new(dep), NodeIndex::new(i), ());
+            }
+            graph.add_edge(NodeIndex::new(i), done(layer.chart), ());
+            for &chart in &layer.after_charts {
+                graph.add_edge(done(chart), NodeIndex::new(i), ());
+            }
+        }
+        for (c, chart) in self.charts.iter().enumerate() {
+            if let Some(parent) = chart.parent {
+                graph.add_edge(done(c), done(parent), ());
+            }
+        }
+        let sorted = match toposort(&graph, None) {
+            Ok(sorted) => sorted,
+            Err(cycle) => {
+                let at = cycle.node_id().index();
+                let what = if at < layers {
+                    let l = &self.layers[at];
+                    format!(
+                        "layer {} of chart {}",
+                        l.name, self.charts[l.chart].node.path
+                    )
+                } else {
+                    format!("chart {}", self.charts[at - layers].node.path)
+                };
+                let root = self.charts[0].node.path.clone();
+                self.error(
+                    Problem::Cycle,
+                    &root,
+                    None,
+                    None,
+                    format!("cycle across the charts of {root}, through {what}"),
+                );
+                return None;
+            }
+        };
+        let mut level = vec![0usize; graph.node_count()];
+        for node in sorted {
+            let i = node.index();
+            let before = graph
+                .neighbors_directed(node, petgraph::Direction::Incoming)
+                .map(|p| level[p.index()])
+                .max()
+                .unwrap_or(0);
+            level[i] = if i < layers { before + 1 } else { before };
+        }
+        let mut order: Vec<(usize, usize)> = (0..layers).map(|i| (i, level[i])).collect();
+        order.sort_by_key(|&(i, level)| (level, i));
+        Some(order)
+    }
+
+    fn assemble(
+        self,
+        levels: Vec<(usize, usize)>,
+        mut entries: Vec<Entry>,
+        crds: Vec<Resource>,
+        hooks: Vec<Hook>,
+    ) -> Plan {
+        let mut position = vec![0usize; self.layers.len()];
+        for (at, &(layer, _)) in levels.iter().enumerate() {
+            position[layer] = at;
+        }
+        let chart_paths: Vec<String> = self.charts.iter().map(|c| c.node.path.clone()).collect();
+        let mut resources: Vec<Resource> = Vec::with_capacity(entries.len());
+        let mut layers: Vec<Layer> = Vec::with_capacity(self.layers.len());
+        // Where each entry went, for uninstall.
+        let mut placed = vec![0usize; entries.len()];
+        for &(l, level) in &levels {
+            let local = &self.layers[l];
+            let mut members = local.members.clone();
+            members.sort_by(|&a, &b| entries[a].kind_key.cmp(&entries[b].kind_key));
+            let mut indices = Vec::with_capacity(members.len());
+            for m in members {
+                if let Some(resource) = entries[m].resource.take() {
+                    placed[m] = resources.len();
+                    indices.push(resources.len());
+                    resources.push(resource);
+                }
+            }
+            let mut depends_on: Vec<LayerDependency> = local
+                .deps
+                .iter()
+                .map(|&(dep, wait)| LayerDependency {
+                    layer: position[dep],
+                    wait,
+                })
+                .collect();
+            depends_on.sort_by_key(|d| d.layer);
+            layers.push(Layer {
+                chart: chart_paths[local.chart].clone(),
+                name: local.name.clone(),
+                grouping: local.grouping,
+                level,
+                resources: indices,
+                depends_on,
+                after_charts: local
+                    .after_charts
+                    .iter()
+                    .map(|&c| chart_paths[c].clone())
+                    .collect(),
+                external: local.external.clone(),
+            });
+        }
+        let charts: Vec<ChartPlan> = self
+            .charts
+            .iter()
+            .map(|c| {
+                let mut own: Vec<usize> = c.layers.iter().map(|&l| position[l]).collect();
+                own.sort_unstable();
+                ChartPlan {
+                    path: c.node.path.clone(),
+                    name: c.node.name.clone(),
+                    version: c.node.metadata.version.clone(),
+                    dialect: c.dialect,
+                    layers: own,
+                    after: c.after.iter().map(|&a| chart_paths[a].clone()).collect(),
+                    own_after: c
+                        .own_after
+                        .iter()
+                        .map(|&a| chart_paths[a].clone())
+                        .collect(),
+                    disabled: c
+                        .node
+                        .disabled
+                        .iter()
+                        .map(|d| d.dependency.effective_name().to_string())
+                        .collect(),
+                }
+            })
+            .collect();
+        let deletion: Vec<Option<i64>> = entries.iter().map(|e| e.deletion_phase).collect();
+        let entry_chart: Vec<usize> = entries.iter().map(|e| e.chart).collect();
+        let mut plan = Plan {
+            chart: chart_paths.first().cloned().unwrap_or_default(),
+            crds,
+            hooks,
+            resources,
+            layers,
+            charts,
+            uninstall: Vec::new(),
+            warnings: self.warnings,
+        };
+        plan.uninstall = uninstall(&plan, &placed, &deletion, &entry_chart);
+        plan
+    }
+}
+
+fn group_of(api_version: &str) -> &str {
+    api_version
+        .rsplit_once('/')
+        .map(|(group, _)| group)
+        .unwrap_or("")
+}
+
+/// The uninstall steps: one per layer in reverse DAG order, except in charts that use
+/// `kots.io/deletion-phase`, whose resources are deleted by phase.
+fn uninstall(
+    plan: &Plan,
+    placed: &[usize],
+    deletion: &[Option<i64>],
+    entry_chart: &[usize],
+) -> Vec<UninstallStep> {
+    let mut phase_of = vec![None; plan.resources.len()];
+    let mut chart_has_phases: HashSet<usize> = HashSet::new();
+    for (entry, &at) in placed.iter().enumerate() {
+        phase_of[at] = deletion[entry];
+        if deletion[entry].is_some() {
+            chart_has_phases.insert(entry_chart[entry]);
+        }
+    }
+    let phased: HashSet<&str> = plan
+        .charts
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| chart_has_phases.contains(i))
+        .map(|(_, c)| c.path.as_str())
+        .collect();
+    let uninstall_key =
+        |r: usize| kind_order::sort_key(&plan.resources[r].kind, Direction::Uninstall);
+
+    let mut steps: Vec<UninstallStep> = Vec::new();
+    // For each layer, the steps holding its resources.
+    let mut steps_of: Vec<Vec<usize>> = vec![Vec::new(); plan.layers.len()];
+    for (l, layer) in plan.layers.iter().enumerate().rev() {
+        if phased.contains(layer.chart.as_str()) {
+            continue;
+        }
+        let mut resources = layer.resources.clone();
+        resources.reverse();
+        resources.sort_by_key(|&r| uninstall_key(r));
+        steps_of[l].push(steps.len());
+        steps.push(UninstallStep {
+            chart: layer.chart.clone(),
+            name: layer.name.clone(),
+            resources,
+            after: Vec::new(),
+        });
+    }
+    for chart in plan.charts.iter().rev() {
+        if !phased.contains(chart.path.as_str()) {
+            continue;
+        }
+        let mut groups: BTreeMap<i64, Vec<(usize, usize)>> = BTreeMap::new();
+        for &l in &chart.layers {
+            for &r in &plan.layers[l].resources {
+                groups
+                    .entry(phase_of[r].unwrap_or(0))
+                    .or_default()
+                    .push((l, r));
+            }
+        }
+        let mut previous: Option<usize> = None;
+        for (phase, mut members) in groups {
+            // Reverse creation order: later layers first, then Helm's uninstall kind order.
+            members.sort_by(|&(la, ra), &(lb, rb)| {
+                lb.cmp(&la)
+                    .then_with(|| uninstall_key(ra).cmp(&uninstall_key(rb)))
+            });
+            let at = steps.len();
+            for &(l, _) in &members {
+                if !steps_of[l].contains(&at) {
+                    steps_of[l].push(at);
+                }
+            }
+            steps.push(UninstallStep {
+                chart: chart.path.clone(),
+                name: format!("deletion phase {phase}"),
+                resources: members.into_iter().map(|(_, r)| r).collect(),
+                after: previous.into_iter().collect(),
+            });
+            previous = Some(at);
+        }
+    }
+    // A layer is deleted only after every layer that waits for it is gone.
+    let add = |steps: &mut Vec<UninstallStep>, first: usize, then: usize| {
+        for &s in &steps_of[then] {
+            for &t in &steps_of[first] {
+                if s != t && !steps[s].after.contains(&t) {
+                    steps[s].after.push(t);
+                }
+            }
+        }
+    };
+    for (m, layer) in plan.layers.iter().enumerate() {
+        if !phased.contains(layer.chart.as_str()) {
+            for dep in &layer.depends_on {
+                add(&mut steps, m, dep.layer);
+            }
+        }
+        for chart in &layer.after_charts {
+            for (l, other) in plan.layers.iter().enumerate() {
+                if super::in_subtree(&other.chart, chart) {
+                    add(&mut steps, m, l);
+                }
+            }
+        }
+    }
+    order_steps(steps)
+}
+
+/// Sorts steps so that every step comes after those it waits for, keeping the given order
+/// where there is no relation.
+fn order_steps(steps: Vec<UninstallStep>) -> Vec<UninstallStep> {
+    let n = steps.len();
+    let mut level = vec![0usize; n];
+    // Longest path by repeated relaxation in creation order; the steps form a DAG because the
+    // layers do.
+    let mut graph: DiGraph<(), ()> = DiGraph::with_capacity(n, n);
+    for _ in 0..n {
+        graph.add_node(());
+    }
+    for (s, step) in steps.iter().enumerate() {
+        for &t in &step.after {
+            graph.add_edge(NodeIndex::new(t), NodeIndex::new(s), ());
+        }
+    }
+    let sorted = toposort(&graph, None).unwrap_or_else(|_| graph.node_indices().collect());
+    for node in sorted {
+        let before = graph
+            .neighbors_directed(node, petgraph::Direction::Incoming)
+            .map(|p| level[p.index()] + 1)
+            .max()
+            .unwrap_or(0);
+        level[node.index()] = before;
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&s| (level[s], s));
+    let mut position = vec![0usize; n];
+    for (at, &s) in order.iter().enumerate() {
+        position[s] = at;
+    }
+    let mut slots: Vec<Option<UninstallStep>> = steps.into_iter().map(Some).collect();
+    order
+        .iter()
+        .filter_map(|&s| slots[s].take())
+        .map(|mut step| {
+            step.after = step.after.iter().map(|&t| position[t]).collect();
+            step.after.sort_unstable();
+            step
+        })
+        .collect()
+}
+
+/// One cycle per strongly connected component that has one: node lists that start and end with
+/// the same node, following the edges `(from, to)`.
+pub(super) fn find_cycles(nodes: usize, edges: &[(usize, usize)]) -> Vec<Vec<usize>> {
+    if edges.is_empty() {
+        return Vec::new();
+    }
+    let mut graph: DiGraph<(), ()> = DiGraph::with_capacity(nodes, edges.len());
+    for _ in 0..nodes {
+        graph.add_node(());
+    }
+    for &(from, to) in edges {
+        graph.add_edge(NodeIndex::new(from), NodeIndex::new(to), ());
+    }
+    let mut cycles = Vec::new();
+    for component in tarjan_scc(&graph) {
+        let members: HashSet<usize> = component.iter().map(|n| n.index()).collect();
+        let Some(&start) = members.iter().min() else {
+            continue;
+        };
+        if members.len() == 1 && !edges.contains(&(start, start)) {
+            continue;
+        }
+        // Shortest way from start back to start inside the component.
+        let mut parent: HashMap<usize, usize> = HashMap::new();
+        let mut queue = std::collections::VecDeque::from([start]);
+        let mut last = None;
+        'search: while let Some(at) = queue.pop_front() {
+            let mut next: Vec<usize> = graph
+                .neighbors(NodeIndex::new(at))
+                .map(|n| n.index())
+                .filter(|n| members.contains(n))
+                .collect();
+            next.sort_unstable();
+            for n in next {
+                if n == start {
+                    last = Some(at);
+                    break 'search;
+                }
+                if let std::collections::hash_map::Entry::Vacant(slot) = parent.entry(n) {
+                    slot.insert(at);
+                    queue.push_back(n);
+                }
+            }
+        }
+        let Some(mut at) = last else {
+            continue;
+        };
+        let mut path = vec![start];
+        while at != start {
+            path.push(at);
+            at = parent.get(&at).copied().unwrap_or(start);
+        }
+        path.push(start);
+        // `path` runs backwards from the end; turn it around.
+        path.reverse();
+        cycles.push(path);
+    }
+    cycles.sort();
+    cycles
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find_cycles;
+
+    #[test]
+    fn cycles_follow_the_edges() {
+        assert_eq!(find_cycles(3, &[(0, 1), (1, 2)]), Vec::<Vec<usize>>::new());
+        assert_eq!(find_cycles(2, &[(0, 1), (1, 0)]), vec![vec![0, 1, 0]]);
+        assert_eq!(find_cycles(1, &[(0, 0)]), vec![vec![0, 0]]);
+        assert_eq!(
+            find_cycles(3, &[(0, 1), (1, 2), (2, 0)]),
+            vec![vec![0, 1, 2, 0]]
+        );
+        assert_eq!(
+            find_cycles(5, &[(0, 1), (1, 0), (2, 3), (3, 4), (4, 2)]),
+            vec![vec![0, 1, 0], vec![2, 3, 4, 2]]
+        );
+    }
+}
