@@ -308,13 +308,24 @@ impl<'t> Builder<'t> {
             let file = node.location.file("Chart.yaml");
             let subcharts = self.charts[parent].subcharts.clone();
             let mut names: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+            // A subchart's entry in `dependencies`. Helm does not select entries below a chart
+            // without `dependencies`, but its subcharts' Chart.yaml still say how they are ordered.
+            let entry = |child: &'t ChartNode| {
+                child.dependency.as_ref().or_else(|| {
+                    node.metadata
+                        .dependencies
+                        .iter()
+                        .flatten()
+                        .find(|d| d.effective_name() == child.name)
+                })
+            };
             for &child in &subcharts {
                 let child_node = self.charts[child].node;
                 names
                     .entry(child_node.name.as_str())
                     .or_default()
                     .push(child);
-                if let Some(dep) = &child_node.dependency {
+                if let Some(dep) = entry(child_node) {
                     for tag in &dep.tags {
                         names.entry(tag.as_str()).or_default().push(child);
                     }
@@ -340,7 +351,7 @@ impl<'t> Builder<'t> {
             let mut edges: Vec<(usize, usize)> = Vec::new();
             for &child in &subcharts {
                 let child_node = self.charts[child].node;
-                let Some(dep) = &child_node.dependency else {
+                let Some(dep) = entry(child_node) else {
                     continue;
                 };
                 let wanted: Vec<String> = dep
@@ -983,6 +994,10 @@ impl<'t> Builder<'t> {
 
     /// Gives the first layers of every chart the chart subtrees they wait for.
     fn connect_charts(&mut self) {
+        for chart in &mut self.charts {
+            chart.after.sort_unstable();
+            chart.own_after.sort_unstable();
+        }
         for chart in 0..self.charts.len() {
             let mut after: Vec<usize> = self.charts[chart].own_after.clone();
             let mut at = Some(chart);

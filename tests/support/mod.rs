@@ -110,3 +110,57 @@ pub fn tar_gz(dir: &Path, top: &str, destination: &Path) {
         .finish()
         .expect("finish the gzip stream");
 }
+
+/// Writes Chart.yaml files under `dir` (`("shop", "...")`, `("shop/charts/db", "...")`) and
+/// returns the chart tree of the first, resolved with these `--set` flags. No helm involved.
+pub fn chart_tree(
+    dir: &Path,
+    charts: &[(&str, &str)],
+    set: &[&str],
+) -> sequenced::chart::ChartTree {
+    for (path, chart_yaml) in charts {
+        write(&dir.join(path), "Chart.yaml", chart_yaml);
+    }
+    let root = dir.join(charts[0].0);
+    let chart = sequenced::chart::load(&root).unwrap_or_else(|e| panic!("load: {e}"));
+    let values = sequenced::chart::ValueOptions {
+        set: set.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+    .merge()
+    .expect("values");
+    sequenced::chart::resolve(&chart, &values).unwrap_or_else(|e| panic!("resolve: {e}"))
+}
+
+/// A Kubernetes object as YAML (JSON is YAML), with the annotations given.
+pub fn object(kind: &str, name: &str, annotations: &[(&str, &str)]) -> String {
+    let api_version = match kind {
+        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" => "apps/v1",
+        "Job" | "CronJob" => "batch/v1",
+        "CustomResourceDefinition" => "apiextensions.k8s.io/v1",
+        "Widget" => "example.com/v1",
+        _ => "v1",
+    };
+    let mut metadata = serde_json::json!({ "name": name });
+    if !annotations.is_empty() {
+        let map: serde_json::Map<String, serde_json::Value> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string())))
+            .collect();
+        metadata["annotations"] = serde_json::Value::Object(map);
+    }
+    serde_json::json!({ "apiVersion": api_version, "kind": kind, "metadata": metadata }).to_string()
+}
+
+/// What `helm template` would print for these documents: `(source, yaml)` pairs, where source
+/// is the `# Source:` path (`shop/templates/app.yaml`, `foo/charts/bar/templates/x.yaml`).
+pub fn rendered(
+    tree: &sequenced::chart::ChartTree,
+    documents: &[(&str, String)],
+) -> sequenced::render::Rendered {
+    let mut text = String::new();
+    for (source, yaml) in documents {
+        text.push_str(&format!("---\n# Source: {source}\n{yaml}\n"));
+    }
+    sequenced::render::parse_output(&text, tree).unwrap_or_else(|e| panic!("parse: {e}"))
+}
