@@ -4,6 +4,8 @@
 //! `["database", "queue"]` or `database, queue`. Charts written for the seed put a comma inside
 //! one list element (`["database, queue"]`), so every element is split on commas too.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 /// `helm.sh/layer` (seed 000): the layer of a resource.
@@ -58,11 +60,11 @@ pub const SEQUENCING_KEYS: [&str; 8] = [
 
 /// The text of an annotation value: strings as they are, other scalars as YAML would print them,
 /// lists (which Helm 4 rejects, but other tools produce) as a JSON list.
-pub fn text(value: &Value) -> String {
+pub fn text(value: &Value) -> Cow<'_, str> {
     match value {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
+        Value::String(s) => Cow::Borrowed(s),
+        Value::Null => Cow::Borrowed(""),
+        other => Cow::Owned(other.to_string()),
     }
 }
 
@@ -71,8 +73,12 @@ pub fn text(value: &Value) -> String {
 /// dropped. The error says what is wrong with the text.
 pub fn name_list(value: &Value) -> Result<Vec<String>, String> {
     let elements: Vec<String> = match value {
-        Value::Array(items) => items.iter().map(text).collect(),
-        Value::String(s) if s.trim_start().starts_with('[') => match crate::yaml::parse(s) {
+        Value::Array(items) => items.iter().map(|i| text(i).into_owned()).collect(),
+        // Most charts write JSON: read that directly, anything else as a YAML flow list.
+        Value::String(s) if s.trim_start().starts_with('[') => match serde_json::from_str(s)
+            .map(Value::Array)
+            .or_else(|_| crate::yaml::parse(s))
+        {
             Ok(Value::Array(items)) => {
                 let mut out = Vec::with_capacity(items.len());
                 for item in &items {
@@ -81,7 +87,7 @@ pub fn name_list(value: &Value) -> Result<Vec<String>, String> {
                             return Err("a list element is itself a list or mapping; write names"
                                 .to_string());
                         }
-                        other => out.push(text(other)),
+                        other => out.push(text(other).into_owned()),
                     }
                 }
                 out
@@ -89,7 +95,7 @@ pub fn name_list(value: &Value) -> Result<Vec<String>, String> {
             Ok(_) => return Err("it starts with '[' but is not a list".to_string()),
             Err(e) => return Err(format!("it is not a valid list: {}", e.message)),
         },
-        other => vec![text(other)],
+        other => vec![text(other).into_owned()],
     };
     Ok(elements
         .iter()
@@ -103,16 +109,20 @@ pub fn name_list(value: &Value) -> Result<Vec<String>, String> {
 /// Whether `name` may name a layer: letters, digits, `-`, `_` and `.`, starting and ending with a
 /// letter or digit, at most 63 characters (the rules of a Kubernetes label value).
 pub fn valid_layer_name(name: &str) -> bool {
-    valid_dns_like(name, 63, |c| c == '-' || c == '_' || c == '.')
+    valid_dns_like(name, 63, |c| matches!(c, b'-' | b'_' | b'.'))
 }
 
-fn valid_dns_like(name: &str, max: usize, inner: impl Fn(char) -> bool) -> bool {
+fn valid_dns_like(name: &str, max: usize, inner: impl Fn(u8) -> bool) -> bool {
     let bytes = name.as_bytes();
-    !name.is_empty()
-        && name.len() <= max
-        && bytes[0].is_ascii_alphanumeric()
-        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || inner(c))
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            bytes.len() <= max
+                && first.is_ascii_alphanumeric()
+                && last.is_ascii_alphanumeric()
+                && bytes.iter().all(|&c| c.is_ascii_alphanumeric() || inner(c))
+        }
+        _ => false,
+    }
 }
 
 /// Whether `key` is a valid Kubernetes annotation key: an optional DNS-subdomain prefix and `/`,
@@ -122,7 +132,7 @@ pub fn valid_annotation_key(key: &str) -> bool {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),
     };
-    if !valid_dns_like(name, 63, |c| c == '-' || c == '_' || c == '.') {
+    if !valid_dns_like(name, 63, |c| matches!(c, b'-' | b'_' | b'.')) {
         return false;
     }
     match prefix {
@@ -131,7 +141,7 @@ pub fn valid_annotation_key(key: &str) -> bool {
             prefix.len() <= 253
                 && prefix
                     .split('.')
-                    .all(|label| valid_dns_like(label, 63, |c| c == '-') && !label.contains('_'))
+                    .all(|label| valid_dns_like(label, 63, |c| c == b'-'))
                 && prefix.chars().all(|c| !c.is_ascii_uppercase())
         }
     }

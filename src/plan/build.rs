@@ -59,10 +59,15 @@ struct Origin {
 
 impl Origin {
     fn of(document: &Document) -> Self {
+        let (kind, name) = (document.kind(), document.name());
+        let mut resource = String::with_capacity(kind.len() + name.len() + 1);
+        resource.push_str(kind);
+        resource.push('/');
+        resource.push_str(name);
         Origin {
             chart: document.chart.clone(),
             template: document.template.clone(),
-            resource: document.resource(),
+            resource,
         }
     }
 
@@ -222,9 +227,32 @@ impl<'t> Builder<'t> {
         });
 
         let mut entries = Vec::with_capacity(rendered.resources.len());
-        let mut seen: HashMap<(String, String, String, String), Origin> =
-            HashMap::with_capacity(rendered.resources.len());
-        for document in rendered.resources {
+        // Objects rendered twice, found before the documents are taken apart: the index of the
+        // first document of each object.
+        let mut duplicate_of: Vec<Option<usize>> = vec![None; rendered.resources.len()];
+        {
+            let mut seen: HashMap<(&str, &str, &str, &str), usize> =
+                HashMap::with_capacity(rendered.resources.len());
+            for (i, d) in rendered.resources.iter().enumerate() {
+                let key = (
+                    group_of(d.api_version()),
+                    d.kind(),
+                    d.namespace().unwrap_or_default(),
+                    d.name(),
+                );
+                if let Some(&first) = seen.get(&key) {
+                    duplicate_of[i] = Some(first);
+                } else {
+                    seen.insert(key, i);
+                }
+            }
+        }
+        let firsts: HashMap<usize, Origin> = duplicate_of
+            .iter()
+            .flatten()
+            .map(|&first| (first, Origin::of(&rendered.resources[first])))
+            .collect();
+        for (i, document) in rendered.resources.into_iter().enumerate() {
             let origin = Origin::of(&document);
             let Some(&chart) = self.index.get(document.chart.as_str()) else {
                 self.error_at(
@@ -238,13 +266,7 @@ impl<'t> Builder<'t> {
                 );
                 continue;
             };
-            let key = (
-                group_of(document.api_version()).to_string(),
-                document.kind().to_string(),
-                document.namespace().unwrap_or_default().to_string(),
-                document.name().to_string(),
-            );
-            if let Some(first) = seen.get(&key) {
+            if let Some(first) = duplicate_of[i].and_then(|f| firsts.get(&f)) {
                 let message = format!(
                     "{} is rendered twice: by chart {}, {} and by {}; a release can hold an object once",
                     origin.resource,
@@ -255,7 +277,6 @@ impl<'t> Builder<'t> {
                 self.error_at(Problem::DuplicateResource, &origin, message);
                 continue;
             }
-            seen.insert(key, origin.clone());
             let (resource, read) = self.resource(document, &origin, false);
             let kind_key = kind_order::sort_key(&resource.kind, Direction::Install);
             let kind_key = (kind_key.0, kind_key.1.to_string());
@@ -481,8 +502,10 @@ impl<'t> Builder<'t> {
     /// (without the sequencing annotations a real API server rejects).
     fn resource(&mut self, mut document: Document, origin: &Origin, crd: bool) -> (Resource, Read) {
         let mut read = Read::default();
-        if let Some(Value::Object(annotations)) =
-            document.object.pointer_mut("/metadata/annotations")
+        if let Some(Value::Object(annotations)) = document
+            .object
+            .get_mut("metadata")
+            .and_then(|m| m.get_mut("annotations"))
         {
             if !crd {
                 self.read_annotations(annotations, origin, &mut read);
@@ -516,13 +539,13 @@ impl<'t> Builder<'t> {
             metadata.remove("annotations");
         }
         let resource = Resource {
-            chart: document.chart.clone(),
-            template: document.template.clone(),
             api_version: document.api_version().to_string(),
             kind: document.kind().to_string(),
             name: document.name().to_string(),
             namespace: document.namespace().map(str::to_string),
             gate: read.gate,
+            chart: document.chart,
+            template: document.template,
             object: document.object,
         };
         (resource, read)
@@ -667,9 +690,14 @@ impl<'t> Builder<'t> {
         let origin = Origin::of(&document);
         let annotations = document
             .object
-            .pointer("/metadata/annotations")
+            .get("metadata")
+            .and_then(|m| m.get("annotations"))
             .and_then(Value::as_object);
-        let text_of = |key: &str| annotations.and_then(|a| a.get(key)).map(ann::text);
+        let text_of = |key: &str| {
+            annotations
+                .and_then(|a| a.get(key))
+                .map(|v| ann::text(v).into_owned())
+        };
         let events: Vec<String> = text_of(HOOK_ANNOTATION)
             .unwrap_or_default()
             .split(',')

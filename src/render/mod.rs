@@ -84,7 +84,8 @@ impl Document {
     /// read by the planner from [`Document::object`].)
     pub fn annotations(&self) -> BTreeMap<&str, &str> {
         self.object
-            .pointer("/metadata/annotations")
+            .get("metadata")
+            .and_then(|m| m.get("annotations"))
             .and_then(Value::as_object)
             .map(|map| {
                 map.iter()
@@ -102,7 +103,8 @@ impl Document {
     /// Whether this is a Helm hook.
     pub fn is_hook(&self) -> bool {
         self.object
-            .pointer("/metadata/annotations")
+            .get("metadata")
+            .and_then(|m| m.get("annotations"))
             .and_then(|a| a.get(HOOK_ANNOTATION))
             .is_some_and(|v| !v.is_null())
     }
