@@ -112,7 +112,9 @@ pub fn text(plan: &Plan) -> String {
                 let title = titles.get(d.layer)?;
                 Some(match d.wait {
                     Wait::Ready => title.clone(),
-                    Wait::Gates => format!("{title} (applied, marked resources ready)"),
+                    Wait::Gates => {
+                        format!("{title} (applied; its kots.io/wait-for-* resources ready)")
+                    }
                 })
             })
             .collect();
@@ -144,7 +146,7 @@ pub fn text(plan: &Plan) -> String {
         }
     }
     if !plan.uninstall.is_empty() {
-        out.push_str("\nUninstall (reverse order; CRDs are kept):\n");
+        out.push_str("\nUninstall, in this order (CRDs are kept):\n");
         for (i, step) in plan.uninstall.iter().enumerate() {
             let title = plan
                 .layers
