@@ -41,8 +41,8 @@ fn plan_graph(
     }
     let mut documents = Vec::new();
     let mut n = 0;
-    for layer in 0..layers {
-        for _ in 0..sizes[layer].max(1) {
+    for (layer, size) in sizes.iter().enumerate().take(layers) {
+        for _ in 0..(*size).max(1) {
             let name = format!("l{layer}");
             let deps = depends
                 .get(&layer)
