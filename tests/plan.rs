@@ -9,6 +9,9 @@ use sequenced::plan::{self, Grouping, Plan, PlanError, Problem, Severity, Wait};
 use support::{chart_tree, object, rendered};
 use tempfile::TempDir;
 
+/// Documents of chart shop: `(file, yaml)`.
+type Documents<'a> = Vec<(&'a str, String)>;
+
 const SHOP: &str = "apiVersion: v2\nname: shop\nversion: 0.1.0\n";
 
 fn shop() -> (TempDir, ChartTree) {
@@ -405,7 +408,7 @@ fn other_invalid_annotation_keys_are_errors() {
 
 #[test]
 fn errors_of_named_layers() {
-    let cases: Vec<(Vec<(&str, String)>, Problem, &str)> = vec![
+    let cases: Vec<(Documents, Problem, &str)> = vec![
         (
             vec![
                 (
