@@ -71,39 +71,67 @@ pub fn text(value: &Value) -> Cow<'_, str> {
 /// Reads a list of names: a YAML/JSON flow list (`["a", "b"]`, `[a, b]`), a comma-separated
 /// string (`a, b`) or one name. Each element is split on commas and trimmed; empty elements are
 /// dropped. The error says what is wrong with the text.
-pub fn name_list(value: &Value) -> Result<Vec<String>, String> {
-    let elements: Vec<String> = match value {
-        Value::Array(items) => items.iter().map(|i| text(i).into_owned()).collect(),
-        // Most charts write JSON: read that directly, anything else as a YAML flow list.
-        Value::String(s) if s.trim_start().starts_with('[') => match serde_json::from_str(s)
-            .map(Value::Array)
-            .or_else(|_| crate::yaml::parse(s))
-        {
-            Ok(Value::Array(items)) => {
-                let mut out = Vec::with_capacity(items.len());
-                for item in &items {
-                    match item {
-                        Value::Array(_) | Value::Object(_) => {
-                            return Err("a list element is itself a list or mapping; write names"
-                                .to_string());
-                        }
-                        other => out.push(text(other).into_owned()),
-                    }
-                }
-                out
+pub fn name_list(value: &Value) -> Result<Vec<Cow<'_, str>>, String> {
+    match value {
+        Value::Array(items) => Ok(split_names(
+            items.iter().map(|i| Cow::Owned(text(i).into_owned())),
+        )),
+        Value::String(s) if s.trim_start().starts_with('[') => {
+            // Most charts write JSON: read that directly (borrowing the names when they hold no
+            // escapes), anything else as a YAML flow list.
+            if let Ok(items) = serde_json::from_str::<Vec<&str>>(s) {
+                return Ok(split_names(items.into_iter().map(Cow::Borrowed)));
             }
-            Ok(_) => return Err("it starts with '[' but is not a list".to_string()),
-            Err(e) => return Err(format!("it is not a valid list: {}", e.message)),
-        },
-        other => vec![text(other).into_owned()],
-    };
-    Ok(elements
-        .iter()
-        .flat_map(|element| element.split(','))
-        .map(str::trim)
-        .filter(|name| !name.is_empty())
-        .map(str::to_string)
-        .collect())
+            if let Ok(items) = serde_json::from_str::<Vec<String>>(s) {
+                return Ok(split_names(items.into_iter().map(Cow::Owned)));
+            }
+            match crate::yaml::parse(s) {
+                Ok(Value::Array(items)) => {
+                    let mut out = Vec::with_capacity(items.len());
+                    for item in &items {
+                        match item {
+                            Value::Array(_) | Value::Object(_) => {
+                                return Err(
+                                    "a list element is itself a list or mapping; write names"
+                                        .to_string(),
+                                );
+                            }
+                            other => out.push(Cow::Owned(text(other).into_owned())),
+                        }
+                    }
+                    Ok(split_names(out.into_iter()))
+                }
+                Ok(_) => Err("it starts with '[' but is not a list".to_string()),
+                Err(e) => Err(format!("it is not a valid list: {}", e.message)),
+            }
+        }
+        Value::String(s) => Ok(split_names(std::iter::once(Cow::Borrowed(s.as_str())))),
+        other => Ok(split_names(std::iter::once(Cow::Owned(
+            text(other).into_owned(),
+        )))),
+    }
+}
+
+/// Every element split on commas and trimmed, without empty names.
+fn split_names<'a>(elements: impl Iterator<Item = Cow<'a, str>>) -> Vec<Cow<'a, str>> {
+    let mut out = Vec::new();
+    for element in elements {
+        match element {
+            Cow::Borrowed(text) => out.extend(
+                text.split(',')
+                    .map(str::trim)
+                    .filter(|name| !name.is_empty())
+                    .map(Cow::Borrowed),
+            ),
+            Cow::Owned(text) => out.extend(
+                text.split(',')
+                    .map(str::trim)
+                    .filter(|name| !name.is_empty())
+                    .map(|name| Cow::Owned(name.to_string())),
+            ),
+        }
+    }
+    out
 }
 
 /// Whether `name` may name a layer: letters, digits, `-`, `_` and `.`, starting and ending with a
@@ -128,23 +156,36 @@ fn valid_dns_like(name: &str, max: usize, inner: impl Fn(u8) -> bool) -> bool {
 /// Whether `key` is a valid Kubernetes annotation key: an optional DNS-subdomain prefix and `/`,
 /// then a name of at most 63 characters (letters, digits, `-`, `_`, `.`; alphanumeric at both ends).
 pub fn valid_annotation_key(key: &str) -> bool {
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
+    let bytes = key.as_bytes();
+    let (prefix, name) = match bytes.iter().position(|&c| c == b'/') {
+        Some(at) => (Some(&bytes[..at]), &bytes[at + 1..]),
+        None => (None, bytes),
     };
-    if !valid_dns_like(name, 63, |c| matches!(c, b'-' | b'_' | b'.')) {
-        return false;
-    }
-    match prefix {
-        None => true,
-        Some(prefix) => {
-            prefix.len() <= 253
-                && prefix
-                    .split('.')
-                    .all(|label| valid_dns_like(label, 63, |c| c == b'-'))
-                && prefix.chars().all(|c| !c.is_ascii_uppercase())
-        }
-    }
+    let name_ok = name.len() <= 63
+        && name.first().is_some_and(u8::is_ascii_alphanumeric)
+        && name.last().is_some_and(u8::is_ascii_alphanumeric)
+        && name
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'));
+    let Some(prefix) = prefix else {
+        return name_ok;
+    };
+    // A DNS subdomain: labels of lower-case letters, digits and '-', joined by dots, each
+    // starting and ending with a letter or digit.
+    name_ok
+        && prefix.len() <= 253
+        && prefix.split(|&c| c == b'.').all(|label| {
+            label.len() <= 63
+                && label
+                    .first()
+                    .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+                && label
+                    .last()
+                    .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+                && label
+                    .iter()
+                    .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        })
 }
 
 /// Reads an integer annotation (`"-1"`, `"5"`). Leading `+` and surrounding spaces are accepted, as
@@ -231,7 +272,12 @@ mod tests {
             (json!(""), vec![]),
         ];
         for (input, expected) in cases {
-            assert_eq!(name_list(&input).unwrap(), expected, "{input}");
+            let names: Vec<String> = name_list(&input)
+                .unwrap()
+                .into_iter()
+                .map(|n| n.into_owned())
+                .collect();
+            assert_eq!(names, expected, "{input}");
         }
     }
 

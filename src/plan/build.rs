@@ -1,7 +1,9 @@
 //! How a plan is built: charts and their subchart edges, then annotations per document, then the
 //! layers of each chart, then one DAG over the whole tree for levels and order, then uninstall.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use petgraph::algo::{tarjan_scc, toposort};
 use petgraph::graph::{DiGraph, NodeIndex};
@@ -49,43 +51,83 @@ struct ChartInfo<'t> {
     dialect: Dialect,
 }
 
-/// Where a document is, for messages: `chart shop, templates/app.yaml Deployment/my-app`.
-#[derive(Clone)]
-struct Origin {
-    chart: String,
-    template: String,
-    resource: String,
+/// What an object is, read once from it.
+struct Identity {
+    api_version: String,
+    kind: String,
+    name: String,
+    namespace: Option<String>,
 }
 
-impl Origin {
-    fn of(document: &Document) -> Self {
-        let (kind, name) = (document.kind(), document.name());
-        let mut resource = String::with_capacity(kind.len() + name.len() + 1);
-        resource.push_str(kind);
-        resource.push('/');
-        resource.push_str(name);
+impl Identity {
+    fn of(object: &Value) -> Self {
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
+        let metadata = object.get("metadata");
+        Identity {
+            api_version: text(object.get("apiVersion")),
+            kind: text(object.get("kind")),
+            name: text(metadata.and_then(|m| m.get("name"))),
+            namespace: metadata
+                .and_then(|m| m.get("namespace"))
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        }
+    }
+}
+
+/// Where a document is, for messages: `chart shop, templates/app.yaml Deployment/my-app`.
+/// Borrowed, so that it costs nothing until a message is written.
+#[derive(Clone, Copy)]
+struct Origin<'a> {
+    chart: &'a str,
+    template: &'a str,
+    kind: &'a str,
+    name: &'a str,
+}
+
+impl<'a> Origin<'a> {
+    fn of(document: &'a Document, identity: &'a Identity) -> Self {
         Origin {
-            chart: document.chart.clone(),
-            template: document.template.clone(),
-            resource,
+            chart: &document.chart,
+            template: &document.template,
+            kind: &identity.kind,
+            name: &identity.name,
         }
     }
 
+    fn of_resource(resource: &'a Resource) -> Self {
+        Origin {
+            chart: &resource.chart,
+            template: &resource.template,
+            kind: &resource.kind,
+            name: &resource.name,
+        }
+    }
+
+    /// `Kind/name`.
+    fn resource(&self) -> String {
+        format!("{}/{}", self.kind, self.name)
+    }
+
     fn at(&self) -> String {
-        format!("chart {}, {} {}", self.chart, self.template, self.resource)
+        format!(
+            "chart {}, {} {}/{}",
+            self.chart, self.template, self.kind, self.name
+        )
     }
 
     fn here(&self) -> String {
-        format!("{} {}", self.template, self.resource)
+        format!("{} {}/{}", self.template, self.kind, self.name)
     }
 }
 
 /// A main resource with its sequencing annotations read.
 struct Entry {
     chart: usize,
-    origin: Origin,
+    /// Taken when the plan is assembled, after every message is written.
     resource: Option<Resource>,
-    kind_key: (usize, String),
+    /// The place of its kind in the install order: Helm's list, then unlisted kinds by name.
+    kind_rank: u32,
     /// The named layer and the key that named it.
     layer: Option<(String, &'static str)>,
     /// Named layers it depends on, with the key that named them.
@@ -94,6 +136,20 @@ struct Entry {
     phase: Option<i64>,
     deletion_phase: Option<i64>,
     external: Vec<ExternalDependency>,
+}
+
+impl Entry {
+    fn origin(&self) -> Origin<'_> {
+        match &self.resource {
+            Some(resource) => Origin::of_resource(resource),
+            None => Origin {
+                chart: "",
+                template: "",
+                kind: "",
+                name: "",
+            },
+        }
+    }
 }
 
 /// The sequencing annotations of one document, read.
@@ -131,7 +187,7 @@ impl<'t> Builder<'t> {
     pub(super) fn new(tree: &'t ChartTree) -> Self {
         let mut builder = Builder {
             charts: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
             layers: Vec::new(),
             errors: Vec::new(),
             warnings: Vec::new(),
@@ -177,23 +233,23 @@ impl<'t> Builder<'t> {
         });
     }
 
-    fn warn(&mut self, problem: Problem, origin: &Origin, message: String) {
+    fn warn(&mut self, problem: Problem, origin: Origin<'_>, message: String) {
         self.warnings.push(Diagnostic {
             severity: Severity::Warning,
             problem,
-            chart: origin.chart.clone(),
-            file: Some(origin.template.clone()),
-            resource: Some(origin.resource.clone()),
+            chart: origin.chart.to_string(),
+            file: Some(origin.template.to_string()),
+            resource: Some(origin.resource()),
             message,
         });
     }
 
-    fn error_at(&mut self, problem: Problem, origin: &Origin, message: String) {
+    fn error_at(&mut self, problem: Problem, origin: Origin<'_>, message: String) {
         self.error(
             problem,
-            &origin.chart.clone(),
-            Some(&origin.template.clone()),
-            Some(&origin.resource.clone()),
+            origin.chart,
+            Some(origin.template),
+            Some(&origin.resource()),
             message,
         );
     }
@@ -203,8 +259,8 @@ impl<'t> Builder<'t> {
 
         let mut crds = Vec::with_capacity(rendered.crds.len());
         for document in rendered.crds {
-            let origin = Origin::of(&document);
-            let (resource, _) = self.resource(document, &origin, true);
+            let identity = Identity::of(&document.object);
+            let (resource, _) = self.resource(document, identity, true);
             crds.push(resource);
         }
 
@@ -229,62 +285,77 @@ impl<'t> Builder<'t> {
         let mut entries = Vec::with_capacity(rendered.resources.len());
         // Objects rendered twice, found before the documents are taken apart: the index of the
         // first document of each object.
+        let identities: Vec<Identity> = rendered
+            .resources
+            .iter()
+            .map(|d| Identity::of(&d.object))
+            .collect();
         let mut duplicate_of: Vec<Option<usize>> = vec![None; rendered.resources.len()];
         {
             let mut seen: HashMap<(&str, &str, &str, &str), usize> =
-                HashMap::with_capacity(rendered.resources.len());
-            for (i, d) in rendered.resources.iter().enumerate() {
+                HashMap::with_capacity_and_hasher(identities.len(), Default::default());
+            for (i, id) in identities.iter().enumerate() {
                 let key = (
-                    group_of(d.api_version()),
-                    d.kind(),
-                    d.namespace().unwrap_or_default(),
-                    d.name(),
+                    group_of(&id.api_version),
+                    id.kind.as_str(),
+                    id.namespace.as_deref().unwrap_or_default(),
+                    id.name.as_str(),
                 );
-                if let Some(&first) = seen.get(&key) {
-                    duplicate_of[i] = Some(first);
-                } else {
-                    seen.insert(key, i);
+                match seen.entry(key) {
+                    std::collections::hash_map::Entry::Occupied(first) => {
+                        duplicate_of[i] = Some(*first.get());
+                    }
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        slot.insert(i);
+                    }
                 }
             }
         }
-        let firsts: HashMap<usize, Origin> = duplicate_of
+        let firsts: HashMap<usize, String> = duplicate_of
             .iter()
             .flatten()
-            .map(|&first| (first, Origin::of(&rendered.resources[first])))
+            .map(|&first| {
+                let d = &rendered.resources[first];
+                (first, format!("chart {}, {}", d.chart, d.template))
+            })
             .collect();
-        for (i, document) in rendered.resources.into_iter().enumerate() {
-            let origin = Origin::of(&document);
-            let Some(&chart) = self.index.get(document.chart.as_str()) else {
-                self.error_at(
-                    Problem::BadDocument,
-                    &origin,
-                    format!(
-                        "{}: chart {} is not an enabled chart of this release",
-                        origin.here(),
-                        origin.chart
-                    ),
+        // Documents come chart by chart: look a chart up only when it changes.
+        let mut last_chart: Option<(String, usize)> = None;
+        for (i, (document, identity)) in rendered.resources.into_iter().zip(identities).enumerate()
+        {
+            let origin = Origin::of(&document, &identity);
+            let cached = match &last_chart {
+                Some((path, at)) if *path == document.chart => Some(*at),
+                _ => None,
+            };
+            let found = cached.or_else(|| {
+                let at = self.index.get(document.chart.as_str()).copied()?;
+                last_chart = Some((document.chart.clone(), at));
+                Some(at)
+            });
+            let Some(chart) = found else {
+                let message = format!(
+                    "{}: chart {} is not an enabled chart of this release",
+                    origin.here(),
+                    origin.chart
                 );
+                self.error_at(Problem::BadDocument, origin, message);
                 continue;
             };
             if let Some(first) = duplicate_of[i].and_then(|f| firsts.get(&f)) {
                 let message = format!(
-                    "{} is rendered twice: by chart {}, {} and by {}; a release can hold an object once",
-                    origin.resource,
-                    first.chart,
-                    first.template,
+                    "{} is rendered twice: by {first} and by {}; a release can hold an object once",
+                    origin.resource(),
                     origin.at()
                 );
-                self.error_at(Problem::DuplicateResource, &origin, message);
+                self.error_at(Problem::DuplicateResource, origin, message);
                 continue;
             }
-            let (resource, read) = self.resource(document, &origin, false);
-            let kind_key = kind_order::sort_key(&resource.kind, Direction::Install);
-            let kind_key = (kind_key.0, kind_key.1.to_string());
+            let (resource, read) = self.resource(document, identity, false);
             entries.push(Entry {
                 chart,
-                origin,
                 resource: Some(resource),
-                kind_key,
+                kind_rank: 0,
                 layer: read.layer,
                 depends: read.depends,
                 weight: read.weight,
@@ -292,6 +363,28 @@ impl<'t> Builder<'t> {
                 deletion_phase: read.deletion_phase,
                 external: read.external,
             });
+        }
+
+        // Kinds ranked once, so that sorting a layer compares numbers.
+        let unlisted: BTreeSet<&str> = entries
+            .iter()
+            .filter_map(|e| e.resource.as_ref())
+            .map(|r| kind_order::sort_key(&r.kind, Direction::Install))
+            .filter(|(_, name)| !name.is_empty())
+            .map(|(_, name)| name)
+            .collect();
+        let unlisted: HashMap<String, u32> = unlisted
+            .into_iter()
+            .enumerate()
+            .map(|(i, kind)| (kind.to_string(), i as u32))
+            .collect();
+        for entry in &mut entries {
+            if let Some(resource) = &entry.resource {
+                let (rank, _) = kind_order::sort_key(&resource.kind, Direction::Install);
+                entry.kind_rank = unlisted
+                    .get(&resource.kind)
+                    .map_or(rank as u32, |&i| rank as u32 + i);
+            }
         }
 
         let mut by_chart: Vec<Vec<usize>> = vec![Vec::new(); self.charts.len()];
@@ -352,7 +445,7 @@ impl<'t> Builder<'t> {
                     }
                 }
             }
-            let mut disabled: HashSet<&str> = HashSet::new();
+            let mut disabled: HashSet<&str> = HashSet::default();
             for d in &node.disabled {
                 disabled.insert(d.dependency.effective_name());
                 disabled.extend(d.dependency.tags.iter().map(String::as_str));
@@ -427,7 +520,8 @@ impl<'t> Builder<'t> {
             }
 
             if let Some(text) = node.metadata.annotations.get(ann::DEPENDS_ON_SUBCHARTS) {
-                match name_list(&Value::String(text.clone())) {
+                let value = Value::String(text.clone());
+                match name_list(&value) {
                     Err(e) => self.error(
                         Problem::BadAnnotation,
                         &node.path,
@@ -441,7 +535,7 @@ impl<'t> Builder<'t> {
                     ),
                     Ok(wanted) => {
                         for name in wanted {
-                            match names.get(name.as_str()) {
+                            match names.get(name.as_ref()) {
                                 Some(targets) => {
                                     for &target in targets {
                                         if !self.charts[parent].own_after.contains(&target) {
@@ -449,7 +543,7 @@ impl<'t> Builder<'t> {
                                         }
                                     }
                                 }
-                                None if disabled.contains(name.as_str()) => {}
+                                None if disabled.contains(name.as_ref()) => {}
                                 None => {
                                     let message = format!(
                                         "unknown subchart {name:?} in chart {} ({file}): {} names it, but chart {} has no dependency or tag of that name ({})",
@@ -500,49 +594,58 @@ impl<'t> Builder<'t> {
 
     /// Reads the annotations of a document, checks their keys, and makes the resource to apply
     /// (without the sequencing annotations a real API server rejects).
-    fn resource(&mut self, mut document: Document, origin: &Origin, crd: bool) -> (Resource, Read) {
+    fn resource(
+        &mut self,
+        mut document: Document,
+        identity: Identity,
+        crd: bool,
+    ) -> (Resource, Read) {
         let mut read = Read::default();
-        if let Some(Value::Object(annotations)) = document
+        // The annotations are taken out of the object while they are read, so that the rest of
+        // the document can name it in messages.
+        let taken = document
             .object
             .get_mut("metadata")
-            .and_then(|m| m.get_mut("annotations"))
-        {
+            .and_then(|metadata| metadata.get_mut("annotations"))
+            .and_then(Value::as_object_mut)
+            .map(std::mem::take);
+        if let Some(mut annotations) = taken {
+            let origin = Origin::of(&document, &identity);
             if !crd {
-                self.read_annotations(annotations, origin, &mut read);
+                self.read_annotations(&annotations, origin, &mut read);
             }
-            let mut strip = Vec::new();
-            for key in annotations.keys() {
-                if ann::valid_annotation_key(key) {
-                    continue;
-                }
-                if key.starts_with("helm.sh/depends-on/") {
-                    strip.push(key.clone());
-                } else {
-                    strip.push(key.clone());
+            let invalid: Vec<String> = annotations
+                .keys()
+                .filter(|key| !ann::valid_annotation_key(key))
+                .cloned()
+                .collect();
+            for key in invalid {
+                if !key.starts_with("helm.sh/depends-on/") {
                     let message = format!(
                         "annotation key {key:?} of {} is not a valid Kubernetes annotation key (an optional DNS prefix and '/', then a name of letters, digits, '-', '_' and '.'); a real API server rejects the object",
                         origin.at()
                     );
                     self.error_at(Problem::InvalidAnnotationKey, origin, message);
                 }
-            }
-            for key in strip {
                 annotations.remove(&key);
             }
-        }
-        if let Some(Value::Object(metadata)) = document.object.get_mut("metadata")
-            && metadata
-                .get("annotations")
-                .and_then(Value::as_object)
-                .is_some_and(Map::is_empty)
-        {
-            metadata.remove("annotations");
+            if let Some(metadata) = document
+                .object
+                .get_mut("metadata")
+                .and_then(Value::as_object_mut)
+            {
+                if annotations.is_empty() {
+                    metadata.remove("annotations");
+                } else if let Some(Value::Object(slot)) = metadata.get_mut("annotations") {
+                    *slot = annotations;
+                }
+            }
         }
         let resource = Resource {
-            api_version: document.api_version().to_string(),
-            kind: document.kind().to_string(),
-            name: document.name().to_string(),
-            namespace: document.namespace().map(str::to_string),
+            api_version: identity.api_version,
+            kind: identity.kind,
+            name: identity.name,
+            namespace: identity.namespace,
             gate: read.gate,
             chart: document.chart,
             template: document.template,
@@ -554,7 +657,7 @@ impl<'t> Builder<'t> {
     fn read_annotations(
         &mut self,
         annotations: &Map<String, Value>,
-        origin: &Origin,
+        origin: Origin<'_>,
         read: &mut Read,
     ) {
         let bad = |builder: &mut Self, key: &str, value: &Value, why: String| {
@@ -565,129 +668,131 @@ impl<'t> Builder<'t> {
             );
             builder.error_at(Problem::BadAnnotation, origin, message);
         };
-        for key in [ann::LAYER, ann::RESOURCE_GROUP] {
-            let Some(value) = annotations.get(key) else {
-                continue;
-            };
-            let name = ann::text(value).trim().to_string();
-            if !ann::valid_layer_name(&name) {
-                bad(
-                    self,
-                    key,
-                    value,
-                    "a layer name is 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit".to_string(),
-                );
-                continue;
-            }
-            match &read.layer {
-                Some((other, other_key)) if *other != name => {
-                    let why = format!(
-                        "it names layer {name:?} but {other_key} names {other:?}; a resource is in one layer"
-                    );
-                    bad(self, key, value, why);
-                }
-                Some(_) => {}
-                None => read.layer = Some((name, key)),
-            }
-        }
-        for key in [ann::DEPENDS_ON_LAYERS, ann::DEPENDS_ON_RESOURCE_GROUPS] {
-            let Some(value) = annotations.get(key) else {
-                continue;
-            };
-            match name_list(value) {
-                Ok(names) => {
-                    for name in names {
-                        if !read.depends.iter().any(|(n, _)| *n == name) {
-                            read.depends.push((name, key));
+        // One pass over the annotations (sorted by key, so `helm.sh/layer` comes before
+        // `helm.sh/resource-group` and the messages do not depend on luck).
+        for (key, value) in annotations {
+            match key.as_str() {
+                ann::LAYER | ann::RESOURCE_GROUP => {
+                    let key = if key == ann::LAYER {
+                        ann::LAYER
+                    } else {
+                        ann::RESOURCE_GROUP
+                    };
+                    let name = ann::text(value).trim().to_string();
+                    if !ann::valid_layer_name(&name) {
+                        bad(
+                            self,
+                            key,
+                            value,
+                            "a layer name is 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit".to_string(),
+                        );
+                        continue;
+                    }
+                    match &read.layer {
+                        Some((other, other_key)) if *other != name => {
+                            let why = format!(
+                                "it names layer {name:?} but {other_key} names {other:?}; a resource is in one layer"
+                            );
+                            bad(self, key, value, why);
                         }
+                        Some(_) => {}
+                        None => read.layer = Some((name, key)),
                     }
                 }
-                Err(why) => bad(self, key, value, why),
-            }
-        }
-        if let Some(value) = annotations.get(ann::WERF_WEIGHT) {
-            match ann::integer(value) {
-                Ok(weight) => read.weight = Some(weight),
-                Err(why) => bad(self, ann::WERF_WEIGHT, value, why),
-            }
-        }
-        for (key, slot) in [
-            (ann::KOTS_CREATION_PHASE, &mut read.phase),
-            (ann::KOTS_DELETION_PHASE, &mut read.deletion_phase),
-        ] {
-            let Some(value) = annotations.get(key) else {
-                continue;
-            };
-            match ann::integer(value) {
-                Ok(phase) if PHASE_RANGE.contains(&phase) => *slot = Some(phase),
-                Ok(_) => bad(
-                    self,
-                    key,
-                    value,
-                    "a phase is from -9999 to 9999".to_string(),
-                ),
-                Err(why) => bad(self, key, value, why),
-            }
-        }
-        if let Some(value) = annotations.get(ann::KOTS_WAIT_FOR_READY) {
-            match ann::boolean(value) {
-                Ok(wait) => read.gate |= wait,
-                Err(why) => bad(self, ann::KOTS_WAIT_FOR_READY, value, why),
-            }
-        }
-        if let Some(value) = annotations.get(ann::KOTS_WAIT_FOR_PROPERTIES) {
-            if ann::text(value).trim().is_empty() {
-                bad(
-                    self,
-                    ann::KOTS_WAIT_FOR_PROPERTIES,
-                    value,
-                    "it is empty; write PATH=VALUE pairs separated by commas".to_string(),
-                );
-            } else {
-                read.gate = true;
-            }
-        }
-        for (key, value) in annotations {
-            let Some(id) = key.strip_suffix(ann::WERF_EXTERNAL_RESOURCE) else {
-                continue;
-            };
-            match ann::object_reference(value) {
-                Ok(reference) => {
-                    let namespace = annotations
-                        .get(&format!("{id}{}", ann::WERF_EXTERNAL_NAMESPACE))
-                        .map(|v| ann::text(v).trim().to_string())
-                        .filter(|v| !v.is_empty());
-                    read.external.push(ExternalDependency {
-                        id: id.to_string(),
-                        kind: reference.kind,
-                        group: reference.group,
-                        name: reference.name,
-                        namespace,
-                        declared_by: origin.resource.clone(),
-                        template: origin.template.clone(),
-                    });
+                ann::DEPENDS_ON_LAYERS | ann::DEPENDS_ON_RESOURCE_GROUPS => {
+                    let key = if key == ann::DEPENDS_ON_LAYERS {
+                        ann::DEPENDS_ON_LAYERS
+                    } else {
+                        ann::DEPENDS_ON_RESOURCE_GROUPS
+                    };
+                    match name_list(value) {
+                        Ok(names) => {
+                            for name in names {
+                                if !read.depends.iter().any(|(n, _)| *n == name) {
+                                    read.depends.push((name.into_owned(), key));
+                                }
+                            }
+                        }
+                        Err(why) => bad(self, key, value, why),
+                    }
                 }
-                Err(why) => bad(self, key, value, why),
-            }
-        }
-        if let Some(value) = annotations.get(ann::HOOK_WEIGHT) {
-            read.hook_weight = ann::integer(value).ok();
-        }
-        if annotations.contains_key(ann::DEPENDS_ON_SUBCHARTS) {
-            self.warn(
-                Problem::Ignored,
-                origin,
-                format!(
-                    "{} on {} is ignored: it belongs in the annotations of Chart.yaml",
-                    ann::DEPENDS_ON_SUBCHARTS,
-                    origin.at()
+                ann::WERF_WEIGHT => match ann::integer(value) {
+                    Ok(weight) => read.weight = Some(weight),
+                    Err(why) => bad(self, ann::WERF_WEIGHT, value, why),
+                },
+                ann::KOTS_CREATION_PHASE | ann::KOTS_DELETION_PHASE => {
+                    let (key, slot) = if key == ann::KOTS_CREATION_PHASE {
+                        (ann::KOTS_CREATION_PHASE, &mut read.phase)
+                    } else {
+                        (ann::KOTS_DELETION_PHASE, &mut read.deletion_phase)
+                    };
+                    match ann::integer(value) {
+                        Ok(phase) if PHASE_RANGE.contains(&phase) => *slot = Some(phase),
+                        Ok(_) => bad(
+                            self,
+                            key,
+                            value,
+                            "a phase is from -9999 to 9999".to_string(),
+                        ),
+                        Err(why) => bad(self, key, value, why),
+                    }
+                }
+                ann::KOTS_WAIT_FOR_READY => match ann::boolean(value) {
+                    Ok(wait) => read.gate |= wait,
+                    Err(why) => bad(self, ann::KOTS_WAIT_FOR_READY, value, why),
+                },
+                ann::KOTS_WAIT_FOR_PROPERTIES => {
+                    if ann::text(value).trim().is_empty() {
+                        bad(
+                            self,
+                            ann::KOTS_WAIT_FOR_PROPERTIES,
+                            value,
+                            "it is empty; write PATH=VALUE pairs separated by commas".to_string(),
+                        );
+                    } else {
+                        read.gate = true;
+                    }
+                }
+                ann::HOOK_WEIGHT => read.hook_weight = ann::integer(value).ok(),
+                ann::DEPENDS_ON_SUBCHARTS => self.warn(
+                    Problem::Ignored,
+                    origin,
+                    format!(
+                        "{} on {} is ignored: it belongs in the annotations of Chart.yaml",
+                        ann::DEPENDS_ON_SUBCHARTS,
+                        origin.at()
+                    ),
                 ),
-            );
+                _ => {
+                    let Some(id) = key.strip_suffix(ann::WERF_EXTERNAL_RESOURCE) else {
+                        continue;
+                    };
+                    match ann::object_reference(value) {
+                        Ok(reference) => {
+                            let namespace = annotations
+                                .get(&format!("{id}{}", ann::WERF_EXTERNAL_NAMESPACE))
+                                .map(|v| ann::text(v).trim().to_string())
+                                .filter(|v| !v.is_empty());
+                            read.external.push(ExternalDependency {
+                                id: id.to_string(),
+                                kind: reference.kind,
+                                group: reference.group,
+                                name: reference.name,
+                                namespace,
+                                declared_by: origin.resource(),
+                                template: origin.template.to_string(),
+                            });
+                        }
+                        Err(why) => bad(self, key, value, why),
+                    }
+                }
+            }
         }
     }
 
     fn hook(&mut self, document: Document) -> Option<Hook> {
-        let origin = Origin::of(&document);
+        let identity = Identity::of(&document.object);
+        let origin = Origin::of(&document, &identity);
         let annotations = document
             .object
             .get("metadata")
@@ -716,7 +821,7 @@ impl<'t> Builder<'t> {
             if !HOOK_EVENTS.contains(&event.as_str()) {
                 self.warn(
                     Problem::BadAnnotation,
-                    &origin,
+                    origin,
                     format!(
                         "unknown hook event {event:?} in {} of {}; Helm ignores it (events: {})",
                         HOOK_ANNOTATION,
@@ -729,7 +834,7 @@ impl<'t> Builder<'t> {
         if !ignored.is_empty() {
             self.warn(
                 Problem::Ignored,
-                &origin,
+                origin,
                 format!(
                     "{} on hook {} {} ignored: hooks run one at a time by {}",
                     ignored.join(", "),
@@ -739,14 +844,15 @@ impl<'t> Builder<'t> {
                 ),
             );
         }
-        let (resource, read) = self.resource(document, &origin, false);
+        let (resource, read) = self.resource(document, identity, false);
+        let origin = Origin::of_resource(&resource);
         let weight = match (&weight_text, read.hook_weight) {
             (None, _) => 0,
             (Some(_), Some(weight)) => weight,
             (Some(text), None) => {
                 self.warn(
                     Problem::BadAnnotation,
-                    &origin,
+                    origin,
                     format!(
                         "{} of {} is {text:?}, not an integer; Helm uses 0",
                         ann::HOOK_WEIGHT,
@@ -766,7 +872,7 @@ impl<'t> Builder<'t> {
             if !DELETE_POLICIES.contains(&policy.as_str()) {
                 self.warn(
                     Problem::BadAnnotation,
-                    &origin,
+                    origin,
                     format!(
                         "unknown {} {policy:?} of {}; Helm ignores it (policies: {})",
                         ann::HOOK_DELETE_POLICY,
@@ -827,11 +933,11 @@ impl<'t> Builder<'t> {
             let (b, what_b, _) = &present[1];
             let message = format!(
                 "chart {path} mixes sequencing dialects: {} has {what_a} but {} has {what_b}; use named layers, werf.io/weight or kots.io/creation-phase, one per chart",
-                entries[*a].origin.here(),
-                entries[*b].origin.here(),
+                entries[*a].origin().here(),
+                entries[*b].origin().here(),
             );
-            let origin = entries[*b].origin.clone();
-            self.error_at(Problem::MixedDialects, &origin, message);
+            let origin = entries[*b].origin();
+            self.error_at(Problem::MixedDialects, origin, message);
             return;
         }
         let dialect = present.first().map(|p| p.2).unwrap_or(Dialect::None);
@@ -905,7 +1011,7 @@ impl<'t> Builder<'t> {
     }
 
     fn named_layers(&mut self, chart: usize, path: &str, members: &[usize], entries: &[Entry]) {
-        let mut by_name: HashMap<&str, usize> = HashMap::new();
+        let mut by_name: HashMap<&str, usize> = HashMap::default();
         let mut local: Vec<usize> = Vec::new();
         // Named layers in name order, so that layers of one level come out the same every time.
         let names: BTreeSet<&str> = members
@@ -920,7 +1026,7 @@ impl<'t> Builder<'t> {
         let mut default: Option<usize> = None;
         // Edges in the local numbering: dependent -> dependency, with the entry that declared it.
         let mut edges: Vec<(usize, usize)> = Vec::new();
-        let mut declared_by: HashMap<(usize, usize), usize> = HashMap::new();
+        let mut declared_by: HashMap<(usize, usize), usize> = HashMap::default();
         for &m in members {
             let entry = &entries[m];
             let own = match &entry.layer {
@@ -931,10 +1037,10 @@ impl<'t> Builder<'t> {
                         let keys: Vec<&str> = keys.into_iter().collect();
                         self.warn(
                             Problem::Ignored,
-                            &entry.origin,
+                            entry.origin(),
                             format!(
                                 "{} has {} but no {}: it goes into layer {DEFAULT_LAYER} of chart {path}, after every layer",
-                                entry.origin.at(),
+                                entry.origin().at(),
                                 keys.join(" and "),
                                 ann::LAYER
                             ),
@@ -965,11 +1071,11 @@ impl<'t> Builder<'t> {
                         layers.sort_unstable();
                         let message = format!(
                             "unknown layer {name:?} in chart {path}: {} has {key} {name:?}, but no resource of chart {path} is in that layer (its layers: {})",
-                            entry.origin.here(),
+                            entry.origin().here(),
                             layers.join(", ")
                         );
-                        let origin = entry.origin.clone();
-                        self.error_at(Problem::UnknownLayer, &origin, message);
+                        let origin = entry.origin();
+                        self.error_at(Problem::UnknownLayer, origin, message);
                     }
                 }
             }
@@ -984,7 +1090,7 @@ impl<'t> Builder<'t> {
                 .map(|w| {
                     let by = declared_by
                         .get(&(w[0], w[1]))
-                        .map(|&m| entries[m].origin.here())
+                        .map(|&m| entries[m].origin().here())
                         .unwrap_or_default();
                     format!(
                         "{by}: {} depends on {}",
@@ -995,14 +1101,14 @@ impl<'t> Builder<'t> {
             let first = cycle
                 .windows(2)
                 .find_map(|w| declared_by.get(&(w[0], w[1])))
-                .map(|&m| entries[m].origin.clone());
+                .map(|&m| entries[m].origin());
             let message = format!(
                 "layer cycle in chart {path}: {} ({})",
                 names.join(" -> "),
                 details.join("; ")
             );
             match first {
-                Some(origin) => self.error_at(Problem::Cycle, &origin, message),
+                Some(origin) => self.error_at(Problem::Cycle, origin, message),
                 None => self.error(Problem::Cycle, path, None, None, message),
             }
         }
@@ -1127,8 +1233,14 @@ impl<'t> Builder<'t> {
         let mut placed = vec![0usize; entries.len()];
         for &(l, level) in &levels {
             let local = &self.layers[l];
-            let mut members = local.members.clone();
-            members.sort_by(|&a, &b| entries[a].kind_key.cmp(&entries[b].kind_key));
+            let mut keyed: Vec<(u32, usize)> = local
+                .members
+                .iter()
+                .map(|&m| (entries[m].kind_rank, m))
+                .collect();
+            // Kind order; documents of one kind keep their order.
+            keyed.sort_unstable();
+            let members: Vec<usize> = keyed.into_iter().map(|(_, m)| m).collect();
             let mut indices = Vec::with_capacity(members.len());
             for m in members {
                 if let Some(resource) = entries[m].resource.take() {
@@ -1221,7 +1333,7 @@ fn uninstall(
     entry_chart: &[usize],
 ) -> Vec<UninstallStep> {
     let mut phase_of = vec![None; plan.resources.len()];
-    let mut chart_has_phases: HashSet<usize> = HashSet::new();
+    let mut chart_has_phases: HashSet<usize> = HashSet::default();
     for (entry, &at) in placed.iter().enumerate() {
         phase_of[at] = deletion[entry];
         if deletion[entry].is_some() {
@@ -1247,7 +1359,7 @@ fn uninstall(
         }
         let mut resources = layer.resources.clone();
         resources.reverse();
-        resources.sort_by_key(|&r| uninstall_key(r));
+        resources.sort_by_cached_key(|&r| uninstall_key(r));
         steps_of[l].push(steps.len());
         steps.push(UninstallStep {
             chart: layer.chart.clone(),
@@ -1272,10 +1384,7 @@ fn uninstall(
         let mut previous: Option<usize> = None;
         for (phase, mut members) in groups {
             // Reverse creation order: later layers first, then Helm's uninstall kind order.
-            members.sort_by(|&(la, ra), &(lb, rb)| {
-                lb.cmp(&la)
-                    .then_with(|| uninstall_key(ra).cmp(&uninstall_key(rb)))
-            });
+            members.sort_by_cached_key(|&(l, r)| (std::cmp::Reverse(l), uninstall_key(r)));
             let at = steps.len();
             for &(l, _) in &members {
                 if !steps_of[l].contains(&at) {
@@ -1384,7 +1493,7 @@ pub(super) fn find_cycles(nodes: usize, edges: &[(usize, usize)]) -> Vec<Vec<usi
             continue;
         }
         // Shortest way from start back to start inside the component.
-        let mut parent: HashMap<usize, usize> = HashMap::new();
+        let mut parent: HashMap<usize, usize> = HashMap::default();
         let mut queue = std::collections::VecDeque::from([start]);
         let mut last = None;
         'search: while let Some(at) = queue.pop_front() {
