@@ -7,5 +7,6 @@ pub mod api;
 pub mod chart;
 pub mod cli;
 pub mod helm;
+pub mod readiness;
 pub mod render;
 pub mod yaml;
