@@ -355,11 +355,16 @@ impl Property {
 pub fn parse_expressions(text: &str) -> Result<Vec<Expression>, ExpressionError> {
     let trimmed = text.trim();
     let elements: Vec<String> = if trimmed.starts_with('[') {
-        let value = crate::yaml::parse(trimmed)
-            .map_err(|e| ExpressionError::new(format!("not a valid list of expressions: {e}")))?;
+        let value = crate::yaml::parse(trimmed).map_err(|e| {
+            ExpressionError::new(format!(
+                "not a valid list of expressions ({e}); write a list of quoted strings \
+                     such as [\"{{.succeeded}} == 1\"]"
+            ))
+        })?;
         let Value::Array(items) = value else {
             return Err(ExpressionError::new(
-                "not a valid list of expressions: write a list such as [\"succeeded==1\"]",
+                "not a valid list of expressions; write a list of quoted strings such as \
+                 [\"{.succeeded} == 1\"]",
             ));
         };
         let mut elements = Vec::new();

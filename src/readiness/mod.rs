@@ -99,7 +99,7 @@ impl fmt::Display for Verdict {
 /// annotation and quotes its text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RuleError {
-    #[error("annotation {annotation}: {source} (in {text:?})")]
+    #[error("annotation {annotation}: {}", in_context(.text, .source))]
     Expression {
         annotation: &'static str,
         text: String,
@@ -122,6 +122,16 @@ pub enum RuleError {
         annotation: String,
         found: &'static str,
     },
+}
+
+/// The expression error, followed by the whole annotation text when the error does not quote
+/// all of it already.
+fn in_context(text: &str, source: &ExpressionError) -> String {
+    if source.message.starts_with(&format!("{:?}:", text.trim())) {
+        source.message.clone()
+    } else {
+        format!("{} (in {text:?})", source.message)
+    }
 }
 
 impl RuleError {
