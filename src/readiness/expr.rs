@@ -843,12 +843,51 @@ impl<'a> Parser<'a> {
                     }
                     Some('n') => value.push('\n'),
                     Some('t') => value.push('\t'),
+                    Some('r') => value.push('\r'),
+                    Some('b') => value.push('\u{8}'),
+                    Some('f') => value.push('\u{c}'),
+                    Some('u') => value.push(self.unicode_escape()?),
                     Some(c) => value.push(c),
                 },
                 Some(c) if c == quote_char => return Ok(value),
                 Some(c) => value.push(c),
             }
         }
+    }
+
+    /// After `\\u`: four hex digits, or a surrogate pair written as two escapes (JSON's way).
+    fn unicode_escape(&mut self) -> Result<char, ExpressionError> {
+        let first = self.hex4()?;
+        let code = if (0xD800..0xDC00).contains(&first) {
+            let low = if self.rest().starts_with("\\u") {
+                self.position += 2;
+                self.hex4()?
+            } else {
+                0
+            };
+            if !(0xDC00..0xE000).contains(&low) {
+                return Err(ExpressionError::new(format!(
+                    "\\u{first:04x} starts a surrogate pair that does not end"
+                )));
+            }
+            0x10000 + ((first - 0xD800) << 10) + (low - 0xDC00)
+        } else {
+            first
+        };
+        char::from_u32(code)
+            .ok_or_else(|| ExpressionError::new(format!("\\u{code:04x} is not a character")))
+    }
+
+    fn hex4(&mut self) -> Result<u32, ExpressionError> {
+        let digits: String = self.rest().chars().take(4).collect();
+        if digits.len() != 4 || !digits.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(ExpressionError::new(format!(
+                "\\u must be followed by four hex digits, found {digits:?}"
+            )));
+        }
+        self.position += 4;
+        u32::from_str_radix(&digits, 16)
+            .map_err(|_| ExpressionError::new(format!("{digits:?} is not hexadecimal")))
     }
 
     /// The value after an operator.
@@ -960,6 +999,24 @@ mod tests {
         );
         let error = Expression::parse(&deep).unwrap_err();
         assert!(error.message.contains("nested more than"), "{error}");
+    }
+
+    #[test]
+    fn quoted_strings_take_json_escapes_so_printed_paths_parse_back() {
+        let path = Path::parse(r#"{['a\u0000b\n\ud83d\ude00\/']}"#).unwrap();
+        assert_eq!(path.segments, vec![Segment::Field("a\0b\n😀/".to_string())]);
+        assert_eq!(Path::parse(&path.to_string()).unwrap(), path);
+        // Found by the fuzz target: a name with NUL characters printed as \u0000.
+        let path = Path::parse("[\"{.s\u{0}\u{0} =de}de= :\"]").unwrap();
+        assert_eq!(Path::parse(&path.to_string()).unwrap(), path);
+        for (text, message) in [
+            (r"['\u12']", "four hex digits"),
+            (r"['\ud83d']", "surrogate pair that does not end"),
+            (r"['\ude00']", "is not a character"),
+        ] {
+            let error = Path::parse(text).unwrap_err();
+            assert!(error.message.contains(message), "{text}: {error}");
+        }
     }
 
     #[test]
