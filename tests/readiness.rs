@@ -179,3 +179,29 @@ fn the_time_waited_only_matters_for_objects_in_progress() {
         }
     }
 }
+
+#[test]
+fn the_module_reads_no_clock_and_does_no_io() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/readiness");
+    for entry in std::fs::read_dir(&dir).expect("src/readiness") {
+        let path = entry.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("source");
+        for forbidden in [
+            "SystemTime",
+            "Instant::",
+            "chrono",
+            "std::fs",
+            "std::net",
+            "std::process",
+            "tokio",
+            "kube::",
+            "std::env",
+        ] {
+            assert!(
+                !text.contains(forbidden),
+                "{} uses {forbidden}: readiness is pure (time comes in as an argument)",
+                path.display()
+            );
+        }
+    }
+}

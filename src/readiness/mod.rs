@@ -453,3 +453,74 @@ pub fn check(
         (verdict, _) => verdict,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn verdicts_serialise_with_their_reason() {
+        for (verdict, text) in [
+            (Verdict::Ready, r#""Ready""#),
+            (
+                Verdict::InProgress("1 of 3 replicas available".into()),
+                r#"{"InProgress":"1 of 3 replicas available"}"#,
+            ),
+            (Verdict::Failed("failed".into()), r#"{"Failed":"failed"}"#),
+        ] {
+            assert_eq!(serde_json::to_string(&verdict).unwrap(), text);
+            assert_eq!(serde_json::from_str::<Verdict>(text).unwrap(), verdict);
+        }
+    }
+
+    #[test]
+    fn objects_are_named_by_kind_and_name() {
+        assert_eq!(
+            describe(&json!({"kind": "Job", "metadata": {"name": "migrate"}})),
+            "Job migrate"
+        );
+        assert_eq!(describe(&json!({"kind": "Job"})), "Job");
+        assert_eq!(describe(&json!({"metadata": {"name": "x"}})), "object x");
+    }
+
+    #[test]
+    fn the_annotation_text_is_quoted_once() {
+        let error = |text: &str| {
+            Rules::from_annotations(&BTreeMap::from([(
+                SUCCESS_ANNOTATION.to_string(),
+                text.to_string(),
+            )]))
+            .unwrap_err()
+            .to_string()
+        };
+        assert_eq!(
+            error("a = 1"),
+            "annotation helm.sh/readiness-success: \"a = 1\": unknown operator \"=\" (did you mean ==?)"
+        );
+        assert_eq!(
+            error("[\"a == 1\", \"b\"]"),
+            "annotation helm.sh/readiness-success: \"b\": expected an operator (== != < <= > >=) \
+             after the path .b, found the end of the text (in \"[\\\"a == 1\\\", \\\"b\\\"]\")"
+        );
+    }
+
+    #[test]
+    fn the_timeout_counts_from_the_override_or_the_default() {
+        let rules = Rules::from_annotations(&BTreeMap::from([(
+            TIMEOUT_ANNOTATION.to_string(),
+            "20s".to_string(),
+        )]))
+        .unwrap();
+        assert_eq!(rules.timeout(), Some(Duration::from_secs(20)));
+        assert_eq!(
+            rules.effective_timeout(Duration::from_secs(300)),
+            Duration::from_secs(20)
+        );
+        assert_eq!(
+            Rules::default().effective_timeout(Duration::from_secs(300)),
+            Duration::from_secs(300)
+        );
+        assert!(!rules.is_custom() && !rules.is_empty());
+    }
+}
