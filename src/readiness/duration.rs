@@ -132,9 +132,9 @@ pub fn format_duration(duration: Duration) -> String {
     let nanos = duration.subsec_nanos();
     let seconds = duration.as_secs();
     if seconds == 0 {
-        return if nanos % 1_000_000 == 0 {
+        return if nanos.is_multiple_of(1_000_000) {
             format!("{}ms", nanos / 1_000_000)
-        } else if nanos % 1_000 == 0 {
+        } else if nanos.is_multiple_of(1_000) {
             format!("{}µs", nanos / 1_000)
         } else {
             format!("{nanos}ns")
