@@ -433,6 +433,38 @@ pub fn assess(object: &Value, rules: &Rules) -> Verdict {
 /// waited its timeout (`helm.sh/readiness-timeout`, else `default_timeout`, the release's
 /// `readinessTimeout`) is Failed: `readiness timeout after 20s: Deployment web: 1 of 3
 /// replicas available`. Ready and Failed do not depend on the time.
+///
+/// ```
+/// use std::time::Duration;
+/// use sequenced::readiness::{Rules, Verdict, check};
+///
+/// let job = serde_json::json!({
+///     "apiVersion": "batch/v1",
+///     "kind": "Job",
+///     "metadata": {
+///         "name": "barz",
+///         "annotations": {
+///             "helm.sh/readiness-success": "[\"succeeded==1\"]",
+///             "helm.sh/readiness-timeout": "20s",
+///         },
+///     },
+///     "status": {"active": 1, "succeeded": 0},
+/// });
+/// let rules = Rules::from_object(&job)?;
+/// let release_timeout = Duration::from_secs(300);
+/// assert_eq!(
+///     check(&job, &rules, Some(Duration::from_secs(5)), release_timeout),
+///     Verdict::InProgress("Job barz: waiting for succeeded==1 (status.succeeded is 0)".into())
+/// );
+/// assert_eq!(
+///     check(&job, &rules, Some(Duration::from_secs(21)), release_timeout),
+///     Verdict::Failed(
+///         "readiness timeout after 20s: Job barz: waiting for succeeded==1 (status.succeeded is 0)"
+///             .into()
+///     )
+/// );
+/// # Ok::<(), sequenced::readiness::RuleError>(())
+/// ```
 pub fn check(
     object: &Value,
     rules: &Rules,
