@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// Why a duration could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid duration {text:?}: {message}")]
+#[error("invalid duration {}: {message}", super::expr::quote(.text))]
 pub struct DurationError {
     /// The text as given.
     pub text: String,
@@ -84,8 +84,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
         let (unit, after) = after.split_at(unit_len);
         if unit.is_empty() {
             return Err(error(&format!(
-                "the number {integer}{}{fraction} has no unit (use ms, s, m or h, as in 30s or 5m)",
-                if fraction.is_empty() { "" } else { "." }
+                "the number {} has no unit (use ms, s, m or h, as in 30s or 5m)",
+                super::expr::cut(&format!(
+                    "{integer}{}{fraction}",
+                    if fraction.is_empty() { "" } else { "." }
+                ))
             )));
         }
         let scale = UNITS
@@ -93,7 +96,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
             .find(|(name, _)| *name == unit)
             .map(|(_, scale)| *scale)
             .filter(|scale| *scale > 0)
-            .ok_or_else(|| error(&format!("unknown unit {unit:?} (use ms, s, m or h)")))?;
+            .ok_or_else(|| {
+                error(&format!(
+                    "unknown unit {:?} (use ms, s, m or h)",
+                    super::expr::cut(unit)
+                ))
+            })?;
         let too_large = || error("too large (the maximum is about 292 years)");
         let mut nanos: u128 = 0;
         for digit in integer.bytes() {
@@ -211,8 +219,19 @@ mod tests {
         ] {
             let error = parse_duration(text).expect_err(text);
             assert!(error.to_string().contains(message), "{text}: {error}");
-            assert!(error.to_string().contains(&format!("{text:?}")), "{error}");
+            assert!(
+                error.to_string().contains(&format!("{:?}", text.trim())),
+                "{error}"
+            );
         }
+    }
+
+    #[test]
+    fn long_text_is_quoted_cut_short() {
+        let error = parse_duration(&"9".repeat(100_000))
+            .unwrap_err()
+            .to_string();
+        assert!(error.len() < 400, "{error}");
     }
 
     #[test]

@@ -304,7 +304,8 @@ impl Property {
         parser.skip_ws();
         if !parser.eat('=') {
             return Err(fail(ExpressionError::new(format!(
-                "expected = after the path {path}, found {}",
+                "expected = after the path {}, found {}",
+                cut(&path.to_string()),
                 parser.describe_next()
             ))));
         }
@@ -458,8 +459,29 @@ fn split_top_level(text: &str) -> Vec<&str> {
     pieces
 }
 
-fn quote(text: &str) -> String {
-    format!("{:?}", text.trim())
+/// How much of a text an error message quotes.
+const MAX_QUOTED: usize = 120;
+
+/// The text, trimmed, in quotes; a long text is cut after [`MAX_QUOTED`] characters (an
+/// annotation may hold up to 256 KiB, and messages end up in status and events).
+pub(crate) fn quote(text: &str) -> String {
+    let text = text.trim();
+    if text.chars().count() <= MAX_QUOTED {
+        format!("{text:?}")
+    } else {
+        let cut: String = text.chars().take(MAX_QUOTED).collect();
+        format!("{cut:?}...")
+    }
+}
+
+/// The text as it is, cut short like [`quote`] does.
+pub(crate) fn cut(text: &str) -> String {
+    if text.chars().count() <= MAX_QUOTED {
+        text.to_string()
+    } else {
+        let cut: String = text.chars().take(MAX_QUOTED).collect();
+        format!("{cut}...")
+    }
 }
 
 fn parse_comparison(text: &str) -> Result<Comparison, ExpressionError> {
@@ -687,11 +709,11 @@ impl<'a> Parser<'a> {
         let operator = match Operator::from_symbol(symbol) {
             Some(operator) => operator,
             None if symbol.is_empty() => {
-                let shown = if in_filter {
+                let shown = cut(&if in_filter {
                     format!("@{path}")
                 } else {
                     path.to_string()
-                };
+                });
                 return Err(ExpressionError::new(format!(
                     "expected an operator (== != < <= > >=) after the path {shown}, found {}",
                     self.describe_next()
@@ -704,7 +726,8 @@ impl<'a> Parser<'a> {
             }
             None => {
                 return Err(ExpressionError::new(format!(
-                    "unknown operator {symbol:?} (use one of == != < <= > >=)"
+                    "unknown operator {} (use one of == != < <= > >=)",
+                    quote(symbol)
                 )));
             }
         };
@@ -712,8 +735,9 @@ impl<'a> Parser<'a> {
         let value = self.literal(operator, in_filter)?;
         if operator.is_ordering() && literal_number(&value).is_none() {
             return Err(ExpressionError::new(format!(
-                "operator {} compares numbers, and {value} is not a number",
-                operator.symbol()
+                "operator {} compares numbers, and {} is not a number",
+                operator.symbol(),
+                cut(&value.to_string())
             )));
         }
         Ok(Comparison {
@@ -803,7 +827,7 @@ impl<'a> Parser<'a> {
             Some(c) if c == '-' || c.is_ascii_digit() => {
                 let digits = self.take_while(|c| c == '-' || c.is_ascii_digit());
                 let index = digits.parse::<i64>().map_err(|_| {
-                    ExpressionError::new(format!("{digits:?} is not an index such as [0]"))
+                    ExpressionError::new(format!("{} is not an index such as [0]", quote(digits)))
                 })?;
                 Segment::Index(index)
             }
@@ -831,14 +855,14 @@ impl<'a> Parser<'a> {
                 None => {
                     return Err(ExpressionError::new(format!(
                         "unterminated string {} (missing closing {quote_char})",
-                        &self.text[start..]
+                        cut(&self.text[start..])
                     )));
                 }
                 Some('\\') => match self.bump() {
                     None => {
                         return Err(ExpressionError::new(format!(
                             "unterminated string {} (missing closing {quote_char})",
-                            &self.text[start..]
+                            cut(&self.text[start..])
                         )));
                     }
                     Some('n') => value.push('\n'),
@@ -907,7 +931,8 @@ impl<'a> Parser<'a> {
                     .take_while(|c| !c.is_whitespace() && !(in_filter && (c == ')' || c == ']')));
                 if word.contains(['"', '\'']) {
                     return Err(ExpressionError::new(format!(
-                        "stray quote in the value {word} (quote the whole value)"
+                        "stray quote in the value {} (quote the whole value)",
+                        cut(word)
                     )));
                 }
                 Ok(classify(word))
@@ -1017,6 +1042,18 @@ mod tests {
             let error = Path::parse(text).unwrap_err();
             assert!(error.message.contains(message), "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn errors_quote_long_text_cut_short() {
+        let long = format!("a {}", "x".repeat(10_000));
+        let error = Expression::parse(&long).unwrap_err();
+        assert!(error.message.len() < 400, "{}", error.message);
+        assert!(
+            error
+                .message
+                .starts_with(&format!("\"a {}\"...: ", "x".repeat(118)))
+        );
     }
 
     #[test]

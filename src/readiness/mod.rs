@@ -112,7 +112,8 @@ pub enum RuleError {
         source: DurationError,
     },
     #[error(
-        "annotation {WAIT_FOR_READY_ANNOTATION}: {text:?} is not a boolean (write \"true\" or \"false\")"
+        "annotation {WAIT_FOR_READY_ANNOTATION}: {} is not a boolean (write \"true\" or \"false\")",
+        expr::quote(.text)
     )]
     WaitForReady { text: String },
     #[error(
@@ -127,10 +128,11 @@ pub enum RuleError {
 /// The expression error, followed by the whole annotation text when the error does not quote
 /// all of it already.
 fn in_context(text: &str, source: &ExpressionError) -> String {
-    if source.message.starts_with(&format!("{:?}:", text.trim())) {
+    let quoted = expr::quote(text);
+    if source.message.starts_with(&format!("{quoted}:")) {
         source.message.clone()
     } else {
-        format!("{} (in {text:?})", source.message)
+        format!("{} (in {quoted})", source.message)
     }
 }
 
