@@ -8,5 +8,6 @@ pub mod chart;
 pub mod cli;
 pub mod helm;
 pub mod plan;
+pub mod readiness;
 pub mod render;
 pub mod yaml;

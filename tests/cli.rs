@@ -133,7 +133,6 @@ fn commands_of_later_issues_say_they_are_not_implemented() {
     for args in [
         vec!["run"],
         vec!["status", "shop"],
-        vec!["ready", "-f", "-"],
     ] {
         let line = one_line_error(&args);
         assert!(line.contains("not implemented yet"), "{args:?}: {line}");

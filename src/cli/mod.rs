@@ -2,6 +2,7 @@
 
 mod graph;
 mod lint;
+mod ready;
 mod template;
 
 use std::path::PathBuf;
@@ -80,9 +81,13 @@ pub enum Command {
     Status(StatusArgs),
     /// Judge whether Kubernetes objects are ready, as the operator would.
     #[command(
-        long_about = "Read Kubernetes objects (one, many, or a List) from a file or stdin and print, for \
-                      each, whether it is ready and why, using the same rules as the operator. Exit code 0 \
-                      when all are ready, 1 when any is in progress, 2 when any failed."
+        long_about = "Read Kubernetes objects (one, many, or a List; YAML or JSON) from a file or stdin and \
+                      print, for each, whether it is ready and why, using the same rules as the operator: \
+                      the built-in rule of its kind, or its readiness annotations \
+                      (helm.sh/readiness-success, helm.sh/readiness-failure, kots.io/wait-for-properties). \
+                      Timeouts (helm.sh/readiness-timeout) are not applied: a single look has not waited. \
+                      Exit code 0 when all are ready, 1 when any is in progress, 2 when any failed or the \
+                      input is bad.\n\nExample: kubectl get deploy web -o yaml | sequenced ready -f -"
     )]
     Ready(ReadyArgs),
 }
@@ -293,7 +298,7 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::Status(_) => not_implemented("status", "issue 7, operating it"),
-        Command::Ready(_) => not_implemented("ready", "issue 4, readiness"),
+        Command::Ready(args) => ready::run(&args),
     }
 }
 
