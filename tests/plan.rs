@@ -816,7 +816,15 @@ fn errors_of_kots_annotations() {
         ),
         (
             vec![("kots.io/wait-for-ready", "maybe")],
-            "\"maybe\" is not true or false",
+            "annotation kots.io/wait-for-ready: \"maybe\" is not a boolean (write \"true\" or \"false\"), in chart shop, templates/a.yaml Deployment/a",
+        ),
+        (
+            vec![("helm.sh/readiness-success", "[\"succeeded=>1\"]")],
+            "annotation helm.sh/readiness-success: ",
+        ),
+        (
+            vec![("helm.sh/readiness-timeout", "soon")],
+            "annotation helm.sh/readiness-timeout: ",
         ),
     ];
     for (annotations, expected) in cases {

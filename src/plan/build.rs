@@ -16,7 +16,17 @@ use super::{
     LayerDependency, Plan, PlanError, Problem, Resource, Severity, UninstallStep, Wait,
 };
 use crate::chart::{ChartNode, ChartTree};
+use crate::readiness;
 use crate::render::{Document, HOOK_ANNOTATION, Rendered};
+
+/// The annotations the readiness rules read.
+const READINESS_KEYS: [&str; 5] = [
+    readiness::SUCCESS_ANNOTATION,
+    readiness::FAILURE_ANNOTATION,
+    readiness::TIMEOUT_ANNOTATION,
+    readiness::WAIT_FOR_READY_ANNOTATION,
+    readiness::WAIT_FOR_PROPERTIES_ANNOTATION,
+];
 
 /// The hook events Helm knows.
 const HOOK_EVENTS: [&str; 10] = [
@@ -668,6 +678,7 @@ impl<'t> Builder<'t> {
             );
             builder.error_at(Problem::BadAnnotation, origin, message);
         };
+        let mut has_readiness = false;
         // One pass over the annotations (sorted by key, so `helm.sh/layer` comes before
         // `helm.sh/resource-group` and the messages do not depend on luck).
         for (key, value) in annotations {
@@ -737,22 +748,12 @@ impl<'t> Builder<'t> {
                         Err(why) => bad(self, key, value, why),
                     }
                 }
-                ann::KOTS_WAIT_FOR_READY => match ann::boolean(value) {
-                    Ok(wait) => read.gate |= wait,
-                    Err(why) => bad(self, ann::KOTS_WAIT_FOR_READY, value, why),
-                },
-                ann::KOTS_WAIT_FOR_PROPERTIES => {
-                    if ann::text(value).trim().is_empty() {
-                        bad(
-                            self,
-                            ann::KOTS_WAIT_FOR_PROPERTIES,
-                            value,
-                            "it is empty; write PATH=VALUE pairs separated by commas".to_string(),
-                        );
-                    } else {
-                        read.gate = true;
-                    }
-                }
+                // The readiness annotations are read by the readiness rules, below.
+                readiness::SUCCESS_ANNOTATION
+                | readiness::FAILURE_ANNOTATION
+                | readiness::TIMEOUT_ANNOTATION
+                | readiness::WAIT_FOR_READY_ANNOTATION
+                | readiness::WAIT_FOR_PROPERTIES_ANNOTATION => has_readiness = true,
                 ann::HOOK_WEIGHT => read.hook_weight = ann::integer(value).ok(),
                 ann::DEPENDS_ON_SUBCHARTS => self.warn(
                     Problem::Ignored,
@@ -785,6 +786,22 @@ impl<'t> Builder<'t> {
                         }
                         Err(why) => bad(self, key, value, why),
                     }
+                }
+            }
+        }
+        if has_readiness {
+            // Checked as the operator will use them, so a bad expression fails here, before
+            // anything is applied.
+            let strings: BTreeMap<String, String> = annotations
+                .iter()
+                .filter(|(key, _)| READINESS_KEYS.contains(&key.as_str()))
+                .map(|(key, value)| (key.clone(), ann::text(value).into_owned()))
+                .collect();
+            match readiness::Rules::from_annotations(&strings) {
+                Ok(rules) => read.gate = rules.waits_in_kots_phases(),
+                Err(e) => {
+                    let message = format!("{e}, in {}", origin.at());
+                    self.error_at(Problem::BadAnnotation, origin, message);
                 }
             }
         }
