@@ -130,10 +130,7 @@ fn crd_prints_the_crd() {
 
 #[test]
 fn commands_of_later_issues_say_they_are_not_implemented() {
-    for args in [
-        vec!["run"],
-        vec!["status", "shop"],
-    ] {
+    for args in [vec!["run"], vec!["status", "shop"]] {
         let line = one_line_error(&args);
         assert!(line.contains("not implemented yet"), "{args:?}: {line}");
     }
