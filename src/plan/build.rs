@@ -510,20 +510,8 @@ impl<'t> Builder<'t> {
                         }
                         None if disabled.contains(name.as_str()) => {}
                         None => {
-                            let message = format!(
-                                "unknown subchart {name:?} in chart {} ({file}): dependency {} depends-on it, but chart {} has no dependency or tag of that name ({})",
-                                node.path,
-                                child_node.name,
-                                node.path,
-                                known(&names)
-                            );
-                            self.error(
-                                Problem::UnknownSubchart,
-                                &node.path,
-                                Some(&file),
-                                None,
-                                message,
-                            );
+                            let named_by = format!("dependency {} depends-on it", child_node.name);
+                            self.unknown_subchart(node, &file, &name, &named_by, known(&names));
                         }
                     }
                 }
@@ -555,19 +543,14 @@ impl<'t> Builder<'t> {
                                 }
                                 None if disabled.contains(name.as_ref()) => {}
                                 None => {
-                                    let message = format!(
-                                        "unknown subchart {name:?} in chart {} ({file}): {} names it, but chart {} has no dependency or tag of that name ({})",
-                                        node.path,
-                                        ann::DEPENDS_ON_SUBCHARTS,
-                                        node.path,
-                                        known(&names)
-                                    );
-                                    self.error(
-                                        Problem::UnknownSubchart,
-                                        &node.path,
-                                        Some(&file),
-                                        None,
-                                        message,
+                                    let named_by =
+                                        format!("{} names it", ann::DEPENDS_ON_SUBCHARTS);
+                                    self.unknown_subchart(
+                                        node,
+                                        &file,
+                                        &name,
+                                        &named_by,
+                                        known(&names),
                                     );
                                 }
                             }
@@ -600,6 +583,28 @@ impl<'t> Builder<'t> {
                 self.error(Problem::Cycle, &node.path, Some(&file), None, message);
             }
         }
+    }
+
+    /// A dependency on a subchart name or tag that chart `node` does not have.
+    fn unknown_subchart(
+        &mut self,
+        node: &ChartNode,
+        file: &str,
+        name: &str,
+        named_by: &str,
+        known: String,
+    ) {
+        let message = format!(
+            "unknown subchart {name:?} in chart {} ({file}): {named_by}, but chart {} has no dependency or tag of that name ({known})",
+            node.path, node.path
+        );
+        self.error(
+            Problem::UnknownSubchart,
+            &node.path,
+            Some(file),
+            None,
+            message,
+        );
     }
 
     /// Reads the annotations of a document, checks their keys, and makes the resource to apply
