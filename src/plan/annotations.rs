@@ -26,9 +26,9 @@ pub const KOTS_CREATION_PHASE: &str = "kots.io/creation-phase";
 /// `kots.io/deletion-phase` (seed 002): numeric phases of uninstall.
 pub const KOTS_DELETION_PHASE: &str = "kots.io/deletion-phase";
 /// `kots.io/wait-for-ready` (seed 002): later phases wait until this resource is ready.
-pub const KOTS_WAIT_FOR_READY: &str = "kots.io/wait-for-ready";
+pub const KOTS_WAIT_FOR_READY: &str = crate::readiness::WAIT_FOR_READY_ANNOTATION;
 /// `kots.io/wait-for-properties` (seed 002): later phases wait until these properties match.
-pub const KOTS_WAIT_FOR_PROPERTIES: &str = "kots.io/wait-for-properties";
+pub const KOTS_WAIT_FOR_PROPERTIES: &str = crate::readiness::WAIT_FOR_PROPERTIES_ANNOTATION;
 /// The suffix of werf's external dependency annotations: `<id>.external-dependency.werf.io/resource`.
 pub const WERF_EXTERNAL_RESOURCE: &str = ".external-dependency.werf.io/resource";
 /// `<id>.external-dependency.werf.io/namespace`.
@@ -202,16 +202,6 @@ pub fn integer(value: &Value) -> Result<i64, String> {
         .ok_or_else(|| format!("{text:?} is not an integer"))
 }
 
-/// Reads a boolean annotation the way KOTS does (`"true"`/`"false"`, any case).
-pub fn boolean(value: &Value) -> Result<bool, String> {
-    let text = text(value);
-    match text.trim().to_ascii_lowercase().as_str() {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err(format!("{text:?} is not true or false")),
-    }
-}
-
 /// An external object a resource waits for: `KIND[.GROUP]/NAME`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectReference {
@@ -314,16 +304,13 @@ mod tests {
     }
 
     #[test]
-    fn integers_and_booleans() {
+    fn integers() {
         assert_eq!(integer(&json!("-1")).unwrap(), -1);
         assert_eq!(integer(&json!(" +5 ")).unwrap(), 5);
         assert_eq!(integer(&json!(3)).unwrap(), 3);
         assert!(integer(&json!("1.5")).is_err());
         assert!(integer(&json!("")).is_err());
         assert!(integer(&json!("ten")).is_err());
-        assert!(boolean(&json!("True")).unwrap());
-        assert!(!boolean(&json!("false")).unwrap());
-        assert!(boolean(&json!("yes")).is_err());
     }
 
     #[test]

@@ -276,9 +276,8 @@ impl<'t> Builder<'t> {
 
         let mut hooks = Vec::with_capacity(rendered.hooks.len());
         for document in rendered.hooks {
-            if let Some(hook) = self.hook(document) {
-                hooks.push(hook);
-            }
+            let hook = self.hook(document);
+            hooks.push(hook);
         }
         hooks.sort_by(|a, b| {
             (
@@ -306,7 +305,7 @@ impl<'t> Builder<'t> {
                 HashMap::with_capacity_and_hasher(identities.len(), Default::default());
             for (i, id) in identities.iter().enumerate() {
                 let key = (
-                    group_of(&id.api_version),
+                    super::api_group(&id.api_version),
                     id.kind.as_str(),
                     id.namespace.as_deref().unwrap_or_default(),
                     id.name.as_str(),
@@ -812,7 +811,7 @@ impl<'t> Builder<'t> {
         }
     }
 
-    fn hook(&mut self, document: Document) -> Option<Hook> {
+    fn hook(&mut self, document: Document) -> Hook {
         let identity = Identity::of(&document.object);
         let origin = Origin::of(&document, &identity);
         let annotations = document
@@ -907,7 +906,7 @@ impl<'t> Builder<'t> {
         if delete_policies.is_empty() {
             delete_policies.push("before-hook-creation".to_string());
         }
-        Some(Hook {
+        Hook {
             resource: Resource {
                 gate: false,
                 ..resource
@@ -916,7 +915,7 @@ impl<'t> Builder<'t> {
             weight,
             delete_policies,
             external: read.external,
-        })
+        }
     }
 
     /// Groups the main resources of one chart into layers and connects them.
@@ -1337,13 +1336,6 @@ impl<'t> Builder<'t> {
         plan.uninstall = uninstall(&plan, &placed, &deletion, &entry_chart);
         plan
     }
-}
-
-fn group_of(api_version: &str) -> &str {
-    api_version
-        .rsplit_once('/')
-        .map(|(group, _)| group)
-        .unwrap_or("")
 }
 
 /// The uninstall steps: one per layer in reverse DAG order, except in charts that use

@@ -86,11 +86,16 @@ impl Resource {
 
     /// The API group (empty for the core group).
     pub fn group(&self) -> &str {
-        self.api_version
-            .rsplit_once('/')
-            .map(|(group, _)| group)
-            .unwrap_or("")
+        api_group(&self.api_version)
     }
+}
+
+/// The group of an apiVersion: `apps` of `apps/v1`, empty for the core group (`v1`).
+pub fn api_group(api_version: &str) -> &str {
+    api_version
+        .rsplit_once('/')
+        .map(|(group, _)| group)
+        .unwrap_or("")
 }
 
 /// How a chart groups its main resources.
