@@ -73,9 +73,11 @@ pub fn load_and_render(args: &ChartArgs) -> Result<LoadedChart, CommandError> {
 
 /// Runs the command and returns what it prints.
 pub fn run(args: &TemplateArgs) -> Result<String, CommandError> {
-    let loaded = load_and_render(&args.chart)?;
+    let mut loaded = load_and_render(&args.chart)?;
     let texts = original_texts(&loaded.rendered);
-    let plan = crate::plan::plan(&loaded.tree, loaded.rendered.clone())?;
+    // The planner takes the documents; the output needs only their texts, kept above.
+    let rendered = std::mem::take(&mut loaded.rendered);
+    let plan = crate::plan::plan(&loaded.tree, rendered)?;
     Ok(format_output(&loaded, &plan, &texts))
 }
 

@@ -274,11 +274,7 @@ impl<'t> Builder<'t> {
             crds.push(resource);
         }
 
-        let mut hooks = Vec::with_capacity(rendered.hooks.len());
-        for document in rendered.hooks {
-            let hook = self.hook(document);
-            hooks.push(hook);
-        }
+        let mut hooks: Vec<Hook> = rendered.hooks.into_iter().map(|d| self.hook(d)).collect();
         hooks.sort_by(|a, b| {
             (
                 a.weight,
