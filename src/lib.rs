@@ -6,8 +6,12 @@
 pub mod api;
 pub mod chart;
 pub mod cli;
+pub mod cluster;
+pub mod controller;
 pub mod helm;
+pub mod history;
 pub mod plan;
 pub mod readiness;
 pub mod render;
+pub mod rollout;
 pub mod yaml;

@@ -3,6 +3,7 @@
 mod graph;
 mod lint;
 mod ready;
+mod run;
 mod template;
 
 use std::path::PathBuf;
@@ -94,9 +95,15 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Address of the metrics and health endpoints.
+    /// Address of the metrics and health endpoints (served from issue 7 on).
     #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:8080")]
     pub metrics_addr: String,
+    /// How many releases are reconciled at once.
+    #[arg(long, value_name = "N", default_value_t = 16, env = "SEQUENCED_CONCURRENCY", value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+    /// This controller's name in events (default: the host name, as a pod's name).
+    #[arg(long, value_name = "NAME", env = "SEQUENCED_IDENTITY")]
+    pub identity: Option<String>,
 }
 
 /// Where the chart comes from and how it is rendered: the flags `template`, `graph` and `lint` share.
@@ -280,7 +287,7 @@ pub fn run(cli: Cli) -> ExitCode {
             }
             Err(e) => fail(&e.to_string()),
         },
-        Command::Run(_) => not_implemented("run", "issue 5, the controller"),
+        Command::Run(args) => run::run(&args),
         Command::Graph(args) => match graph::run(&args) {
             Ok(output) => {
                 print!("{output}");

@@ -1,0 +1,293 @@
+//! All Kubernetes I/O of a release: discovery, server-side apply, get and delete of untyped
+//! objects, and the cluster's capabilities for rendering.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::core::ApiResource;
+use kube::discovery::{ApiCapabilities, Discovery, Scope};
+use kube::Client;
+use serde_json::Value;
+use tokio::sync::RwLock;
+
+use crate::history::ObjectKey;
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "sequenced";
+
+/// Discovery is refreshed on an unknown kind at most this often.
+const REFRESH_EVERY: Duration = Duration::from_secs(2);
+
+/// What went wrong talking to the API server.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("the API server does not serve kind {kind} of {api_version}")]
+    UnknownKind { api_version: String, kind: String },
+    #[error("discovery: {0}")]
+    Discovery(#[source] kube::Error),
+    #[error("{action} {object}: {message}")]
+    Api {
+        action: &'static str,
+        object: String,
+        message: String,
+        code: Option<u16>,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl ClusterError {
+    /// A fixed short category, for metrics labels.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ClusterError::UnknownKind { .. } => "unknown_kind",
+            ClusterError::Discovery(_) => "discovery",
+            ClusterError::Api { code, .. } => match code {
+                Some(403) => "forbidden",
+                Some(404) => "not_found",
+                Some(409) => "conflict",
+                Some(400 | 422) => "invalid",
+                Some(429) => "throttled",
+                Some(c) if *c >= 500 => "server",
+                _ => "api",
+            },
+        }
+    }
+
+    /// Whether retrying the same request later can succeed: server errors, throttling,
+    /// conflicts and connection problems, but not a request the server refused as invalid.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClusterError::UnknownKind { .. } => true,
+            ClusterError::Discovery(_) => true,
+            ClusterError::Api { code, .. } => !matches!(code, Some(400 | 403 | 422)),
+        }
+    }
+}
+
+fn api_error(action: &'static str, object: String, source: kube::Error) -> ClusterError {
+    let (message, code) = match &source {
+        kube::Error::Api(status) => (status.message.clone(), Some(status.code)),
+        other => (other.to_string(), None),
+    };
+    ClusterError::Api {
+        action,
+        object,
+        message,
+        code,
+        source,
+    }
+}
+
+fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == 404)
+}
+
+/// What discovery found.
+#[derive(Default)]
+struct Catalog {
+    kinds: HashMap<(String, String), (ApiResource, ApiCapabilities)>,
+    kube_version: Option<String>,
+    api_versions: Vec<String>,
+    refreshed: Option<Instant>,
+}
+
+/// A kind the API server serves.
+#[derive(Debug, Clone)]
+pub struct Kind {
+    pub resource: ApiResource,
+    pub namespaced: bool,
+}
+
+/// The API server, as one release's operations see it.
+pub struct Cluster {
+    client: Client,
+    catalog: RwLock<Catalog>,
+}
+
+impl Cluster {
+    pub fn new(client: Client) -> Cluster {
+        Cluster {
+            client,
+            catalog: RwLock::new(Catalog::default()),
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Reads discovery and the server version again.
+    pub async fn refresh(&self) -> Result<(), ClusterError> {
+        let discovery = Discovery::new(self.client.clone())
+            .run()
+            .await
+            .map_err(ClusterError::Discovery)?;
+        let version = self
+            .client
+            .apiserver_version()
+            .await
+            .map_err(ClusterError::Discovery)?;
+        let mut kinds = HashMap::new();
+        let mut api_versions = Vec::new();
+        for group in discovery.groups() {
+            for version in group.versions() {
+                let gv = if group.name().is_empty() {
+                    version.to_string()
+                } else {
+                    format!("{}/{version}", group.name())
+                };
+                api_versions.push(gv.clone());
+                for (resource, caps) in group.versioned_resources(version) {
+                    api_versions.push(format!("{gv}/{}", resource.kind));
+                    kinds.insert((gv.clone(), resource.kind.clone()), (resource, caps));
+                }
+            }
+        }
+        api_versions.sort();
+        api_versions.dedup();
+        let mut catalog = self.catalog.write().await;
+        catalog.kinds = kinds;
+        catalog.api_versions = api_versions;
+        catalog.kube_version = Some(version.git_version);
+        catalog.refreshed = Some(Instant::now());
+        Ok(())
+    }
+
+    async fn ensure_discovered(&self) -> Result<(), ClusterError> {
+        if self.catalog.read().await.refreshed.is_none() {
+            self.refresh().await?;
+        }
+        Ok(())
+    }
+
+    /// `--kube-version` and `--api-versions` for `helm template`.
+    pub async fn capabilities(&self) -> Result<(Option<String>, Vec<String>), ClusterError> {
+        self.ensure_discovered().await?;
+        let catalog = self.catalog.read().await;
+        Ok((catalog.kube_version.clone(), catalog.api_versions.clone()))
+    }
+
+    /// The kind behind `api_version` and `kind`; discovery is read again when the kind is new
+    /// (a CRD applied a moment ago).
+    pub async fn kind(&self, api_version: &str, kind: &str) -> Result<Kind, ClusterError> {
+        self.ensure_discovered().await?;
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(found) = self.lookup(&key).await {
+            return Ok(found);
+        }
+        let stale = self
+            .catalog
+            .read()
+            .await
+            .refreshed
+            .is_none_or(|at| at.elapsed() >= REFRESH_EVERY);
+        if stale {
+            self.refresh().await?;
+            if let Some(found) = self.lookup(&key).await {
+                return Ok(found);
+            }
+        }
+        Err(ClusterError::UnknownKind {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+        })
+    }
+
+    async fn lookup(&self, key: &(String, String)) -> Option<Kind> {
+        let catalog = self.catalog.read().await;
+        catalog.kinds.get(key).map(|(resource, caps)| Kind {
+            resource: resource.clone(),
+            namespaced: caps.scope == Scope::Namespaced,
+        })
+    }
+
+    fn api(&self, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) if kind.namespaced => {
+                Api::namespaced_with(self.client.clone(), ns, &kind.resource)
+            }
+            _ => Api::all_with(self.client.clone(), &kind.resource),
+        }
+    }
+
+    /// The object, or None when it does not exist.
+    pub async fn get(&self, key: &ObjectKey) -> Result<Option<Value>, ClusterError> {
+        let kind = self.kind(&key.api_version, &key.kind).await?;
+        let api = self.api(&kind, key.namespace.as_deref());
+        match api.get_opt(&key.name).await {
+            Ok(found) => Ok(found.map(|o| serde_json::to_value(o).unwrap_or(Value::Null))),
+            Err(e) => Err(api_error("reading", key.to_string(), e)),
+        }
+    }
+
+    /// Server-side apply of `object` as field manager `sequenced`, taking over conflicting
+    /// fields (as `helm upgrade --server-side --force-conflicts`).
+    pub async fn apply(&self, key: &ObjectKey, object: &Value) -> Result<(), ClusterError> {
+        let kind = self.kind(&key.api_version, &key.kind).await?;
+        let api = self.api(&kind, key.namespace.as_deref());
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch(&key.name, &params, &Patch::Apply(object))
+            .await
+            .map(drop)
+            .map_err(|e| api_error("applying", key.to_string(), e))
+    }
+
+    /// Creates `object` unless it exists; true when it was created.
+    pub async fn create_if_absent(&self, key: &ObjectKey, object: &Value) -> Result<bool, ClusterError> {
+        if self.get(key).await?.is_some() {
+            return Ok(false);
+        }
+        let kind = self.kind(&key.api_version, &key.kind).await?;
+        let api = self.api(&kind, key.namespace.as_deref());
+        let object: DynamicObject = serde_json::from_value(object.clone()).map_err(|e| {
+            ClusterError::Api {
+                action: "creating",
+                object: key.to_string(),
+                message: e.to_string(),
+                code: None,
+                source: kube::Error::SerdeError(e),
+            }
+        })?;
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PostParams::default()
+        };
+        match api.create(&params, &object).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(api_error("creating", key.to_string(), e)),
+        }
+    }
+
+    /// Deletes the object in the background (its dependents are collected after it); false when
+    /// it was already gone.
+    pub async fn delete(&self, key: &ObjectKey) -> Result<bool, ClusterError> {
+        let kind = match self.kind(&key.api_version, &key.kind).await {
+            Ok(kind) => kind,
+            // A kind the server no longer serves has no objects left.
+            Err(ClusterError::UnknownKind { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let api = self.api(&kind, key.namespace.as_deref());
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..DeleteParams::default()
+        };
+        match api.delete(&key.name, &params).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(api_error("deleting", key.to_string(), e)),
+        }
+    }
+
+    /// Whether the object exists (an unknown kind has none).
+    pub async fn exists(&self, key: &ObjectKey) -> Result<bool, ClusterError> {
+        match self.get(key).await {
+            Ok(found) => Ok(found.is_some()),
+            Err(ClusterError::UnknownKind { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! What wakes a release besides its own object: metadata-only watches on every kind the
+//! controller has applied (mapped back to the owning release through the `sequenced.dev/owner`
+//! annotation), and watches on the external objects werf charts depend on.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use futures::channel::mpsc::UnboundedSender;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher::{self, Event};
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher::watcher};
+use kube::{Client, ResourceExt};
+
+use crate::api::v1alpha1::SequencedRelease;
+use crate::cluster::Kind;
+
+/// The label on every object the controller applies.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Its value.
+pub const MANAGED_BY: &str = "sequenced";
+/// The annotation naming the SequencedRelease (`namespace/name`) that owns an applied object.
+pub const OWNER_ANNOTATION: &str = "sequenced.dev/owner";
+
+type Trigger = UnboundedSender<ObjectRef<SequencedRelease>>;
+
+/// The release an object belongs to, from its owner annotation.
+pub fn owner_of(annotations: &std::collections::BTreeMap<String, String>) -> Option<ObjectRef<SequencedRelease>> {
+    let (namespace, name) = annotations.get(OWNER_ANNOTATION)?.split_once('/')?;
+    Some(ObjectRef::new(name).within(namespace))
+}
+
+/// An external object, by kind, namespace and name.
+type ExternalKey = (String, String, Option<String>, String);
+
+/// The set of running watches; each is started once and runs until the controller stops.
+pub struct Watches {
+    client: Client,
+    trigger: Trigger,
+    kinds: Mutex<HashSet<(String, String)>>,
+    external: Arc<Mutex<HashMap<ExternalKey, HashSet<ObjectRef<SequencedRelease>>>>>,
+}
+
+impl Watches {
+    pub fn new(client: Client, trigger: Trigger) -> Watches {
+        Watches {
+            client,
+            trigger,
+            kinds: Mutex::new(HashSet::new()),
+            external: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Watches the metadata of every object of `kind` that the controller manages.
+    pub fn managed(&self, kind: &Kind) {
+        let key = (kind.resource.api_version.clone(), kind.resource.kind.clone());
+        {
+            let Ok(mut kinds) = self.kinds.lock() else {
+                return;
+            };
+            if !kinds.insert(key) {
+                return;
+            }
+        }
+        let api: Api<PartialObjectMeta<DynamicObject>> =
+            Api::all_with(self.client.clone(), &kind.resource);
+        let config = watcher::Config::default()
+            .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"))
+            .any_semantic();
+        let trigger = self.trigger.clone();
+        let what = format!("{}/{}", kind.resource.api_version, kind.resource.kind);
+        tokio::spawn(async move {
+            tracing::debug!(kind = %what, "watching managed objects");
+            let mut events = watcher(api, config).default_backoff().boxed();
+            while let Some(event) = events.next().await {
+                let object = match event {
+                    Ok(Event::Apply(o) | Event::InitApply(o) | Event::Delete(o)) => o,
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::debug!(kind = %what, error = %e, "watch error");
+                        continue;
+                    }
+                };
+                if let Some(owner) = owner_of(object.annotations())
+                    && trigger.unbounded_send(owner).is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Wakes `owner` when the external object changes (werf's external dependencies).
+    pub fn external(
+        &self,
+        kind: &Kind,
+        namespace: Option<&str>,
+        name: &str,
+        owner: ObjectRef<SequencedRelease>,
+    ) {
+        let key: ExternalKey = (
+            kind.resource.api_version.clone(),
+            kind.resource.kind.clone(),
+            namespace.map(str::to_string),
+            name.to_string(),
+        );
+        {
+            let Ok(mut external) = self.external.lock() else {
+                return;
+            };
+            let owners = external.entry(key.clone()).or_default();
+            let first = owners.is_empty();
+            owners.insert(owner);
+            if !first {
+                return;
+            }
+        }
+        let api: Api<PartialObjectMeta<DynamicObject>> = match namespace {
+            Some(ns) if kind.namespaced => {
+                Api::namespaced_with(self.client.clone(), ns, &kind.resource)
+            }
+            _ => Api::all_with(self.client.clone(), &kind.resource),
+        };
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let trigger = self.trigger.clone();
+        let registry = Arc::clone(&self.external);
+        tokio::spawn(async move {
+            let mut events = watcher(api, config).default_backoff().boxed();
+            while let Some(event) = events.next().await {
+                if !matches!(
+                    event,
+                    Ok(Event::Apply(_) | Event::InitApply(_) | Event::Delete(_))
+                ) {
+                    continue;
+                }
+                let owners: Vec<_> = match registry.lock() {
+                    Ok(map) => map.get(&key).into_iter().flatten().cloned().collect(),
+                    Err(_) => return,
+                };
+                for owner in owners {
+                    if trigger.unbounded_send(owner).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,240 @@
+//! Release records: what each revision deployed, kept in the cluster so that pruning and
+//! uninstalling work from an inventory, never by guessing, even after a restart.
+//!
+//! A record is a Secret `sequenced.release.v1.<release>.v<revision>` in the SequencedRelease's
+//! namespace; its `release` key holds gzip-compressed JSON. Encoding and decoding are pure; the
+//! Secret itself is read and written by the controller.
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::Plan;
+
+/// The Secret type of release records.
+pub const RECORD_TYPE: &str = "sequenced.dev/release.v1";
+/// The label every record carries with the SequencedRelease's name.
+pub const RECORD_LABEL: &str = "sequenced.dev/release";
+/// The Secret key that holds the encoded record.
+pub const RECORD_KEY: &str = "release";
+/// Records larger than this, decompressed, are refused (a Secret holds at most 1 MiB compressed).
+const MAX_DECODED: u64 = 64 * 1024 * 1024;
+
+/// One object by identity, its namespace resolved (None for cluster-scoped kinds).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectKey {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl std::fmt::Display for ObjectKey {
+    /// `Deployment shop/db`, `ClusterRole reader`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// One uninstall step of a revision: its objects in delete order, and the steps whose objects
+/// must be gone first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryStep {
+    pub chart: String,
+    pub name: String,
+    pub objects: Vec<ObjectKey>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<usize>,
+}
+
+/// Everything a revision applies (CRDs aside: they are never deleted), in uninstall order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Inventory {
+    pub steps: Vec<InventoryStep>,
+}
+
+impl Inventory {
+    /// The plan's uninstall steps, with each resource's namespace as `namespace_of` resolves it.
+    pub fn from_plan(plan: &Plan, namespace_of: impl Fn(usize) -> Option<String>) -> Inventory {
+        let steps = plan
+            .uninstall
+            .iter()
+            .map(|step| InventoryStep {
+                chart: step.chart.clone(),
+                name: step.name.clone(),
+                objects: step
+                    .resources
+                    .iter()
+                    .filter_map(|&i| {
+                        let r = plan.resources.get(i)?;
+                        Some(ObjectKey {
+                            api_version: r.api_version.clone(),
+                            kind: r.kind.clone(),
+                            namespace: namespace_of(i),
+                            name: r.name.clone(),
+                        })
+                    })
+                    .collect(),
+                after: step.after.clone(),
+            })
+            .collect();
+        Inventory { steps }
+    }
+
+    /// Every object, in uninstall order.
+    pub fn objects(&self) -> impl Iterator<Item = &ObjectKey> {
+        self.steps.iter().flat_map(|s| s.objects.iter())
+    }
+
+    /// The objects of this inventory that `next` no longer has, in this inventory's uninstall
+    /// order (the reverse of its plan): what an upgrade to `next` prunes.
+    pub fn removed_in(&self, next: &Inventory) -> Vec<ObjectKey> {
+        let kept: HashSet<&ObjectKey> = next.objects().collect();
+        self.objects()
+            .filter(|o| !kept.contains(o))
+            .cloned()
+            .collect()
+    }
+}
+
+/// What one revision deployed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    pub revision: i64,
+    pub digest: String,
+    pub chart: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart_version: Option<String>,
+    pub sequenced: bool,
+    pub inventory: Inventory,
+    /// Objects of the revision before that this one no longer has, in delete order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prune: Vec<ObjectKey>,
+}
+
+/// A record that cannot be read back.
+#[derive(Debug, thiserror::Error)]
+#[error("release record {name}: {message}")]
+pub struct RecordError {
+    pub name: String,
+    pub message: String,
+}
+
+impl Record {
+    /// The Secret name of revision `revision` of the SequencedRelease named `release`.
+    pub fn secret_name(release: &str, revision: i64) -> String {
+        format!("sequenced.release.v1.{release}.v{revision}")
+    }
+
+    /// What an uninstall deletes: the objects this revision was still pruning first, then the
+    /// revision's own inventory.
+    pub fn uninstall_inventory(&self) -> Inventory {
+        let mut steps = Vec::with_capacity(self.inventory.steps.len() + 1);
+        let offset = usize::from(!self.prune.is_empty());
+        if !self.prune.is_empty() {
+            steps.push(InventoryStep {
+                chart: self.chart.clone(),
+                name: "(prune)".to_string(),
+                objects: self.prune.clone(),
+                after: Vec::new(),
+            });
+        }
+        steps.extend(self.inventory.steps.iter().map(|s| InventoryStep {
+            after: s.after.iter().map(|a| a + offset).collect(),
+            ..s.clone()
+        }));
+        Inventory { steps }
+    }
+
+    /// Gzip-compressed JSON.
+    pub fn encode(&self) -> Vec<u8> {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        // Writing into a Vec cannot fail.
+        let _ = encoder.write_all(&json);
+        encoder.finish().unwrap_or_default()
+    }
+
+    /// Reads what [`Record::encode`] wrote; `name` is the Secret, for the error.
+    pub fn decode(name: &str, bytes: &[u8]) -> Result<Record, RecordError> {
+        let error = |message: String| RecordError {
+            name: name.to_string(),
+            message,
+        };
+        let mut json = Vec::new();
+        flate2::read::GzDecoder::new(bytes)
+            .take(MAX_DECODED)
+            .read_to_end(&mut json)
+            .map_err(|e| error(format!("not gzip: {e}")))?;
+        serde_json::from_slice(&json).map_err(|e| error(format!("not a release record: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(kind: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            api_version: "v1".into(),
+            kind: kind.into(),
+            namespace: Some("ns".into()),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_garbage_is_an_error() {
+        let record = Record {
+            revision: 3,
+            digest: "sha256:ab".into(),
+            chart: "shop".into(),
+            chart_version: Some("1.0.0".into()),
+            sequenced: true,
+            inventory: Inventory {
+                steps: vec![InventoryStep {
+                    chart: "shop".into(),
+                    name: "app".into(),
+                    objects: vec![key("Service", "a")],
+                    after: vec![],
+                }],
+            },
+            prune: vec![key("ConfigMap", "old")],
+        };
+        assert_eq!(Record::decode("s", &record.encode()).unwrap(), record);
+        let err = Record::decode("s", b"nope").unwrap_err();
+        assert!(err.to_string().starts_with("release record s: not gzip"), "{err}");
+    }
+
+    #[test]
+    fn pruning_keeps_the_old_uninstall_order_and_drops_what_stays() {
+        let step = |objects| InventoryStep {
+            chart: "c".into(),
+            name: "l".into(),
+            objects,
+            after: vec![],
+        };
+        let old = Inventory {
+            steps: vec![
+                step(vec![key("Deployment", "app"), key("Service", "app")]),
+                step(vec![key("Deployment", "db")]),
+            ],
+        };
+        let new = Inventory {
+            steps: vec![step(vec![key("Service", "app")])],
+        };
+        assert_eq!(
+            old.removed_in(&new),
+            vec![key("Deployment", "app"), key("Deployment", "db")]
+        );
+    }
+}
