@@ -130,10 +130,8 @@ fn crd_prints_the_crd() {
 
 #[test]
 fn commands_of_later_issues_say_they_are_not_implemented() {
-    for args in [vec!["run"], vec!["status", "shop"]] {
-        let line = one_line_error(&args);
-        assert!(line.contains("not implemented yet"), "{args:?}: {line}");
-    }
+    let line = one_line_error(&["status", "shop"]);
+    assert!(line.contains("not implemented yet"), "{line}");
 }
 
 #[test]
@@ -382,4 +380,24 @@ fn helm_errors_are_passed_on_whole() {
         ),
         "{stderr}"
     );
+}
+
+#[test]
+fn run_without_a_cluster_says_so_in_one_line() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sequenced"))
+        .arg("run")
+        .env("SEQUENCED_HELM", support::helm())
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .expect("run sequenced");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: no cluster to talk to (kubeconfig or in-cluster config)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("/nonexistent/kubeconfig"), "{stderr}");
 }

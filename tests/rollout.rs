@@ -95,13 +95,22 @@ fn config_map(name: &str) -> Value {
 }
 
 fn started(revision: &Revision) -> SequencedReleaseStatus {
-    begin(revision, &SequencedReleaseStatus::default(), Some(1), "sha256:1", Some("0.1.0"), &at(0))
+    begin(
+        revision,
+        &SequencedReleaseStatus::default(),
+        Some(1),
+        "sha256:1",
+        Some("0.1.0"),
+        &at(0),
+    )
 }
 
 fn observe(plan: &Plan, objects: &[(&str, Value)]) -> Observations {
     let mut observed = Observations::default();
     for (name, object) in objects {
-        observed.resources.insert(index(plan, name), Some(object.clone()));
+        observed
+            .resources
+            .insert(index(plan, name), Some(object.clone()));
     }
     observed
 }
@@ -117,7 +126,10 @@ fn applied_layers(plan: &Plan, decision: &Decision) -> Vec<String> {
         .collect()
 }
 
-fn layer_status<'a>(status: &'a SequencedReleaseStatus, name: &str) -> &'a sequenced::api::v1alpha1::LayerStatus {
+fn layer_status<'a>(
+    status: &'a SequencedReleaseStatus,
+    name: &str,
+) -> &'a sequenced::api::v1alpha1::LayerStatus {
     status.layers.iter().find(|l| l.name == name).unwrap()
 }
 
@@ -129,7 +141,11 @@ fn condition(status: &SequencedReleaseStatus, type_: &str) -> (String, String) {
 #[test]
 fn database_and_queue_start_together_and_app_waits_until_both_are_ready() {
     let plan = shop();
-    let revision = Revision { plan: &plan, prune: &[], settings: settings() };
+    let revision = Revision {
+        plan: &plan,
+        prune: &[],
+        settings: settings(),
+    };
     let status = started(&revision);
     assert_eq!(status.revision, Some(1));
     assert_eq!(status.phase, Some(ReleasePhase::Deploying));
@@ -148,18 +164,39 @@ fn database_and_queue_start_together_and_app_waits_until_both_are_ready() {
     // Step 2: the queue exists (ready), the database is not ready yet: app waits, naming db.
     let wanted = rollout::wanted(&revision, &d1.status);
     assert_eq!(wanted.resources.len(), 2);
-    let observed = observe(&plan, &[("db", deployment("db", false)), ("queue", config_map("queue"))]);
+    let observed = observe(
+        &plan,
+        &[
+            ("db", deployment("db", false)),
+            ("queue", config_map("queue")),
+        ],
+    );
     let d2 = step(&revision, &d1.status, &observed, &at(2));
     assert!(d2.actions.is_empty(), "{:?}", d2.actions);
     assert_eq!(layer_status(&d2.status, "queue").phase, LayerPhase::Ready);
-    assert_eq!(layer_status(&d2.status, "database").phase, LayerPhase::Waiting);
-    let db_message = layer_status(&d2.status, "database").message.clone().unwrap();
+    assert_eq!(
+        layer_status(&d2.status, "database").phase,
+        LayerPhase::Waiting
+    );
+    let db_message = layer_status(&d2.status, "database")
+        .message
+        .clone()
+        .unwrap();
     assert!(db_message.contains("Deployment db"), "{db_message}");
     let app_message = layer_status(&d2.status, "app").message.clone().unwrap();
     assert!(app_message.contains("Deployment db"), "{app_message}");
-    assert!(d2.status.message.as_deref().unwrap().contains("Deployment db"));
+    assert!(
+        d2.status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("Deployment db")
+    );
     assert_eq!(d2.status.progress.as_deref(), Some("1/3"));
-    assert_eq!(d2.events.iter().map(|e| e.reason).collect::<Vec<_>>(), ["LayerReady"]);
+    assert_eq!(
+        d2.events.iter().map(|e| e.reason).collect::<Vec<_>>(),
+        ["LayerReady"]
+    );
     // The next timeout is when db's readiness timeout falls.
     assert_eq!(d2.requeue_after, Some(Duration::from_secs(299)));
 
@@ -174,7 +211,10 @@ fn database_and_queue_start_together_and_app_waits_until_both_are_ready() {
     assert!(d4.finished);
     assert_eq!(d4.status.phase, Some(ReleasePhase::Ready));
     assert_eq!(d4.status.progress.as_deref(), Some("3/3"));
-    assert_eq!(condition(&d4.status, "Ready"), ("True".into(), "Succeeded".into()));
+    assert_eq!(
+        condition(&d4.status, "Ready"),
+        ("True".into(), "Succeeded".into())
+    );
     assert_eq!(condition(&d4.status, "Reconciling").0, "False");
     assert_eq!(d4.status.history[0].phase, ReleasePhase::Ready);
     assert_eq!(d4.status.history[0].finished_at, Some(at(4)));
@@ -190,10 +230,20 @@ fn database_and_queue_start_together_and_app_waits_until_both_are_ready() {
 #[test]
 fn the_same_inputs_give_the_same_decision() {
     let plan = shop();
-    let revision = Revision { plan: &plan, prune: &[], settings: settings() };
+    let revision = Revision {
+        plan: &plan,
+        prune: &[],
+        settings: settings(),
+    };
     let status = started(&revision);
     let d1 = step(&revision, &status, &Observations::default(), &at(1));
-    let observed = observe(&plan, &[("db", deployment("db", false)), ("queue", config_map("queue"))]);
+    let observed = observe(
+        &plan,
+        &[
+            ("db", deployment("db", false)),
+            ("queue", config_map("queue")),
+        ],
+    );
     assert_eq!(
         step(&revision, &d1.status, &observed, &at(7)),
         step(&revision, &d1.status, &observed, &at(7))
@@ -206,22 +256,46 @@ fn a_readiness_failure_fails_the_release_naming_the_object() {
         "templates/job.yaml",
         object("Job", "migrate", &[("helm.sh/layer", "db")]),
     )]);
-    let revision = Revision { plan: &plan, prune: &[], settings: settings() };
-    let d1 = step(&revision, &started(&revision), &Observations::default(), &at(1));
+    let revision = Revision {
+        plan: &plan,
+        prune: &[],
+        settings: settings(),
+    };
+    let d1 = step(
+        &revision,
+        &started(&revision),
+        &Observations::default(),
+        &at(1),
+    );
     let failed_job = json!({
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate"},
         "status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]}
     });
-    let d2 = step(&revision, &d1.status, &observe(&plan, &[("migrate", failed_job)]), &at(2));
+    let d2 = step(
+        &revision,
+        &d1.status,
+        &observe(&plan, &[("migrate", failed_job)]),
+        &at(2),
+    );
     assert!(d2.finished);
     assert_eq!(d2.status.phase, Some(ReleasePhase::Failed));
     let message = d2.status.message.clone().unwrap();
-    assert!(message.starts_with("layer db of chart shop failed: Job migrate"), "{message}");
-    assert_eq!(condition(&d2.status, "Stalled"), ("True".into(), "ReadinessFailed".into()));
+    assert!(
+        message.starts_with("layer db of chart shop failed: Job migrate"),
+        "{message}"
+    );
+    assert_eq!(
+        condition(&d2.status, "Stalled"),
+        ("True".into(), "ReadinessFailed".into())
+    );
     assert_eq!(condition(&d2.status, "Ready").0, "False");
     assert_eq!(layer_status(&d2.status, "db").phase, LayerPhase::Failed);
     assert_eq!(d2.status.history[0].phase, ReleasePhase::Failed);
-    assert!(d2.events.iter().any(|e| e.warning && e.reason == "LayerFailed"));
+    assert!(
+        d2.events
+            .iter()
+            .any(|e| e.warning && e.reason == "LayerFailed")
+    );
     // A failed release does nothing more until its spec changes.
     let d3 = step(&revision, &d2.status, &Observations::default(), &at(3));
     assert!(d3.actions.is_empty());
@@ -235,11 +309,23 @@ fn a_resource_that_stays_in_progress_times_out_with_its_reason() {
         object(
             "Deployment",
             "db",
-            &[("helm.sh/layer", "db"), ("helm.sh/readiness-timeout", "20s")],
+            &[
+                ("helm.sh/layer", "db"),
+                ("helm.sh/readiness-timeout", "20s"),
+            ],
         ),
     )]);
-    let revision = Revision { plan: &plan, prune: &[], settings: settings() };
-    let d1 = step(&revision, &started(&revision), &Observations::default(), &at(0));
+    let revision = Revision {
+        plan: &plan,
+        prune: &[],
+        settings: settings(),
+    };
+    let d1 = step(
+        &revision,
+        &started(&revision),
+        &Observations::default(),
+        &at(0),
+    );
     let slow = observe(&plan, &[("db", deployment("db", false))]);
     let d2 = step(&revision, &d1.status, &slow, &at(5));
     assert_eq!(d2.status.phase, Some(ReleasePhase::Deploying));
@@ -256,12 +342,24 @@ fn a_resource_that_stays_in_progress_times_out_with_its_reason() {
 #[test]
 fn an_object_that_disappears_keeps_its_layer_waiting() {
     let plan = shop();
-    let revision = Revision { plan: &plan, prune: &[], settings: settings() };
-    let d1 = step(&revision, &started(&revision), &Observations::default(), &at(1));
+    let revision = Revision {
+        plan: &plan,
+        prune: &[],
+        settings: settings(),
+    };
+    let d1 = step(
+        &revision,
+        &started(&revision),
+        &Observations::default(),
+        &at(1),
+    );
     let mut observed = observe(&plan, &[("queue", config_map("queue"))]);
     observed.resources.insert(index(&plan, "db"), None);
     let d2 = step(&revision, &d1.status, &observed, &at(2));
-    let message = layer_status(&d2.status, "database").message.clone().unwrap();
+    let message = layer_status(&d2.status, "database")
+        .message
+        .clone()
+        .unwrap();
     assert_eq!(message, "waiting for Deployment db: not found");
 }
 
@@ -271,11 +369,19 @@ fn sequencing_none_applies_every_layer_at_once() {
     let revision = Revision {
         plan: &plan,
         prune: &[],
-        settings: Settings { sequenced: false, ..settings() },
+        settings: Settings {
+            sequenced: false,
+            ..settings()
+        },
     };
-    let d1 = step(&revision, &started(&revision), &Observations::default(), &at(1));
+    let d1 = step(
+        &revision,
+        &started(&revision),
+        &Observations::default(),
+        &at(1),
+    );
     assert_eq!(d1.actions.len(), 3);
-    assert_eq!(d1.status.history[0].sequenced, false);
+    assert!(!d1.status.history[0].sequenced);
 }
 
 #[test]
@@ -284,10 +390,24 @@ fn without_wait_only_what_something_waits_on_is_checked() {
     let revision = Revision {
         plan: &plan,
         prune: &[],
-        settings: Settings { wait: false, ..settings() },
+        settings: Settings {
+            wait: false,
+            ..settings()
+        },
     };
-    let d1 = step(&revision, &started(&revision), &Observations::default(), &at(1));
-    let observed = observe(&plan, &[("db", deployment("db", true)), ("queue", config_map("queue"))]);
+    let d1 = step(
+        &revision,
+        &started(&revision),
+        &Observations::default(),
+        &at(1),
+    );
+    let observed = observe(
+        &plan,
+        &[
+            ("db", deployment("db", true)),
+            ("queue", config_map("queue")),
+        ],
+    );
     let d2 = step(&revision, &d1.status, &observed, &at(2));
     assert_eq!(applied_layers(&plan, &d2), ["app"]);
     // Nothing waits on app: it is not read, and the release is Ready once it is applied.
@@ -308,7 +428,11 @@ fn crds_come_first_and_must_be_established() {
         ("crds/widgets.yaml", crd.to_string()),
         ("templates/widget.yaml", object("Widget", "w", &[])),
     ]);
-    let revision = Revision { plan: &plan, prune: &[], settings: settings() };
+    let revision = Revision {
+        plan: &plan,
+        prune: &[],
+        settings: settings(),
+    };
     let status = started(&revision);
     assert_eq!(status.layers[0].name, rollout::CRD_LAYER);
     let d1 = step(&revision, &status, &Observations::default(), &at(1));
@@ -319,11 +443,19 @@ fn crds_come_first_and_must_be_established() {
     established["status"] = json!({"conditions": [{"type": "Established", "status": "True"}, {"type": "NamesAccepted", "status": "True"}]});
     observed.crds.insert(0, Some(crd.clone()));
     let d2 = step(&revision, &d1.status, &observed, &at(2));
-    assert!(d2.actions.is_empty(), "not Established yet: {:?}", d2.actions);
+    assert!(
+        d2.actions.is_empty(),
+        "not Established yet: {:?}",
+        d2.actions
+    );
     observed.crds.insert(0, Some(established));
     let d3 = step(&revision, &d2.status, &observed, &at(3));
     assert_eq!(d3.actions, [Action::ApplyLayer(0)]);
-    assert_eq!(d3.status.progress.as_deref(), Some("0/1"), "CRDs are not a layer in the count");
+    assert_eq!(
+        d3.status.progress.as_deref(),
+        Some("0/1"),
+        "CRDs are not a layer in the count"
+    );
 }
 
 fn key(kind: &str, name: &str) -> ObjectKey {
@@ -342,7 +474,11 @@ fn an_upgrade_prunes_what_the_previous_revision_had_after_its_layers_are_ready()
         object("ConfigMap", "queue", &[("helm.sh/layer", "queue")]),
     )]);
     let prune = vec![key("ConfigMap", "old-b"), key("ConfigMap", "old-a")];
-    let revision = Revision { plan: &plan, prune: &prune, settings: settings() };
+    let revision = Revision {
+        plan: &plan,
+        prune: &prune,
+        settings: settings(),
+    };
     let previous = SequencedReleaseStatus {
         revision: Some(1),
         ..SequencedReleaseStatus::default()
@@ -351,17 +487,30 @@ fn an_upgrade_prunes_what_the_previous_revision_had_after_its_layers_are_ready()
     assert_eq!(status.revision, Some(2));
     assert_eq!(status.layers.last().unwrap().name, rollout::PRUNE_LAYER);
     let d1 = step(&revision, &status, &Observations::default(), &at(1));
-    assert_eq!(d1.actions, [Action::ApplyLayer(0)], "prune waits for the layers");
-    let d2 = step(&revision, &d1.status, &observe(&plan, &[("queue", config_map("queue"))]), &at(2));
+    assert_eq!(
+        d1.actions,
+        [Action::ApplyLayer(0)],
+        "prune waits for the layers"
+    );
+    let d2 = step(
+        &revision,
+        &d1.status,
+        &observe(&plan, &[("queue", config_map("queue"))]),
+        &at(2),
+    );
     assert_eq!(d2.actions, [Action::Prune]);
     let wanted = rollout::wanted(&revision, &d2.status);
     assert_eq!(wanted.exists, prune);
-    let mut observed = Observations::default();
-    observed.exists = HashMap::from([(prune[0].clone(), false), (prune[1].clone(), true)]);
+    let mut observed = Observations {
+        exists: HashMap::from([(prune[0].clone(), false), (prune[1].clone(), true)]),
+        ..Observations::default()
+    };
     let d3 = step(&revision, &d2.status, &observed, &at(3));
     assert_eq!(d3.status.phase, Some(ReleasePhase::Deploying));
     assert_eq!(
-        layer_status(&d3.status, rollout::PRUNE_LAYER).message.as_deref(),
+        layer_status(&d3.status, rollout::PRUNE_LAYER)
+            .message
+            .as_deref(),
         Some("waiting for ConfigMap shop/old-a to be deleted")
     );
     observed.exists.insert(prune[1].clone(), false);
@@ -377,11 +526,25 @@ fn uninstall_deletes_dependents_first_and_waits_for_each_step_to_be_gone() {
     let inventory = Inventory::from_plan(&plan, |i| keys[i].clone());
     let names: Vec<&str> = inventory.steps.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names[0], "app", "app goes first: {names:?}");
-    let d1 = uninstall_step(&inventory, true, &SequencedReleaseStatus::default(), &Observations::default(), &at(1));
+    let d1 = uninstall_step(
+        &inventory,
+        true,
+        &SequencedReleaseStatus::default(),
+        &Observations::default(),
+        &at(1),
+    );
     assert_eq!(d1.actions, [Action::DeleteStep(0)]);
     assert_eq!(d1.status.phase, Some(ReleasePhase::Uninstalling));
-    let pending: Vec<_> = d1.status.layers[1..].iter().map(|l| l.message.clone().unwrap()).collect();
-    assert!(pending.iter().all(|m| m == "waiting for layer app of chart shop to be deleted"), "{pending:?}");
+    let pending: Vec<_> = d1.status.layers[1..]
+        .iter()
+        .map(|l| l.message.clone().unwrap())
+        .collect();
+    assert!(
+        pending
+            .iter()
+            .all(|m| m == "waiting for layer app of chart shop to be deleted"),
+        "{pending:?}"
+    );
     // app still exists: nothing more is deleted.
     let wanted = rollout::wanted_for_uninstall(&inventory, &d1.status);
     let mut observed = Observations::default();
@@ -405,36 +568,96 @@ fn uninstall_deletes_dependents_first_and_waits_for_each_step_to_be_gone() {
     assert!(d4.finished);
     assert_eq!(d4.status.message.as_deref(), Some("uninstalled"));
     // Unsequenced: everything at once.
-    let all = uninstall_step(&inventory, false, &SequencedReleaseStatus::default(), &Observations::default(), &at(1));
+    let all = uninstall_step(
+        &inventory,
+        false,
+        &SequencedReleaseStatus::default(),
+        &Observations::default(),
+        &at(1),
+    );
     assert_eq!(all.actions.len(), inventory.steps.len());
 }
 
 #[test]
 fn kots_phases_without_gates_are_applied_in_one_step() {
     let plan = plan_of(&[
-        ("templates/a.yaml", object("ConfigMap", "a", &[("kots.io/creation-phase", "-1")])),
-        ("templates/b.yaml", object("ConfigMap", "b", &[("kots.io/creation-phase", "1")])),
+        (
+            "templates/a.yaml",
+            object("ConfigMap", "a", &[("kots.io/creation-phase", "-1")]),
+        ),
+        (
+            "templates/b.yaml",
+            object("ConfigMap", "b", &[("kots.io/creation-phase", "1")]),
+        ),
         (
             "templates/c.yaml",
-            object("Deployment", "c", &[("kots.io/creation-phase", "2"), ("kots.io/wait-for-ready", "true")]),
+            object(
+                "Deployment",
+                "c",
+                &[
+                    ("kots.io/creation-phase", "2"),
+                    ("kots.io/wait-for-ready", "true"),
+                ],
+            ),
         ),
-        ("templates/d.yaml", object("ConfigMap", "d", &[("kots.io/creation-phase", "3")])),
+        (
+            "templates/d.yaml",
+            object("ConfigMap", "d", &[("kots.io/creation-phase", "3")]),
+        ),
     ]);
-    let revision = Revision { plan: &plan, prune: &[], settings: settings() };
-    let d1 = step(&revision, &started(&revision), &Observations::default(), &at(1));
-    assert_eq!(d1.actions.len(), 3, "phases -1, 1 and 2 go at once; 3 waits for c: {:?}", d1.actions);
-    let d2 = step(&revision, &d1.status, &observe(&plan, &[("c", deployment("c", true))]), &at(2));
+    let revision = Revision {
+        plan: &plan,
+        prune: &[],
+        settings: settings(),
+    };
+    let d1 = step(
+        &revision,
+        &started(&revision),
+        &Observations::default(),
+        &at(1),
+    );
+    assert_eq!(
+        d1.actions.len(),
+        3,
+        "phases -1, 1 and 2 go at once; 3 waits for c: {:?}",
+        d1.actions
+    );
+    let d2 = step(
+        &revision,
+        &d1.status,
+        &observe(&plan, &[("c", deployment("c", true))]),
+        &at(2),
+    );
     assert_eq!(d2.actions.len(), 1);
 }
 
 #[test]
 fn conditions_keep_their_transition_time_while_unchanged() {
     let plan = shop();
-    let revision = Revision { plan: &plan, prune: &[], settings: settings() };
-    let d1 = step(&revision, &started(&revision), &Observations::default(), &at(1));
-    let d2 = step(&revision, &d1.status, &observe(&plan, &[("queue", config_map("queue"))]), &at(30));
+    let revision = Revision {
+        plan: &plan,
+        prune: &[],
+        settings: settings(),
+    };
+    let d1 = step(
+        &revision,
+        &started(&revision),
+        &Observations::default(),
+        &at(1),
+    );
+    let d2 = step(
+        &revision,
+        &d1.status,
+        &observe(&plan, &[("queue", config_map("queue"))]),
+        &at(30),
+    );
     let time = |s: &SequencedReleaseStatus| {
-        s.conditions.iter().find(|c| c.type_ == "Reconciling").unwrap().last_transition_time.clone()
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == "Reconciling")
+            .unwrap()
+            .last_transition_time
+            .clone()
     };
     assert_eq!(time(&d2.status), at(0));
 }

@@ -4,10 +4,12 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::Client;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy,
+};
 use kube::core::ApiResource;
 use kube::discovery::{ApiCapabilities, Discovery, Scope};
-use kube::Client;
 use serde_json::Value;
 use tokio::sync::RwLock;
 
@@ -235,21 +237,24 @@ impl Cluster {
     }
 
     /// Creates `object` unless it exists; true when it was created.
-    pub async fn create_if_absent(&self, key: &ObjectKey, object: &Value) -> Result<bool, ClusterError> {
+    pub async fn create_if_absent(
+        &self,
+        key: &ObjectKey,
+        object: &Value,
+    ) -> Result<bool, ClusterError> {
         if self.get(key).await?.is_some() {
             return Ok(false);
         }
         let kind = self.kind(&key.api_version, &key.kind).await?;
         let api = self.api(&kind, key.namespace.as_deref());
-        let object: DynamicObject = serde_json::from_value(object.clone()).map_err(|e| {
-            ClusterError::Api {
+        let object: DynamicObject =
+            serde_json::from_value(object.clone()).map_err(|e| ClusterError::Api {
                 action: "creating",
                 object: key.to_string(),
                 message: e.to_string(),
                 code: None,
                 source: kube::Error::SerdeError(e),
-            }
-        })?;
+            })?;
         let params = PostParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
             ..PostParams::default()

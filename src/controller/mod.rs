@@ -117,6 +117,9 @@ struct Cached {
     outcome: Result<Arc<Resolved>, PlanFailure>,
 }
 
+/// Release records by (release, revision).
+type RecordCache = HashMap<(ObjectRef<SequencedRelease>, i64), Arc<Record>>;
+
 /// What every reconcile shares.
 pub struct Context {
     client: Client,
@@ -126,7 +129,7 @@ pub struct Context {
     watches: Watches,
     recorder: Recorder,
     plans: Mutex<HashMap<ObjectRef<SequencedRelease>, Arc<Cached>>>,
-    records: Mutex<HashMap<(ObjectRef<SequencedRelease>, i64), Arc<Record>>>,
+    records: Mutex<RecordCache>,
     failures: Mutex<HashMap<ObjectRef<SequencedRelease>, u32>>,
 }
 
@@ -162,9 +165,11 @@ pub async fn run(
         failures: Mutex::new(HashMap::new()),
     });
     controller
-        .watches(api, watcher::Config::default().any_semantic(), move |dependency| {
-            dependents(&store, &dependency)
-        })
+        .watches(
+            api,
+            watcher::Config::default().any_semantic(),
+            move |dependency| dependents(&store, &dependency),
+        )
         .reconcile_on(triggers)
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
@@ -221,7 +226,9 @@ fn error_policy(sr: Arc<SequencedRelease>, error: &Error, ctx: Arc<Context>) -> 
 /// Exponential backoff from 1 s up to 5 min, with ±25 % jitter (`random` in 0..1).
 pub fn backoff(failures: u32, random: f64) -> Duration {
     let exponent = failures.saturating_sub(1).min(16);
-    let base = Duration::from_secs(1).saturating_mul(1 << exponent).min(MAX_BACKOFF);
+    let base = Duration::from_secs(1)
+        .saturating_mul(1 << exponent)
+        .min(MAX_BACKOFF);
     base.mul_f64(0.75 + random.clamp(0.0, 1.0) * 0.5)
 }
 
@@ -320,7 +327,10 @@ impl<'a> Reconcile<'a> {
             Ok(_) => Ok(()),
             // Changed meanwhile: the newer object comes with its own event.
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(kube_error(format!("updating the finalizers of {}", self.owner))(e)),
+            Err(e) => Err(kube_error(format!(
+                "updating the finalizers of {}",
+                self.owner
+            ))(e)),
         }
     }
 
@@ -349,7 +359,9 @@ impl<'a> Reconcile<'a> {
             Ok(_) => Ok(()),
             // Someone changed the object since it was read; its newer version wakes us again.
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(kube_error(format!("writing the status of {}", self.owner))(e)),
+            Err(e) => Err(kube_error(format!("writing the status of {}", self.owner))(
+                e,
+            )),
         }
     }
 
@@ -430,12 +442,20 @@ impl<'a> Reconcile<'a> {
                 Dependencies::Ready => {}
                 Dependencies::Cycle(cycle) => {
                     return self
-                        .stall("DependencyCycle", &format!("release dependency cycle: {cycle}"))
+                        .stall(
+                            "DependencyCycle",
+                            &format!("release dependency cycle: {cycle}"),
+                        )
                         .await;
                 }
                 Dependencies::Waiting(message) => {
-                    let status =
-                        rollout::pending(&status, generation, "DependencyNotReady", &message, &self.now);
+                    let status = rollout::pending(
+                        &status,
+                        generation,
+                        "DependencyNotReady",
+                        &message,
+                        &self.now,
+                    );
                     self.write_status(&status).await?;
                     // The dependency's own changes wake this release.
                     return Ok(Action::requeue(self.interval()));
@@ -487,6 +507,9 @@ impl<'a> Reconcile<'a> {
                     .map(|p| p.inventory.removed_in(&resolved.inventory))
                     .unwrap_or_default(),
             };
+            if self.sr.spec.create_namespace {
+                self.create_namespace().await?;
+            }
             self.write_record(&record, settings.max_history).await?;
             let record = Arc::new(record);
             let revision = Revision {
@@ -510,7 +533,13 @@ impl<'a> Reconcile<'a> {
                     // The record is gone (deleted by hand): start the revision again.
                     let mut status = status;
                     status.last_applied_digest = None;
-                    let status = rollout::pending(&status, generation, "Progressing", "restarting the revision: its record is missing", &self.now);
+                    let status = rollout::pending(
+                        &status,
+                        generation,
+                        "Progressing",
+                        "restarting the revision: its record is missing",
+                        &self.now,
+                    );
                     self.write_status(&status).await?;
                     return Ok(Action::requeue(Duration::from_millis(100)));
                 }
@@ -634,11 +663,15 @@ impl<'a> Reconcile<'a> {
             return cached.outcome.clone();
         }
         let (kube_version, api_versions) =
-            self.ctx.cluster.capabilities().await.map_err(|e| PlanFailure {
-                reason: "DiscoveryFailed",
-                transient: true,
-                message: e.to_string(),
-            })?;
+            self.ctx
+                .cluster
+                .capabilities()
+                .await
+                .map_err(|e| PlanFailure {
+                    reason: "DiscoveryFailed",
+                    transient: true,
+                    message: e.to_string(),
+                })?;
         let context = RenderContext {
             helm: self.ctx.options.helm.clone(),
             cache: self.ctx.options.cache.clone(),
@@ -688,7 +721,12 @@ impl<'a> Reconcile<'a> {
             .collect();
         let mut keys = Vec::with_capacity(plan.resources.len());
         for resource in &plan.resources {
-            let namespaced = match self.ctx.cluster.kind(&resource.api_version, &resource.kind).await {
+            let namespaced = match self
+                .ctx
+                .cluster
+                .kind(&resource.api_version, &resource.kind)
+                .await
+            {
                 Ok(kind) => kind.namespaced,
                 Err(_) => crd_scopes
                     .get(&(resource.api_version.clone(), resource.kind.clone()))
@@ -717,7 +755,8 @@ impl<'a> Reconcile<'a> {
                 name: crd.name.clone(),
             })
             .collect();
-        let inventory = Inventory::from_plan(&plan, |i| keys.get(i).and_then(|k| k.namespace.clone()));
+        let inventory =
+            Inventory::from_plan(&plan, |i| keys.get(i).and_then(|k| k.namespace.clone()));
         Resolved {
             plan,
             chart_version: planned.chart_version,
@@ -725,6 +764,23 @@ impl<'a> Reconcile<'a> {
             crd_keys,
             inventory,
         }
+    }
+
+    /// `createNamespace`: the target namespace, unless it exists.
+    async fn create_namespace(&self) -> Result<(), Error> {
+        let key = ObjectKey {
+            api_version: "v1".to_string(),
+            kind: "Namespace".to_string(),
+            namespace: None,
+            name: self.target_namespace.clone(),
+        };
+        let object = json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": self.target_namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+        });
+        self.ctx.cluster.create_if_absent(&key, &object).await?;
+        Ok(())
     }
 
     fn record_secrets(&self) -> Api<Secret> {
@@ -748,7 +804,10 @@ impl<'a> Reconcile<'a> {
             .record_secrets()
             .get_opt(&name)
             .await
-            .map_err(kube_error(format!("reading release record {}/{name}", self.namespace)))?
+            .map_err(kube_error(format!(
+                "reading release record {}/{name}",
+                self.namespace
+            )))?
         else {
             return Ok(None);
         };
@@ -795,7 +854,10 @@ impl<'a> Reconcile<'a> {
                 &Patch::Apply(&secret),
             )
             .await
-            .map_err(kube_error(format!("writing release record {}/{name}", self.namespace)))?;
+            .map_err(kube_error(format!(
+                "writing release record {}/{name}",
+                self.namespace
+            )))?;
         if let Ok(mut records) = self.ctx.records.lock() {
             records.retain(|(owner, _), _| *owner != self.key());
             records.insert((self.key(), record.revision), Arc::new(record.clone()));
@@ -816,7 +878,10 @@ impl<'a> Reconcile<'a> {
         {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(kube_error(format!("deleting release record {}/{name}", self.namespace))(e)),
+            Err(e) => Err(kube_error(format!(
+                "deleting release record {}/{name}",
+                self.namespace
+            ))(e)),
         }
     }
 
@@ -874,7 +939,10 @@ impl<'a> Reconcile<'a> {
                 *annotations = Value::Object(Default::default());
             }
             if let Some(annotations) = annotations.as_object_mut() {
-                annotations.insert(RELEASE_NAME_ANNOTATION.into(), self.release_name.clone().into());
+                annotations.insert(
+                    RELEASE_NAME_ANNOTATION.into(),
+                    self.release_name.clone().into(),
+                );
                 annotations.insert(
                     RELEASE_NAMESPACE_ANNOTATION.into(),
                     self.target_namespace.clone().into(),
@@ -921,15 +989,13 @@ impl<'a> Reconcile<'a> {
                 continue;
             };
             let api_version = match &external.group {
-                Some(group) if !group.is_empty() => {
-                    match self.preferred_version(group).await {
-                        Some(v) => format!("{group}/{v}"),
-                        None => {
-                            observed.external.insert((layer, index), None);
-                            continue;
-                        }
+                Some(group) if !group.is_empty() => match self.preferred_version(group).await {
+                    Some(v) => format!("{group}/{v}"),
+                    None => {
+                        observed.external.insert((layer, index), None);
+                        continue;
                     }
-                }
+                },
                 _ => "v1".to_string(),
             };
             let kind = match self.ctx.cluster.kind(&api_version, &external.kind).await {
@@ -1008,7 +1074,8 @@ impl<'a> Reconcile<'a> {
                     else {
                         continue;
                     };
-                    let where_ = |e| ActionError::from_cluster(e, &resource.chart, &resource.template);
+                    let where_ =
+                        |e| ActionError::from_cluster(e, &resource.chart, &resource.template);
                     let kind = self
                         .ctx
                         .cluster
@@ -1247,7 +1314,10 @@ fn depends_on(sr: &SequencedRelease) -> Vec<String> {
 
 /// Whether `sr`'s `dependsOn` releases are Ready (at their current generation), from the
 /// controller's cache of SequencedReleases.
-pub fn release_dependencies(sr: &SequencedRelease, store: &Store<SequencedRelease>) -> Dependencies {
+pub fn release_dependencies(
+    sr: &SequencedRelease,
+    store: &Store<SequencedRelease>,
+) -> Dependencies {
     let all: BTreeMap<String, Arc<SequencedRelease>> = store
         .state()
         .into_iter()

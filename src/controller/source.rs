@@ -177,10 +177,13 @@ type Found<T> = Result<Result<T, String>, PrepareError>;
 async fn config_map_text(client: &Client, namespace: &str, name: &str, key: &str) -> Found<String> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let what = || format!("ConfigMap {namespace}/{name}");
-    let Some(cm) = api.get_opt(name).await.map_err(|source| PrepareError::Api {
-        what: what(),
-        source,
-    })?
+    let Some(cm) = api
+        .get_opt(name)
+        .await
+        .map_err(|source| PrepareError::Api {
+            what: what(),
+            source,
+        })?
     else {
         return Ok(Err(format!("{} not found", what())));
     };
@@ -197,10 +200,13 @@ async fn config_map_text(client: &Client, namespace: &str, name: &str, key: &str
 async fn secret_bytes(client: &Client, namespace: &str, name: &str, key: &str) -> Found<Vec<u8>> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let what = || format!("Secret {namespace}/{name}");
-    let Some(secret) = api.get_opt(name).await.map_err(|source| PrepareError::Api {
-        what: what(),
-        source,
-    })?
+    let Some(secret) = api
+        .get_opt(name)
+        .await
+        .map_err(|source| PrepareError::Api {
+            what: what(),
+            source,
+        })?
     else {
         return Ok(Err(format!("{} not found", what())));
     };
@@ -214,10 +220,12 @@ async fn secret_bytes(client: &Client, namespace: &str, name: &str, key: &str) -
 }
 
 async fn secret_text(client: &Client, namespace: &str, name: &str, key: &str) -> Found<String> {
-    Ok(secret_bytes(client, namespace, name, key).await?.and_then(|bytes| {
-        String::from_utf8(bytes)
-            .map_err(|_| format!("Secret {namespace}/{name} key {key} is not UTF-8 text"))
-    }))
+    Ok(secret_bytes(client, namespace, name, key)
+        .await?
+        .and_then(|bytes| {
+            String::from_utf8(bytes)
+                .map_err(|_| format!("Secret {namespace}/{name} key {key} is not UTF-8 text"))
+        }))
 }
 
 async fn packaged(
@@ -337,7 +345,10 @@ pub struct RenderContext {
 }
 
 /// Fetches, loads, renders and plans the chart. Blocking: call it from a blocking thread.
-pub fn render_and_plan(prepared: &Prepared, context: &RenderContext) -> Result<Planned, PlanFailure> {
+pub fn render_and_plan(
+    prepared: &Prepared,
+    context: &RenderContext,
+) -> Result<Planned, PlanFailure> {
     let fail = |reason, transient, message: String| PlanFailure {
         reason,
         transient,
@@ -358,13 +369,18 @@ pub fn render_and_plan(prepared: &Prepared, context: &RenderContext) -> Result<P
             let path = dir.join(format!("{}.tgz", hex::encode(Sha256::digest(bytes))));
             if !path.exists() {
                 std::fs::write(&path, bytes).map_err(|e| {
-                    fail("ChartUnavailable", true, format!("{field}: {}: {e}", path.display()))
+                    fail(
+                        "ChartUnavailable",
+                        true,
+                        format!("{field}: {}: {e}", path.display()),
+                    )
                 })?;
             }
             path
         }
     };
-    let chart = crate::chart::load(&path).map_err(|e| fail("InvalidChart", false, e.to_string()))?;
+    let chart =
+        crate::chart::load(&path).map_err(|e| fail("InvalidChart", false, e.to_string()))?;
     let tree = crate::chart::resolve(&chart, &prepared.values)
         .map_err(|e| fail("InvalidChart", false, e.to_string()))?;
     let values_file = tempfile::Builder::new()
@@ -388,7 +404,8 @@ pub fn render_and_plan(prepared: &Prepared, context: &RenderContext) -> Result<P
     };
     let rendered = crate::render::render(&context.helm, &path, &tree, &options)
         .map_err(|e| fail("RenderFailed", false, e.to_string()))?;
-    let plan = crate::plan::plan(&tree, rendered).map_err(|e| fail("PlanFailed", false, e.to_string()))?;
+    let plan =
+        crate::plan::plan(&tree, rendered).map_err(|e| fail("PlanFailed", false, e.to_string()))?;
     Ok(Planned {
         plan,
         chart_version: Some(chart.metadata.version.clone()),

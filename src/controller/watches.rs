@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use kube::api::{Api, DynamicObject};
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, Event};
-use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher::watcher};
 use kube::{Client, ResourceExt};
 
@@ -27,7 +27,9 @@ pub const OWNER_ANNOTATION: &str = "sequenced.dev/owner";
 type Trigger = UnboundedSender<ObjectRef<SequencedRelease>>;
 
 /// The release an object belongs to, from its owner annotation.
-pub fn owner_of(annotations: &std::collections::BTreeMap<String, String>) -> Option<ObjectRef<SequencedRelease>> {
+pub fn owner_of(
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Option<ObjectRef<SequencedRelease>> {
     let (namespace, name) = annotations.get(OWNER_ANNOTATION)?.split_once('/')?;
     Some(ObjectRef::new(name).within(namespace))
 }
@@ -55,7 +57,10 @@ impl Watches {
 
     /// Watches the metadata of every object of `kind` that the controller manages.
     pub fn managed(&self, kind: &Kind) {
-        let key = (kind.resource.api_version.clone(), kind.resource.kind.clone());
+        let key = (
+            kind.resource.api_version.clone(),
+            kind.resource.kind.clone(),
+        );
         {
             let Ok(mut kinds) = self.kinds.lock() else {
                 return;

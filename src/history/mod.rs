@@ -212,7 +212,10 @@ mod tests {
         };
         assert_eq!(Record::decode("s", &record.encode()).unwrap(), record);
         let err = Record::decode("s", b"nope").unwrap_err();
-        assert!(err.to_string().starts_with("release record s: not gzip"), "{err}");
+        assert!(
+            err.to_string().starts_with("release record s: not gzip"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -83,7 +83,10 @@ pub struct Wanted {
 
 impl Wanted {
     pub fn is_empty(&self) -> bool {
-        !self.crds && self.resources.is_empty() && self.external.is_empty() && self.exists.is_empty()
+        !self.crds
+            && self.resources.is_empty()
+            && self.external.is_empty()
+            && self.exists.is_empty()
     }
 }
 
@@ -231,9 +234,33 @@ pub fn set_condition(
 /// The three conditions for a release that is making progress (`reason` says how).
 pub fn progressing(status: &mut SequencedReleaseStatus, reason: &str, message: &str, now: &Time) {
     let generation = status.observed_generation;
-    set_condition(&mut status.conditions, READY, false, reason, message, generation, now);
-    set_condition(&mut status.conditions, RECONCILING, true, reason, message, generation, now);
-    set_condition(&mut status.conditions, STALLED, false, reason, "", generation, now);
+    set_condition(
+        &mut status.conditions,
+        READY,
+        false,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    set_condition(
+        &mut status.conditions,
+        RECONCILING,
+        true,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    set_condition(
+        &mut status.conditions,
+        STALLED,
+        false,
+        reason,
+        "",
+        generation,
+        now,
+    );
 }
 
 /// A release that cannot go on until something changes: phase Failed, Stalled with `reason`.
@@ -248,9 +275,33 @@ pub fn stalled(
     status.observed_generation = generation;
     status.phase = Some(ReleasePhase::Failed);
     status.message = Some(message.to_string());
-    set_condition(&mut status.conditions, READY, false, reason, message, generation, now);
-    set_condition(&mut status.conditions, RECONCILING, false, reason, "", generation, now);
-    set_condition(&mut status.conditions, STALLED, true, reason, message, generation, now);
+    set_condition(
+        &mut status.conditions,
+        READY,
+        false,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    set_condition(
+        &mut status.conditions,
+        RECONCILING,
+        false,
+        reason,
+        "",
+        generation,
+        now,
+    );
+    set_condition(
+        &mut status.conditions,
+        STALLED,
+        true,
+        reason,
+        message,
+        generation,
+        now,
+    );
     if let Some(current) = status.history.first_mut()
         && Some(current.revision) == status.revision
         && current.finished_at.is_none()
@@ -395,10 +446,12 @@ fn verdict_of(
         _ => {
             let reason = format!("{}: not found", name());
             match waited {
-                Some(w) if w >= rules.effective_timeout(default_timeout) => Verdict::Failed(format!(
-                    "readiness timeout after {}: {reason}",
-                    readiness::format_duration(rules.effective_timeout(default_timeout))
-                )),
+                Some(w) if w >= rules.effective_timeout(default_timeout) => {
+                    Verdict::Failed(format!(
+                        "readiness timeout after {}: {reason}",
+                        readiness::format_duration(rules.effective_timeout(default_timeout))
+                    ))
+                }
                 _ => Verdict::InProgress(reason),
             }
         }
@@ -421,7 +474,13 @@ struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, verdict: Verdict, rules: &Rules, waited: Option<Duration>, default: Duration) {
+    fn add(
+        &mut self,
+        verdict: Verdict,
+        rules: &Rules,
+        waited: Option<Duration>,
+        default: Duration,
+    ) {
         match verdict {
             Verdict::Ready => self.ready += 1,
             Verdict::Failed(reason) => {
@@ -492,9 +551,10 @@ pub fn step(
                 let mut tally = Tally::default();
                 for (i, crd) in plan.crds.iter().enumerate() {
                     let rules = rules_of(&crd.object);
-                    let verdict = verdict_of(observed.crds.get(&i), &rules, waited, timeout, || {
-                        format!("CustomResourceDefinition {}", crd.name)
-                    });
+                    let verdict =
+                        verdict_of(observed.crds.get(&i), &rules, waited, timeout, || {
+                            format!("CustomResourceDefinition {}", crd.name)
+                        });
                     tally.add(verdict, &rules, waited, timeout);
                 }
                 requeue_after = min_duration(requeue_after, tally.next_timeout);
@@ -650,9 +710,33 @@ pub fn step(
         );
         st.message = Some(message.clone());
         let generation = st.observed_generation;
-        set_condition(&mut st.conditions, READY, true, "Succeeded", &message, generation, now);
-        set_condition(&mut st.conditions, RECONCILING, false, "Succeeded", "", generation, now);
-        set_condition(&mut st.conditions, STALLED, false, "Succeeded", "", generation, now);
+        set_condition(
+            &mut st.conditions,
+            READY,
+            true,
+            "Succeeded",
+            &message,
+            generation,
+            now,
+        );
+        set_condition(
+            &mut st.conditions,
+            RECONCILING,
+            false,
+            "Succeeded",
+            "",
+            generation,
+            now,
+        );
+        set_condition(
+            &mut st.conditions,
+            STALLED,
+            false,
+            "Succeeded",
+            "",
+            generation,
+            now,
+        );
         if let Some(current) = st.history.first_mut()
             && current.finished_at.is_none()
         {
@@ -772,7 +856,9 @@ fn blocked_by(
             _ => Verdict::InProgress(format!("{kind} {name}: not found")),
         };
         if let Some(reason) = verdict.reason().filter(|_| !verdict.is_ready()) {
-            return Some(format!("waiting for external dependency {kind} {name}: {reason}"));
+            return Some(format!(
+                "waiting for external dependency {kind} {name}: {reason}"
+            ));
         }
     }
     None
@@ -865,11 +951,11 @@ pub fn uninstall_step(
         if st.layers[i].phase != LayerPhase::Pending {
             continue;
         }
-        let blocker = step
-            .after
-            .iter()
-            .filter(|_| sequenced)
-            .find(|&&a| st.layers.get(a).is_some_and(|l| l.phase != LayerPhase::Deleted));
+        let blocker = step.after.iter().filter(|_| sequenced).find(|&&a| {
+            st.layers
+                .get(a)
+                .is_some_and(|l| l.phase != LayerPhase::Deleted)
+        });
         match blocker {
             None => {
                 actions.push(Action::DeleteStep(i));
@@ -893,11 +979,7 @@ pub fn uninstall_step(
         }
     }
     let finished = st.layers.iter().all(|l| l.phase == LayerPhase::Deleted);
-    let message = match st
-        .layers
-        .iter()
-        .find(|l| l.phase == LayerPhase::Deleting)
-    {
+    let message = match st.layers.iter().find(|l| l.phase == LayerPhase::Deleting) {
         Some(l) => format!(
             "uninstalling layer {}: {}",
             layer_label(l),
@@ -916,6 +998,3 @@ pub fn uninstall_step(
         finished,
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -16,6 +16,7 @@ pub fn helm() -> PathBuf {
     PathBuf::from("helm")
 }
 
+pub mod charts;
 pub mod http;
 
 use std::path::Path;

@@ -1,0 +1,362 @@
+//! The controller scenarios on a real cluster (kind, k3d, ...): opt-in, run only when
+//! `SEQUENCED_E2E_KUBECONFIG` names a kubeconfig. Each test runs the controller in-process
+//! against that cluster, in a fresh namespace that it deletes at the end. The CRD is applied
+//! from crds/ first. Order is checked through the release's status: a layer starts no earlier
+//! than the layers it depends on became ready.
+//!
+//! ```sh
+//! kind create cluster --name sequenced
+//! kind get kubeconfig --name sequenced > /tmp/kind.yaml
+//! SEQUENCED_E2E_KUBECONFIG=/tmp/kind.yaml cargo nextest run --test e2e --test-threads 2
+//! ```
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use sequenced::api::v1alpha1::{LayerStatus, ReleasePhase, SequencedRelease};
+use sequenced::chart::source::ChartCache;
+use sequenced::controller::{self, Options};
+use sequenced::helm::Helm;
+use serde_json::{Value, json};
+use support::charts::{
+    chart, condition, config_map, deployment, is_ready, is_stalled, message, release,
+};
+use tokio::sync::oneshot;
+
+struct E2e {
+    client: Client,
+    namespace: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    _cache: tempfile::TempDir,
+}
+
+/// The cluster of `SEQUENCED_E2E_KUBECONFIG`, a fresh namespace and a running controller; None
+/// (the test passes without doing anything) when the variable is unset.
+async fn setup() -> Option<E2e> {
+    let path = std::env::var_os("SEQUENCED_E2E_KUBECONFIG")?;
+    let kubeconfig = Kubeconfig::read_from(&path).expect("read the kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig");
+    let client = Client::try_from(config).expect("client");
+    let text = std::fs::read_to_string(support::charts::repo().join("crds/sequencedrelease.yaml"))
+        .unwrap();
+    let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&text).unwrap();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .patch(
+            "sequencedreleases.sequenced.dev",
+            &PatchParams::apply("sequenced-e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .expect("apply the CRD");
+    let namespace = format!("sequenced-e2e-{:08x}", fastrand::u32(..));
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    let cache = tempfile::tempdir().unwrap();
+    let options = Options {
+        helm: Helm::at(support::helm()),
+        cache: ChartCache::new(cache.path()),
+        concurrency: 8,
+        identity: format!("e2e-{namespace}"),
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let controller_client = client.clone();
+    let task = tokio::spawn(async move {
+        let _ = controller::run(controller_client, options, async move {
+            let _ = stopped.await;
+        })
+        .await;
+    });
+    Some(E2e {
+        client,
+        namespace,
+        stop: Some(stop),
+        task: Some(task),
+        _cache: cache,
+    })
+}
+
+impl E2e {
+    fn releases(&self) -> Api<SequencedRelease> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    async fn create(&self, release: Value) {
+        let sr: SequencedRelease = serde_json::from_value(release).unwrap();
+        self.releases()
+            .create(&PostParams::default(), &sr)
+            .await
+            .expect("create the release");
+    }
+
+    async fn wait(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&SequencedRelease) -> bool,
+    ) -> SequencedRelease {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let mut last = None;
+        while Instant::now() < deadline {
+            if let Ok(Some(sr)) = self.releases().get_opt(name).await {
+                if check(&sr) {
+                    return sr;
+                }
+                last = Some(sr);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("{name} never got {what}: {:?}", last.and_then(|s| s.status));
+    }
+
+    async fn finish(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+        let _ = Api::<Namespace>::all(self.client.clone())
+            .delete(&self.namespace, &DeleteParams::default())
+            .await;
+    }
+}
+
+fn layer<'a>(sr: &'a SequencedRelease, name: &str) -> &'a LayerStatus {
+    sr.status
+        .as_ref()
+        .unwrap()
+        .layers
+        .iter()
+        .find(|l| l.name == name)
+        .unwrap()
+}
+
+/// `later` started no earlier than `earlier` became ready.
+fn after(sr: &SequencedRelease, later: &str, earlier: &str) {
+    let started = layer(sr, later).started_at.clone().unwrap();
+    let ready = layer(sr, earlier).finished_at.clone().unwrap();
+    assert!(
+        started.0 >= ready.0,
+        "{later} started at {started:?}, before {earlier} was ready at {ready:?}"
+    );
+}
+
+fn failed(sr: &SequencedRelease) -> bool {
+    sr.status.as_ref().and_then(|s| s.phase) == Some(ReleasePhase::Failed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_shop_installs_in_order_upgrades_and_uninstalls() {
+    let Some(e2e) = setup().await else { return };
+    e2e.create(release(
+        "shop",
+        &support::charts::repo().join("examples/shop"),
+        json!({}),
+    ))
+    .await;
+    let sr = e2e.wait("shop", "Ready", is_ready).await;
+    after(&sr, "app", "database");
+    after(&sr, "app", "queue");
+    // Upgrade: two replicas of the app.
+    let patch = json!({"spec": {"values": {"replicas": 2}}});
+    e2e.releases()
+        .patch("shop", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    e2e.wait("shop", "revision 2 Ready", |sr| {
+        is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(2)
+    })
+    .await;
+    // Uninstall.
+    e2e.releases()
+        .delete("shop", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while e2e.releases().get_opt("shop").await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "never uninstalled");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    assert!(
+        deployments
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_the_subchart_example_follows_the_seed_order() {
+    let Some(e2e) = setup().await else { return };
+    e2e.create(release(
+        "foo",
+        &support::charts::repo().join("examples/foo"),
+        json!({}),
+    ))
+    .await;
+    let sr = e2e.wait("foo", "Ready", is_ready).await;
+    let chart_started = |chart: &str| {
+        sr.status
+            .as_ref()
+            .unwrap()
+            .layers
+            .iter()
+            .filter(|l| l.chart == chart)
+            .filter_map(|l| l.started_at.clone())
+            .map(|t| t.0)
+            .min()
+            .unwrap()
+    };
+    let chart_ready = |chart: &str| {
+        sr.status
+            .as_ref()
+            .unwrap()
+            .layers
+            .iter()
+            .filter(|l| l.chart == chart)
+            .filter_map(|l| l.finished_at.clone())
+            .map(|t| t.0)
+            .max()
+            .unwrap()
+    };
+    assert!(chart_started("foo/bar") >= chart_ready("foo/nginx"));
+    assert!(chart_started("foo/bar") >= chart_ready("foo/rabbitmq"));
+    assert!(chart_started("foo") >= chart_ready("foo/bar"));
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_failures_timeouts_cycles_and_ownership() {
+    let Some(e2e) = setup().await else { return };
+    let slow = chart(
+        "slow",
+        &[(
+            "templates/web.yaml",
+            &deployment("web", "helm.sh/readiness-timeout: 15s")
+                .replace("registry.k8s.io/pause:3.10", "registry.invalid/none:1"),
+        )],
+    );
+    e2e.create(release("slow", &slow.path().join("slow"), json!({})))
+        .await;
+    let cycle = chart(
+        "loop",
+        &[
+            (
+                "templates/a.yaml",
+                &config_map("a", "helm.sh/layer: a\n    helm.sh/depends-on/layers: b"),
+            ),
+            (
+                "templates/b.yaml",
+                &config_map("b", "helm.sh/layer: b\n    helm.sh/depends-on/layers: a"),
+            ),
+        ],
+    );
+    e2e.create(release("loop", &cycle.path().join("loop"), json!({})))
+        .await;
+    let cms: Api<ConfigMap> = Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    let theirs: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "shared", "annotations": {
+        "meta.helm.sh/release-name": "other", "meta.helm.sh/release-namespace": e2e.namespace}}}))
+        .unwrap();
+    cms.create(&PostParams::default(), &theirs).await.unwrap();
+    let mine = chart(
+        "mine",
+        &[(
+            "templates/cm.yaml",
+            &config_map("shared", "helm.sh/layer: one"),
+        )],
+    );
+    e2e.create(release("mine", &mine.path().join("mine"), json!({})))
+        .await;
+
+    let sr = e2e.wait("slow", "Failed", failed).await;
+    assert!(
+        message(&sr).contains("readiness timeout after 15s: Deployment web"),
+        "{}",
+        message(&sr)
+    );
+    let sr = e2e.wait("loop", "Stalled", is_stalled).await;
+    assert!(condition(&sr, "Stalled").unwrap().2.contains("a -> b -> a"));
+    let sr = e2e.wait("mine", "Stalled", is_stalled).await;
+    assert!(
+        condition(&sr, "Stalled")
+            .unwrap()
+            .2
+            .contains("Helm release other")
+    );
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_depends_on_and_twenty_releases() {
+    let Some(e2e) = setup().await else { return };
+    let db = chart(
+        "db",
+        &[(
+            "templates/db.yaml",
+            &deployment("database", "helm.sh/layer: db"),
+        )],
+    );
+    let web = chart(
+        "web",
+        &[(
+            "templates/web.yaml",
+            &config_map("web", "helm.sh/layer: web"),
+        )],
+    );
+    e2e.create(release(
+        "web",
+        &web.path().join("web"),
+        json!({"dependsOn": [{"name": "db"}]}),
+    ))
+    .await;
+    e2e.create(release("db", &db.path().join("db"), json!({})))
+        .await;
+    let web_sr = e2e.wait("web", "Ready", is_ready).await;
+    let db_sr = e2e.wait("db", "Ready", is_ready).await;
+    let db_ready = db_sr.status.unwrap().history[0]
+        .finished_at
+        .clone()
+        .unwrap();
+    let web_started = web_sr.status.unwrap().history[0]
+        .started_at
+        .clone()
+        .unwrap();
+    assert!(web_started.0 >= db_ready.0);
+    let many = chart(
+        "many",
+        &[(
+            "templates/cm.yaml",
+            &config_map("{{ .Release.Name }}-cm", "helm.sh/layer: one"),
+        )],
+    );
+    for i in 0..20 {
+        e2e.create(release(
+            &format!("many-{i}"),
+            &many.path().join("many"),
+            json!({}),
+        ))
+        .await;
+    }
+    for i in 0..20 {
+        e2e.wait(&format!("many-{i}"), "Ready", is_ready).await;
+    }
+    e2e.finish().await;
+}
