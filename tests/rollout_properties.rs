@@ -33,8 +33,8 @@ fn plan_dag(layers: usize, edges: &[(usize, usize)], sizes: &[usize]) -> Plan {
     }
     let mut documents = Vec::new();
     let mut n = 0;
-    for layer in 0..layers {
-        for _ in 0..sizes[layer] {
+    for (layer, size) in sizes.iter().enumerate().take(layers) {
+        for _ in 0..*size {
             let name = format!("l{layer}");
             let deps = depends
                 .get(&layer)
@@ -66,7 +66,10 @@ fn deployment(name: &str, ready: bool) -> Value {
     })
 }
 
-fn dag() -> impl Strategy<Value = (usize, Vec<(usize, usize)>, Vec<usize>, Vec<u8>)> {
+/// Layers, dependency edges, resources per layer, readiness delays.
+type Dag = (usize, Vec<(usize, usize)>, Vec<usize>, Vec<u8>);
+
+fn dag() -> impl Strategy<Value = Dag> {
     (1usize..16).prop_flat_map(|layers| {
         (
             Just(layers),
