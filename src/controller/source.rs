@@ -174,47 +174,51 @@ pub async fn prepare(client: &Client, sr: &SequencedRelease) -> Result<Prepared,
 
 type Found<T> = Result<Result<T, String>, PrepareError>;
 
+/// The object, None when it does not exist; `what` names it in errors.
+async fn get_object<K>(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    what: &str,
+) -> Result<Option<K>, PrepareError>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    api.get_opt(name).await.map_err(|source| PrepareError::Api {
+        what: what.to_string(),
+        source,
+    })
+}
+
 async fn config_map_text(client: &Client, namespace: &str, name: &str, key: &str) -> Found<String> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let what = || format!("ConfigMap {namespace}/{name}");
-    let Some(cm) = api
-        .get_opt(name)
-        .await
-        .map_err(|source| PrepareError::Api {
-            what: what(),
-            source,
-        })?
-    else {
-        return Ok(Err(format!("{} not found", what())));
+    let what = format!("ConfigMap {namespace}/{name}");
+    let Some(cm) = get_object::<ConfigMap>(client, namespace, name, &what).await? else {
+        return Ok(Err(format!("{what} not found")));
     };
     if let Some(text) = cm.data.as_ref().and_then(|d| d.get(key)) {
         return Ok(Ok(text.clone()));
     }
     if let Some(bytes) = cm.binary_data.as_ref().and_then(|d| d.get(key)) {
         return Ok(String::from_utf8(bytes.0.clone())
-            .map_err(|_| format!("{} key {key} is not UTF-8 text", what())));
+            .map_err(|_| format!("{what} key {key} is not UTF-8 text")));
     }
-    Ok(Err(format!("{} has no key {key}", what())))
+    Ok(Err(format!("{what} has no key {key}")))
 }
 
 async fn secret_bytes(client: &Client, namespace: &str, name: &str, key: &str) -> Found<Vec<u8>> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let what = || format!("Secret {namespace}/{name}");
-    let Some(secret) = api
-        .get_opt(name)
-        .await
-        .map_err(|source| PrepareError::Api {
-            what: what(),
-            source,
-        })?
-    else {
-        return Ok(Err(format!("{} not found", what())));
+    let what = format!("Secret {namespace}/{name}");
+    let Some(secret) = get_object::<Secret>(client, namespace, name, &what).await? else {
+        return Ok(Err(format!("{what} not found")));
     };
     match secret.data.as_ref().and_then(|d| d.get(key)) {
         Some(bytes) => Ok(Ok(bytes.0.clone())),
         None => match secret.string_data.as_ref().and_then(|d| d.get(key)) {
             Some(text) => Ok(Ok(text.clone().into_bytes())),
-            None => Ok(Err(format!("{} has no key {key}", what()))),
+            None => Ok(Err(format!("{what} has no key {key}"))),
         },
     }
 }
@@ -237,15 +241,8 @@ async fn packaged(
     match kind {
         ValuesKind::Secret => secret_bytes(client, namespace, &key.name, &key.key).await,
         ValuesKind::ConfigMap => {
-            let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
             let what = format!("ConfigMap {namespace}/{}", key.name);
-            let Some(cm) = api
-                .get_opt(&key.name)
-                .await
-                .map_err(|source| PrepareError::Api {
-                    what: what.clone(),
-                    source,
-                })?
+            let Some(cm) = get_object::<ConfigMap>(client, namespace, &key.name, &what).await?
             else {
                 return Ok(Err(format!("{what} not found")));
             };

@@ -231,35 +231,38 @@ pub fn set_condition(
     }
 }
 
+/// Sets Ready, Reconciling and Stalled at once, each `(status, message)`, all with `reason`.
+fn set_conditions(
+    status: &mut SequencedReleaseStatus,
+    reason: &str,
+    now: &Time,
+    [ready, reconciling, stalled]: [(bool, &str); 3],
+) {
+    let generation = status.observed_generation;
+    for (type_, (value, message)) in [
+        (READY, ready),
+        (RECONCILING, reconciling),
+        (STALLED, stalled),
+    ] {
+        set_condition(
+            &mut status.conditions,
+            type_,
+            value,
+            reason,
+            message,
+            generation,
+            now,
+        );
+    }
+}
+
 /// The three conditions for a release that is making progress (`reason` says how).
 pub fn progressing(status: &mut SequencedReleaseStatus, reason: &str, message: &str, now: &Time) {
-    let generation = status.observed_generation;
-    set_condition(
-        &mut status.conditions,
-        READY,
-        false,
+    set_conditions(
+        status,
         reason,
-        message,
-        generation,
         now,
-    );
-    set_condition(
-        &mut status.conditions,
-        RECONCILING,
-        true,
-        reason,
-        message,
-        generation,
-        now,
-    );
-    set_condition(
-        &mut status.conditions,
-        STALLED,
-        false,
-        reason,
-        "",
-        generation,
-        now,
+        [(false, message), (true, message), (false, "")],
     );
 }
 
@@ -275,32 +278,11 @@ pub fn stalled(
     status.observed_generation = generation;
     status.phase = Some(ReleasePhase::Failed);
     status.message = Some(message.to_string());
-    set_condition(
-        &mut status.conditions,
-        READY,
-        false,
+    set_conditions(
+        &mut status,
         reason,
-        message,
-        generation,
         now,
-    );
-    set_condition(
-        &mut status.conditions,
-        RECONCILING,
-        false,
-        reason,
-        "",
-        generation,
-        now,
-    );
-    set_condition(
-        &mut status.conditions,
-        STALLED,
-        true,
-        reason,
-        message,
-        generation,
-        now,
+        [(false, message), (false, ""), (true, message)],
     );
     if let Some(current) = status.history.first_mut()
         && Some(current.revision) == status.revision
@@ -709,33 +691,11 @@ pub fn step(
             plan.resources.len()
         );
         st.message = Some(message.clone());
-        let generation = st.observed_generation;
-        set_condition(
-            &mut st.conditions,
-            READY,
-            true,
+        set_conditions(
+            &mut st,
             "Succeeded",
-            &message,
-            generation,
             now,
-        );
-        set_condition(
-            &mut st.conditions,
-            RECONCILING,
-            false,
-            "Succeeded",
-            "",
-            generation,
-            now,
-        );
-        set_condition(
-            &mut st.conditions,
-            STALLED,
-            false,
-            "Succeeded",
-            "",
-            generation,
-            now,
+            [(true, &message), (false, ""), (false, "")],
         );
         if let Some(current) = st.history.first_mut()
             && current.finished_at.is_none()
