@@ -647,24 +647,7 @@ pub fn step(
                     ));
                 }
                 LayerPhase::Deleting => {
-                    let left: Vec<&ObjectKey> = revision
-                        .prune
-                        .iter()
-                        .filter(|k| observed.exists.get(*k).copied().unwrap_or(true))
-                        .collect();
-                    let layer = &mut st.layers[p];
-                    layer.ready = i32::try_from(revision.prune.len() - left.len()).unwrap_or(0);
-                    match left.first() {
-                        None => {
-                            layer.phase = LayerPhase::Deleted;
-                            layer.finished_at = Some(now.clone());
-                            layer.message = None;
-                            pruned = true;
-                        }
-                        Some(first) => {
-                            layer.message = Some(format!("waiting for {first} to be deleted"))
-                        }
-                    }
+                    pruned = settle_deletion(&mut st.layers[p], revision.prune, observed, now);
                 }
                 _ => {}
             }
@@ -773,6 +756,33 @@ fn settle(
                 layer.resources
             ),
         ));
+    }
+}
+
+/// Counts the deleted objects of a Deleting entry; true (and Deleted) once none is left.
+fn settle_deletion(
+    layer: &mut LayerStatus,
+    objects: &[ObjectKey],
+    observed: &Observations,
+    now: &Time,
+) -> bool {
+    let mut left = objects
+        .iter()
+        .filter(|k| observed.exists.get(*k).copied().unwrap_or(true));
+    let first = left.next();
+    let remaining = first.map_or(0, |_| 1 + left.count());
+    layer.ready = i32::try_from(objects.len() - remaining).unwrap_or(0);
+    match first {
+        None => {
+            layer.phase = LayerPhase::Deleted;
+            layer.finished_at = Some(now.clone());
+            layer.message = None;
+            true
+        }
+        Some(first) => {
+            layer.message = Some(format!("waiting for {first} to be deleted"));
+            false
+        }
     }
 }
 
@@ -887,24 +897,9 @@ pub fn uninstall_step(
         if st.layers[i].phase != LayerPhase::Deleting {
             continue;
         }
-        let left: Vec<&ObjectKey> = step
-            .objects
-            .iter()
-            .filter(|k| observed.exists.get(*k).copied().unwrap_or(true))
-            .collect();
-        let layer = &mut st.layers[i];
-        layer.ready = i32::try_from(step.objects.len() - left.len()).unwrap_or(0);
-        match left.first() {
-            None => {
-                layer.phase = LayerPhase::Deleted;
-                layer.finished_at = Some(now.clone());
-                layer.message = None;
-                events.push(Note::normal(
-                    "LayerDeleted",
-                    format!("Layer {} is deleted", layer_label(layer)),
-                ));
-            }
-            Some(first) => layer.message = Some(format!("waiting for {first} to be deleted")),
+        if settle_deletion(&mut st.layers[i], &step.objects, observed, now) {
+            let message = format!("Layer {} is deleted", layer_label(&st.layers[i]));
+            events.push(Note::normal("LayerDeleted", message));
         }
     }
     for (i, step) in inventory.steps.iter().enumerate() {
