@@ -1,15 +1,19 @@
 # Multi-stage build of the sequenced operator image.
 #   docker build -t sequenced:dev .
-# Stage 1 builds the release binary; stage 2 ships it with a pinned helm on a small non-root base.
+# Stage 1 builds the release binary; stage 2 fetches a pinned helm and checks its sha256; stage 3
+# ships both on a small non-root base (distroless cc: glibc, CA certificates, user 65532).
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
+# Cargo reads every target that Cargo.toml declares (the [[bench]] too) before it builds one.
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY benches ./benches
 RUN cargo build --release --locked --bin sequenced
 
 FROM debian:bookworm-slim AS helm
 ARG HELM_VERSION=v4.1.4
+# Set by BuildKit from --platform; amd64 for the classic builder.
 ARG TARGETARCH=amd64
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \
  && curl -fsSLO "https://get.helm.sh/helm-${HELM_VERSION}-linux-${TARGETARCH}.tar.gz" \
@@ -21,11 +25,14 @@ RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=helm /usr/local/bin/helm /usr/local/bin/helm
 COPY --from=build /src/target/release/sequenced /usr/local/bin/sequenced
+# The root file system is read-only in the chart: everything written goes under /tmp, where the
+# chart mounts an emptyDir.
 ENV SEQUENCED_HELM=/usr/local/bin/helm \
     SEQUENCED_CACHE_DIR=/tmp/sequenced/charts \
     HELM_CACHE_HOME=/tmp/helm/cache \
     HELM_CONFIG_HOME=/tmp/helm/config \
     HELM_DATA_HOME=/tmp/helm/data
 USER 65532:65532
+EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/sequenced"]
 CMD ["run"]

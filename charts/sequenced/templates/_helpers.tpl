@@ -1,0 +1,58 @@
+{{/* The chart's name, cut to the 63 characters a label value allows. */}}
+{{- define "sequenced.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The name of the release's objects: the release name when it already contains the chart's name
+(`helm install sequenced ...` gives `sequenced`), else RELEASE-CHART.
+*/}}
+{{- define "sequenced.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "sequenced.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "sequenced.labels" -}}
+helm.sh/chart: {{ include "sequenced.chart" . }}
+{{ include "sequenced.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* Labels that select the operator's pods; they never change after the first install. */}}
+{{- define "sequenced.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sequenced.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "sequenced.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "sequenced.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The subjects of the RBAC bindings: the controller's service account. */}}
+{{- define "sequenced.subjects" -}}
+- kind: ServiceAccount
+  name: {{ include "sequenced.serviceAccountName" . }}
+  namespace: {{ .Release.Namespace }}
+{{- end }}
+
+{{- define "sequenced.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
