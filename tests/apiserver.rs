@@ -1220,6 +1220,26 @@ async fn validation_answers_as_a_real_server() {
         assert_eq!(wrong.status, 400);
         assert!(wrong.text.contains("ConfigMap in version \\\"v1\\\" cannot be handled as a ConfigMap"), "{}", wrong.text);
 
+        // Required fields are reported where they are missing.
+        let no_selector = send_json(&server, "POST", "/apis/apps/v1/namespaces/default/deployments", "application/json", &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}})).await;
+        assert_eq!(no_selector.status, 422, "{}", no_selector.text);
+        assert_eq!(no_selector.json()["message"], "Deployment.apps \"d\" is invalid: [spec.selector: Required value, spec.template.metadata.labels: Invalid value: map[string]string(nil): `selector` does not match template `labels`, spec.template.spec.containers: Required value]");
+        // Bodies that are neither JSON nor YAML.
+        let text = raw(&server, "POST", "/api/v1/namespaces/default/configmaps", Some("text/plain"), Some(b"x".to_vec()), None, "curl").await;
+        assert_eq!(text.status, 415);
+        assert_eq!(text.json()["reason"], "UnsupportedMediaType");
+        let yaml = raw(&server, "POST", "/api/v1/namespaces/default/configmaps", Some("application/yaml"), Some(b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\n".to_vec()), None, "curl").await;
+        assert_eq!(yaml.status, 201, "{}", yaml.text);
+        // Some namespaces cannot be deleted.
+        let err = nss.delete("default", &DeleteParams::default()).await.unwrap_err();
+        assert!(matches!(err, kube::Error::Api(s) if s.code == 403 && s.message == "namespaces \"default\" is forbidden: this namespace may not be deleted"));
+        // Core events: old style ones only need matching namespaces.
+        let events = "/api/v1/namespaces/default/events";
+        let ok = send_json(&server, "POST", events, "application/json", &json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1"}, "involvedObject": {"kind": "ConfigMap", "namespace": "default", "name": "x"}, "reason": "R", "message": "m"})).await;
+        assert_eq!(ok.status, 201, "{}", ok.text);
+        let bad = send_json(&server, "POST", events, "application/json", &json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e2"}, "involvedObject": {"kind": "ConfigMap", "namespace": "other", "name": "x"}})).await;
+        assert_eq!(bad.status, 422);
+        assert!(bad.text.contains("involvedObject.namespace: Invalid value: \\\"other\\\": does not match event.namespace"), "{}", bad.text);
         // Secrets: stringData becomes data.
         let secrets: Api<Secret> = Api::default_namespaced(client.clone());
         let s = secrets.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "s"}, "stringData": {"a": "hello"}})).unwrap()).await.unwrap();
@@ -1478,6 +1498,66 @@ async fn a_controller_runs_against_the_server() {
         cms.delete("watched", &DeleteParams::default()).await.unwrap();
         assert!(server.wait_until(Duration::from_secs(10), |s| s.object("v1", "ConfigMap", Some("default"), "watched").is_none()).await);
         handle.abort();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn propagation_policies_and_delete_collection() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+        let owned = |owner: &ConfigMap, name: &str| {
+            let mut c = cm(name, &[("set", "x")]);
+            c.metadata.owner_references = Some(vec![serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name, "uid": owner.metadata.uid})).unwrap()]);
+            c
+        };
+        // Foreground: the owner shows deletionTimestamp and foregroundDeletion, dependents go first.
+        let owner = cms.create(&PostParams::default(), &cm("fg", &[])).await.unwrap();
+        cms.create(&PostParams::default(), &owned(&owner, "fg-dep")).await.unwrap();
+        let answer = cms.delete("fg", &DeleteParams::foreground()).await.unwrap().left().unwrap();
+        assert_eq!(answer.metadata.finalizers, Some(vec!["foregroundDeletion".into()]));
+        assert!(server.object("v1", "ConfigMap", Some("default"), "fg").is_none());
+        assert!(server.object("v1", "ConfigMap", Some("default"), "fg-dep").is_none());
+        // Orphan: dependents stay, without the owner reference.
+        let owner = cms.create(&PostParams::default(), &cm("or", &[])).await.unwrap();
+        cms.create(&PostParams::default(), &owned(&owner, "or-dep")).await.unwrap();
+        cms.delete("or", &DeleteParams::orphan()).await.unwrap();
+        let dep = server.object("v1", "ConfigMap", Some("default"), "or-dep").unwrap();
+        assert!(dep["metadata"].get("ownerReferences").is_none());
+        // Delete a collection by label.
+        cms.create(&PostParams::default(), &cm("keep", &[])).await.unwrap();
+        let deleted = cms.delete_collection(&DeleteParams::default(), &ListParams::default().labels("set=x")).await.unwrap().left().unwrap();
+        assert_eq!(deleted.items.len(), 1);
+        let left: Vec<String> = cms.list(&ListParams::default()).await.unwrap().items.into_iter().map(|c| c.metadata.name.unwrap()).collect();
+        assert_eq!(left, ["keep"]);
+        let bad = raw(&server, "DELETE", "/api/v1/namespaces/default/configmaps/keep?propagationPolicy=Sometimes", None, None, None, "curl").await;
+        assert_eq!(bad.status, 422);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn apply_to_status_owns_only_status() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let deploys: Api<Deployment> = Api::namespaced(server.client(), "default");
+        deploys.create(&PostParams::default(), &deployment("web")).await.unwrap();
+        let pp = PatchParams::apply("fake-controller-manager").force();
+        let out = deploys
+            .patch_status("web", &pp, &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"x": "y"}}, "spec": {"replicas": 9}, "status": {"replicas": 2, "observedGeneration": 1}})))
+            .await
+            .unwrap();
+        assert_eq!(out.status.as_ref().unwrap().replicas, Some(2));
+        assert_eq!(out.spec.as_ref().unwrap().replicas, Some(2));
+        assert!(!out.metadata.labels.unwrap().contains_key("x"));
+        let entry = out.metadata.managed_fields.unwrap().into_iter().find(|m| m.manager.as_deref() == Some("fake-controller-manager")).unwrap();
+        assert_eq!(entry.subresource.as_deref(), Some("status"));
+        assert_eq!(entry.fields_v1.unwrap().0, json!({"f:status": {"f:observedGeneration": {}, "f:replicas": {}}}));
+        let got = deploys.get_status("web").await.unwrap();
+        assert_eq!(got.status.unwrap().observed_generation, Some(1));
+        let missing = deploys.patch_status("nope", &pp, &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nope"}, "status": {}}))).await.unwrap_err();
+        assert!(matches!(missing, kube::Error::Api(s) if s.code == 404));
     })
     .await;
 }

@@ -847,6 +847,16 @@ fn resource(
         }
         (Method::GET, false) if req.flag("watch") => watch(state, req, t),
         (Method::GET, false) => list(state, req, t),
+        (Method::POST | Method::PUT, _) if !body_media_type_ok(req) => {
+            Err(ApiError::unsupported_media_type(
+                &req.content_type().unwrap_or_default(),
+                &[
+                    "application/json",
+                    "application/yaml",
+                    "application/vnd.kubernetes.protobuf",
+                ],
+            ))
+        }
         (Method::POST, false) => {
             let v = view(req, false)?;
             Ok(object_reply(state.create(&w, body_value(body)?)?, v))
@@ -912,6 +922,14 @@ fn resource(
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// POST and PUT take JSON or YAML (protobuf is not understood here); no Content-Type is JSON.
+fn body_media_type_ok(req: &Req) -> bool {
+    matches!(
+        req.content_type().as_deref(),
+        None | Some("" | "application/json" | "application/yaml")
+    )
 }
 
 fn patch_options_invalid(cause: errors::FieldError) -> ApiError {

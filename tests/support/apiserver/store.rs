@@ -600,10 +600,22 @@ impl State {
         let now = now_time();
         let api_version = rt.api_version(w.version);
         let name = meta_str(&obj, "name").unwrap_or(w.name).to_string();
+        let raw = obj.clone();
         let decoded = match typed::decode(rt, w.version, obj) {
             Ok(v) => v,
             Err(DecodeError::BadRequest(m)) => return Err(ApiError::bad_request(m)),
             Err(DecodeError::Invalid(errs)) => {
+                // A required field the typed form cannot do without: the server would decode
+                // it and fail validation, so validate what was sent to say where.
+                let mut found = Vec::new();
+                if !rt.is_custom() {
+                    validation::validate_meta(rt, &raw, &mut found);
+                    validation::validate_kind(rt, &raw, old.as_ref(), &mut found);
+                    if rt.group == "events.k8s.io" {
+                        validation::validate_event(&raw, false, old.is_none(), &mut found);
+                    }
+                }
+                let errs = if found.is_empty() { errs } else { found };
                 return Err(ApiError::invalid(&rt.group, &rt.kind, &name, &errs));
             }
         };
@@ -611,8 +623,15 @@ impl State {
         typed::apply_defaults(rt, &mut obj);
         let mut errs = Vec::new();
         if rt.group == "events.k8s.io" {
-            validation::validate_event_v1(&obj, old.is_none(), &mut errs);
+            validation::validate_event(&obj, false, old.is_none(), &mut errs);
             obj = typed::event_to_core(obj);
+        } else if rt.group.is_empty() && rt.kind == "Event" {
+            validation::validate_event(
+                &typed::event_from_core(obj.clone()),
+                true,
+                old.is_none(),
+                &mut errs,
+            );
         }
         let old_view = old.clone();
         if w.sub == "status"
@@ -1149,7 +1168,9 @@ impl State {
         // A field the kind does not have makes the apply fail (structured-merge-diff's typed
         // conversion) instead of being dropped.
         if !w.rt.is_custom() {
-            self.check_declared(w, &body, &merged)?;
+            let mut probe = live.clone().unwrap_or_else(|| json!({}));
+            fields::merge_applied(Self::shape_ctx(w), &mut probe, &body);
+            self.check_declared(w, &body, &probe)?;
         }
         let mut merged = merged;
         if let Some(m) = merged.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -1260,6 +1281,14 @@ impl State {
             add("customresourcecleanup.apiextensions.k8s.io");
         }
         let namespace_kind = rt.group.is_empty() && rt.kind == "Namespace";
+        if namespace_kind && matches!(name, "default" | "kube-system" | "kube-public") {
+            return Err(ApiError::forbidden(
+                "",
+                "namespaces",
+                name,
+                "this namespace may not be deleted",
+            ));
+        }
         if fins.is_empty() && !namespace_kind {
             if opts.dry_run {
                 return Ok(Out::Raw(200, success_status(rt, name, &uid_of(&obj))));

@@ -106,7 +106,10 @@ pub fn decode(rt: &ResourceType, version: &str, obj: Value) -> Result<Value, Dec
     }
     match typed_roundtrip(&rt.group, &rt.kind, obj.clone()) {
         None => Ok(obj),
-        Some(Ok(v)) => Ok(v),
+        Some(Ok(mut v)) => {
+            drop_invented(&obj, &mut v);
+            Ok(v)
+        }
         Some(Err(e)) => match e
             .strip_prefix("missing field `")
             .and_then(|r| r.split_once('`'))
@@ -117,6 +120,33 @@ pub fn decode(rt: &ResourceType, version: &str, obj: Value) -> Result<Value, Dec
             )])),
             None => Err(DecodeError::BadRequest(cannot(&e))),
         },
+    }
+}
+
+/// k8s-openapi fills a missing required field with its default; Go leaves it nil. Takes out
+/// what the typed form added that is empty, so that validation sees the field missing.
+fn drop_invented(input: &Value, output: &mut Value) {
+    match (input, output) {
+        (Value::Object(i), Value::Object(o)) => {
+            o.retain(|k, v| {
+                i.contains_key(k)
+                    || !(v.is_null()
+                        || v.as_object().is_some_and(|m| m.is_empty())
+                        || v.as_array().is_some_and(|a| a.is_empty())
+                        || v.as_str() == Some(""))
+            });
+            for (k, v) in o.iter_mut() {
+                if let Some(x) = i.get(k) {
+                    drop_invented(x, v);
+                }
+            }
+        }
+        (Value::Array(i), Value::Array(o)) => {
+            for (x, v) in i.iter().zip(o.iter_mut()) {
+                drop_invented(x, v);
+            }
+        }
+        _ => {}
     }
 }
 

@@ -554,29 +554,78 @@ fn validate_pod_spec(spec: Option<&Value>, base: &str, errs: &mut Vec<FieldError
     }
 }
 
+/// How Go's `%#v` prints a metav1.LabelSelector.
+fn go_label_selector(sel: &Value) -> String {
+    let labels = match sel.get("matchLabels") {
+        None | Some(Value::Null) => "map[string]string(nil)".to_string(),
+        l => go_string_map(l),
+    };
+    let exprs = match sel.get("matchExpressions").and_then(Value::as_array) {
+        None => "[]v1.LabelSelectorRequirement(nil)".to_string(),
+        Some(list) => {
+            let items: Vec<String> = list
+                .iter()
+                .map(|e| {
+                    let s = |k: &str| quote(e.get(k).and_then(Value::as_str).unwrap_or(""));
+                    let values: Vec<String> = e
+                        .get("values")
+                        .and_then(Value::as_array)
+                        .map(|a| a.iter().map(|v| quote(v.as_str().unwrap_or(""))).collect())
+                        .unwrap_or_default();
+                    format!(
+                        "v1.LabelSelectorRequirement{{Key:{}, Operator:{}, Values:[]string{{{}}}}}",
+                        s("key"),
+                        s("operator"),
+                        values.join(", ")
+                    )
+                })
+                .collect();
+            format!("[]v1.LabelSelectorRequirement{{{}}}", items.join(", "))
+        }
+    };
+    format!("v1.LabelSelector{{MatchLabels:{labels}, MatchExpressions:{exprs}}}")
+}
+
+/// ValidateDeploymentSpec and its siblings: a selector that selects the template's labels.
 fn validate_selector_and_template(obj: &Value, kind_word: &str, errs: &mut Vec<FieldError>) {
-    let selector = at(obj, &["spec", "selector"]);
-    let labels = at(obj, &["spec", "template", "metadata", "labels"]);
+    let selector = at(obj, &["spec", "selector"]).filter(|s| !s.is_null());
+    let labels = at(obj, &["spec", "template", "metadata", "labels"]).filter(|l| !l.is_null());
+    let label_pairs: Vec<(String, String)> = string_map(labels)
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
+    let mismatch = |errs: &mut Vec<FieldError>| {
+        let shown = if labels.is_some() {
+            go_string_map(labels)
+        } else {
+            "map[string]string(nil)".to_string()
+        };
+        errs.push(FieldError::invalid_raw(
+            "spec.template.metadata.labels",
+            shown,
+            "`selector` does not match template `labels`",
+        ));
+    };
     match selector {
-        None | Some(Value::Null) => errs.push(FieldError::required("spec.selector", "")),
+        None => {
+            errs.push(FieldError::required("spec.selector", ""));
+            // A nil selector selects nothing.
+            mismatch(errs);
+        }
         Some(sel) => match LabelSelector::from_json(sel) {
-            Err(e) => errs.push(FieldError::invalid_raw("spec.selector", sel.to_string(), e)),
+            Err(e) => errs.push(FieldError::invalid_raw(
+                "spec.selector",
+                go_label_selector(sel),
+                e,
+            )),
             Ok(ls) if ls.is_empty() => errs.push(FieldError::invalid_raw(
                 "spec.selector",
-                sel.to_string(),
+                go_label_selector(sel),
                 format!("empty selector is invalid for {kind_word}"),
             )),
             Ok(ls) => {
-                let map: Vec<(String, String)> = string_map(labels)
-                    .into_iter()
-                    .map(|(k, v)| (k.into(), v.into()))
-                    .collect();
-                if !ls.matches(&map) {
-                    errs.push(FieldError::invalid_raw(
-                        "spec.template.metadata.labels",
-                        go_string_map(labels),
-                        "`selector` does not match template `labels`",
-                    ));
+                if !ls.matches(&label_pairs) {
+                    mismatch(errs);
                 }
             }
         },
@@ -599,6 +648,10 @@ fn non_negative(obj: &Value, path: &[&str], errs: &mut Vec<FieldError>) {
 }
 
 fn restart_policy(obj: &Value, path: &[&str], allowed: &[&str], errs: &mut Vec<FieldError>) {
+    if at(obj, &path[..path.len() - 1]).is_none() {
+        // No pod spec at all: the containers error says it.
+        return;
+    }
     let value = at(obj, path).and_then(Value::as_str).unwrap_or("");
     if !allowed.contains(&value) {
         errs.push(FieldError::not_supported(path.join("."), value, allowed));
@@ -686,9 +739,7 @@ pub fn validate_kind(
             if spec_changed(&["spec", "selector"]) {
                 errs.push(FieldError::invalid_raw(
                     "spec.selector",
-                    at(obj, &["spec", "selector"])
-                        .map(Value::to_string)
-                        .unwrap_or_default(),
+                    go_label_selector(at(obj, &["spec", "selector"]).unwrap_or(&Value::Null)),
                     "field is immutable",
                 ));
             }
@@ -825,33 +876,51 @@ fn immutable_data(obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) 
     }
 }
 
-/// events.k8s.io/v1 Event checks (legacy and strict validation of ValidateEventCreate), on the
-/// object in events.k8s.io/v1 form.
-pub fn validate_event_v1(ev: &Value, create: bool, errs: &mut Vec<FieldError>) {
+/// Event checks (legacyValidateEvent, and for events.k8s.io/v1 creates the strict part of
+/// ValidateEventCreate), on the object in events.k8s.io/v1 form; `core` when it came through
+/// the core/v1 API.
+pub fn validate_event(ev: &Value, core: bool, create: bool, errs: &mut Vec<FieldError>) {
     let s = |k: &str| ev.get(k).and_then(Value::as_str).unwrap_or("");
     let ns = super::util::meta_str(ev, "namespace").unwrap_or("");
     let regarding_ns = str_at(ev, &["regarding", "namespace"]).unwrap_or("");
-    if regarding_ns.is_empty() {
-        if ns != "default" && ns != "kube-system" {
-            errs.push(FieldError::invalid(
-                "involvedObject.namespace",
-                regarding_ns,
-                "does not match event.namespace",
-            ));
-        }
-    } else if regarding_ns != ns {
-        errs.push(FieldError::invalid(
+    let mismatch = || {
+        FieldError::invalid(
             "involvedObject.namespace",
             regarding_ns,
             "does not match event.namespace",
-        ));
+        )
+    };
+    let has_time = ev.get("eventTime").is_some_and(|t| !t.is_null());
+    if core && !has_time {
+        // An old style event: only the namespaces have to agree.
+        let ok = if regarding_ns.is_empty() {
+            ns.is_empty() || ns == "default"
+        } else {
+            ns == regarding_ns
+        };
+        if !ok {
+            errs.push(mismatch());
+        }
+        return;
     }
+    if regarding_ns.is_empty() {
+        if ns != "default" && ns != "kube-system" {
+            errs.push(mismatch());
+        }
+    } else if regarding_ns != ns {
+        errs.push(mismatch());
+    }
+    let controller_field = if core {
+        "reportingComponent"
+    } else {
+        "reportingController"
+    };
     if s("reportingController").is_empty() {
-        errs.push(FieldError::required("reportingController", ""));
+        errs.push(FieldError::required(controller_field, ""));
     }
     for msg in qualified_name(s("reportingController")) {
         errs.push(FieldError::invalid(
-            "reportingController",
+            controller_field,
             s("reportingController"),
             msg,
         ));
@@ -893,7 +962,7 @@ pub fn validate_event_v1(ev: &Value, create: bool, errs: &mut Vec<FieldError>) {
             "can have at most 1024 characters",
         ));
     }
-    if create {
+    if create && !core {
         if ev.get("eventTime").is_none_or(Value::is_null) {
             errs.push(FieldError::required("eventTime", ""));
         }
