@@ -165,3 +165,5 @@ pub fn rendered(
     }
     sequenced::render::parse_output(&text, tree).unwrap_or_else(|e| panic!("parse: {e}"))
 }
+
+pub mod apiserver;

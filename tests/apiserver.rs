@@ -1,0 +1,1563 @@
+//! The test API server (tests/support/apiserver.rs) answers as the recorded kube-apiserver
+//! v1.28 in tests/apiserver-recordings/ does, and works with kube's client and runtime.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use http_body_util::BodyExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
+};
+use kube::core::{ApiResource, GroupVersionKind, PartialObjectMeta};
+use kube::discovery::Discovery;
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use support::apiserver::TestApiServer;
+
+const RECORDINGS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/apiserver-recordings");
+
+fn recording(name: &str) -> String {
+    std::fs::read_to_string(format!("{RECORDINGS}/{name}")).expect("recording")
+}
+
+fn recorded_json(name: &str) -> Value {
+    serde_json::from_str(&recording(name)).expect("recorded JSON")
+}
+
+fn recorded_lines(name: &str) -> Vec<Value> {
+    recording(name)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect()
+}
+
+/// Runs a test body under a timeout.
+async fn timed<F: Future<Output = ()>>(f: F) {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .expect("test timed out");
+}
+
+/// A raw HTTP answer.
+struct Answer {
+    status: u16,
+    headers: http::HeaderMap,
+    text: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
+    }
+}
+
+/// Sends one request as an HTTP client with `user_agent` would (Python-urllib and curl made
+/// the recordings).
+async fn raw(
+    server: &TestApiServer,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: Option<Vec<u8>>,
+    accept: Option<&str>,
+    user_agent: &str,
+) -> Answer {
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("user-agent", user_agent);
+    if let Some(ct) = content_type {
+        b = b.header("content-type", ct);
+    }
+    if let Some(a) = accept {
+        b = b.header("accept", a);
+    }
+    let req = b
+        .body(kube::client::Body::from(body.unwrap_or_default()))
+        .expect("request");
+    let res = plain_client(server).send(req).await.expect("send");
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let bytes = res.into_body().collect().await.expect("body").to_bytes();
+    Answer {
+        status,
+        headers,
+        text: String::from_utf8_lossy(&bytes).into_owned(),
+    }
+}
+
+async fn get(server: &TestApiServer, path: &str) -> Answer {
+    raw(server, "GET", path, None, None, None, "curl/8.5.0").await
+}
+
+async fn send_json(
+    server: &TestApiServer,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &Value,
+) -> Answer {
+    raw(
+        server,
+        method,
+        path,
+        Some(content_type),
+        Some(serde_json::to_vec(body).unwrap()),
+        None,
+        "curl/8.5.0",
+    )
+    .await
+}
+
+/// A client that does not retry 429, 503 and 504 itself, to see each answer.
+fn plain_client(server: &TestApiServer) -> kube::Client {
+    let mut config = kube::Config::new(server.url().parse().unwrap());
+    config.default_retry = false;
+    kube::Client::try_from(config).unwrap()
+}
+
+/// Blanks what differs between two runs: uids, resourceVersions, times.
+fn normalize(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| {
+                    let blank = matches!(
+                        k.as_str(),
+                        "uid"
+                            | "resourceVersion"
+                            | "creationTimestamp"
+                            | "deletionTimestamp"
+                            | "time"
+                            | "lastTransitionTime"
+                    ) && x.is_string();
+                    (
+                        k.clone(),
+                        if blank {
+                            json!("<blank>")
+                        } else {
+                            normalize(x)
+                        },
+                    )
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(normalize).collect()),
+        other => other.clone(),
+    }
+}
+
+fn rv(v: &Value) -> String {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Replays every request of requests.json in order and compares each answer with the recorded
+/// one (status code and the whole body but uids, resourceVersions and times).
+#[tokio::test]
+async fn every_recorded_request_gets_the_recorded_answer() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let cases = recorded_json("requests.json");
+        let mut rvs: BTreeMap<String, String> = BTreeMap::new();
+        for case in cases.as_array().unwrap() {
+            let name = case["name"].as_str().unwrap();
+            let req = &case["request"];
+            let want = &case["response"];
+            let body = match &req["body"] {
+                Value::Null => None,
+                Value::String(s) => Some(s.clone().into_bytes()),
+                v => {
+                    let mut v = v.clone();
+                    if let Some(r) = v["metadata"]["resourceVersion"].as_str()
+                        && let Some(ours) = rvs.get(r)
+                    {
+                        v["metadata"]["resourceVersion"] = json!(ours);
+                    }
+                    Some(serde_json::to_vec(&v).unwrap())
+                }
+            };
+            let got = raw(
+                &server,
+                req["method"].as_str().unwrap(),
+                req["path"].as_str().unwrap(),
+                req["contentType"].as_str(),
+                body,
+                None,
+                "Python-urllib/3.11",
+            )
+            .await;
+            assert_eq!(
+                got.status,
+                want["status"].as_u64().unwrap() as u16,
+                "{name}: status, body {}",
+                got.text
+            );
+            let got_body = got.json();
+            assert_eq!(
+                normalize(&got_body),
+                normalize(&want["body"]),
+                "{name}: body"
+            );
+            let (recorded_rv, our_rv) = (rv(&want["body"]), rv(&got_body));
+            if !recorded_rv.is_empty() && !our_rv.is_empty() {
+                rvs.insert(recorded_rv, our_rv);
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn version_is_the_recorded_one() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let got = get(&server, "/version").await;
+        assert_eq!(got.status, 200);
+        assert_eq!(got.json(), recorded_json("version.json"));
+        let info = server.client().apiserver_version().await.unwrap();
+        assert_eq!(info.git_version, "v1.28.7");
+    })
+    .await;
+}
+
+/// Each resource we serve is described as the recorded discovery describes it.
+#[tokio::test]
+async fn discovery_documents_match_the_recordings() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let api = get(&server, "/api").await.json();
+        assert_eq!(api["kind"], "APIVersions");
+        assert_eq!(api["versions"], json!(["v1"]));
+        assert_eq!(
+            api["serverAddressByClientCIDRs"][0]["clientCIDR"],
+            "0.0.0.0/0"
+        );
+
+        for (path, file) in [
+            ("/api/v1", "discovery-api-v1.json"),
+            ("/apis/apps/v1", "discovery-apis-apps-v1.json"),
+            ("/apis/batch/v1", "discovery-apis-batch-v1.json"),
+            (
+                "/apis/coordination.k8s.io/v1",
+                "discovery-apis-coordination-v1.json",
+            ),
+            (
+                "/apis/apiextensions.k8s.io/v1",
+                "discovery-apis-apiextensions-v1.json",
+            ),
+        ] {
+            let ours = get(&server, path).await.json();
+            let recorded = recorded_json(file);
+            assert_eq!(ours["kind"], recorded["kind"], "{path}");
+            assert_eq!(ours["apiVersion"], recorded["apiVersion"], "{path}");
+            assert_eq!(ours["groupVersion"], recorded["groupVersion"], "{path}");
+            let recorded_resources = recorded["resources"].as_array().unwrap();
+            let our_resources = ours["resources"].as_array().unwrap();
+            for r in our_resources {
+                let name = r["name"].as_str().unwrap();
+                let rec = recorded_resources
+                    .iter()
+                    .find(|x| x["name"] == name)
+                    .unwrap_or_else(|| panic!("{path}: {name} not in the recording"));
+                for field in [
+                    "singularName",
+                    "namespaced",
+                    "kind",
+                    "verbs",
+                    "shortNames",
+                    "categories",
+                ] {
+                    assert_eq!(r.get(field), rec.get(field), "{path} {name} {field}");
+                }
+            }
+            for must in [
+                "configmaps",
+                "secrets",
+                "services",
+                "namespaces",
+                "pods",
+                "deployments",
+                "deployments/status",
+                "jobs",
+                "leases",
+                "customresourcedefinitions",
+            ] {
+                if recorded_resources.iter().any(|x| x["name"] == must) {
+                    assert!(
+                        our_resources.iter().any(|x| x["name"] == must),
+                        "{path}: {must} missing"
+                    );
+                }
+            }
+        }
+
+        let groups = get(&server, "/apis").await.json();
+        let recorded = recorded_json("discovery-apis.json");
+        assert_eq!(groups["kind"], "APIGroupList");
+        for g in groups["groups"].as_array().unwrap() {
+            let rec = recorded["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["name"] == g["name"])
+                .unwrap();
+            assert_eq!(
+                g["preferredVersion"], rec["preferredVersion"],
+                "{}",
+                g["name"]
+            );
+        }
+        for name in [
+            "apps",
+            "batch",
+            "coordination.k8s.io",
+            "apiextensions.k8s.io",
+            "events.k8s.io",
+            "rbac.authorization.k8s.io",
+            "policy",
+            "networking.k8s.io",
+        ] {
+            assert!(
+                groups["groups"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|g| g["name"] == name),
+                "{name}"
+            );
+        }
+        let apps = get(&server, "/apis/apps").await.json();
+        assert_eq!(apps["kind"], "APIGroup");
+        assert_eq!(apps["preferredVersion"]["groupVersion"], "apps/v1");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn unknown_paths_are_not_found() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        for path in ["/api/v1/foos", "/apis/example.com/v1/gadgets", "/apis/apps/v2/deployments", "/nothing", "/api/v1/namespaces/default/configmaps/x/scale"] {
+            let got = get(&server, path).await;
+            assert_eq!(got.status, 404, "{path}");
+            assert_eq!(
+                got.json(),
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "the server could not find the requested resource", "reason": "NotFound", "details": {}, "code": 404}),
+                "{path}"
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn kube_discovery_finds_builtin_and_custom_kinds() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let client = server.client();
+        create_gadget_crd(&client).await;
+        let discovery = Discovery::new(client.clone()).run().await.unwrap();
+        for (g, v, k) in [
+            ("", "v1", "ConfigMap"),
+            ("apps", "v1", "Deployment"),
+            ("coordination.k8s.io", "v1", "Lease"),
+            ("events.k8s.io", "v1", "Event"),
+            ("example.com", "v1", "Gadget"),
+        ] {
+            let (ar, caps) = discovery
+                .resolve_gvk(&GroupVersionKind::gvk(g, v, k))
+                .unwrap_or_else(|| panic!("{k} not discovered"));
+            assert!(caps.supports_operation("watch"), "{k}");
+            assert_eq!(ar.kind, k);
+        }
+        let (_, caps) = discovery
+            .resolve_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"))
+            .unwrap();
+        assert!(
+            caps.subresources
+                .iter()
+                .any(|(ar, _)| ar.plural == "status")
+        );
+        let (_, caps) = discovery
+            .resolve_gvk(&GroupVersionKind::gvk("", "v1", "Namespace"))
+            .unwrap();
+        assert_eq!(caps.scope, kube::discovery::Scope::Cluster);
+
+        // Aggregated discovery: a 1.28 server answers apidiscovery.k8s.io/v2beta1.
+        let aggregated = Discovery::new(client.clone())
+            .run_aggregated()
+            .await
+            .unwrap();
+        assert!(
+            aggregated
+                .resolve_gvk(&GroupVersionKind::gvk("example.com", "v1", "Gadget"))
+                .is_some()
+        );
+        assert!(
+            aggregated
+                .resolve_gvk(&GroupVersionKind::gvk("", "v1", "Secret"))
+                .is_some()
+        );
+        let v2_only = raw(
+            &server,
+            "GET",
+            "/apis",
+            None,
+            None,
+            Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"),
+            "curl/8",
+        )
+        .await;
+        assert_eq!(v2_only.status, 406);
+    })
+    .await;
+}
+
+fn gadget_crd() -> Value {
+    let mut crd = recorded_json("crd-established.json");
+    let m = crd["metadata"].as_object_mut().unwrap();
+    m.retain(|k, _| k == "name");
+    crd.as_object_mut().unwrap().remove("status");
+    crd
+}
+
+async fn create_gadget_crd(client: &kube::Client) -> CustomResourceDefinition {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(gadget_crd()).unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_crd_is_established_like_the_recording_and_serves_its_kind() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let client = server.client();
+        let created = create_gadget_crd(&client).await;
+        // The create answer comes before the controllers have looked at it.
+        assert!(created.status.as_ref().and_then(|s| s.conditions.as_ref()).is_none_or(|c| c.is_empty()));
+        let stored = server.object("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, "gadgets.example.com").unwrap();
+        let recorded = recorded_json("crd-established.json");
+        assert_eq!(normalize(&stored["status"]), normalize(&recorded["status"]));
+        assert_eq!(stored["spec"], recorded["spec"]);
+        assert_eq!(stored["metadata"]["generation"], 1);
+
+        let discovery = get(&server, "/apis/example.com/v1").await.json();
+        let names: Vec<&str> = discovery["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["gadgets", "gadgets/status"]);
+
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("example.com", "v1", "Gadget"), "gadgets");
+        let gadgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+        let mut g = DynamicObject::new("g1", &ar);
+        g.data = json!({"spec": {"size": 1}, "status": {"ready": true}});
+        let g = gadgets.create(&PostParams::default(), &g).await.unwrap();
+        assert_eq!(g.metadata.generation, Some(1));
+        assert!(g.data.get("status").is_none(), "status is ignored on create with a status subresource");
+
+        // A spec change bumps generation, a status change through /status does not.
+        let g = gadgets.patch("g1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}}))).await.unwrap();
+        assert_eq!(g.metadata.generation, Some(2));
+        let g = gadgets.patch_status("g1", &PatchParams::default(), &Patch::Merge(json!({"status": {"ready": true}, "spec": {"size": 9}}))).await.unwrap();
+        assert_eq!(g.metadata.generation, Some(2));
+        assert_eq!(g.data["status"]["ready"], true);
+        assert_eq!(g.data["spec"]["size"], 2, "a /status write leaves spec alone");
+        let g = gadgets.patch("g1", &PatchParams::default(), &Patch::Merge(json!({"status": {"ready": false}}))).await.unwrap();
+        assert_eq!(g.data["status"]["ready"], true, "a main resource write leaves status alone");
+        assert_eq!(g.metadata.generation, Some(2));
+
+        // PUT of a custom resource needs a resourceVersion.
+        let mut stale = g.clone();
+        stale.metadata.resource_version = None;
+        let err = gadgets.replace("g1", &PostParams::default(), &stale).await.unwrap_err();
+        let kube::Error::Api(s) = err else { panic!("{err:?}") };
+        assert_eq!(s.code, 422);
+        assert_eq!(s.message, "Gadget.example.com \"g1\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update");
+
+        // Deleting the definition deletes its objects and stops serving the kind.
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        crds.delete("gadgets.example.com", &DeleteParams::default()).await.unwrap();
+        assert!(server.object("example.com/v1", "Gadget", Some("default"), "g1").is_none());
+        assert_eq!(get(&server, "/apis/example.com/v1/namespaces/default/gadgets").await.status, 404);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn custom_resources_are_pruned_and_checked_against_their_schema() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let mut crd = gadget_crd();
+        crd["metadata"]["name"] = json!("widgets.example.com");
+        crd["spec"]["names"] = json!({"kind": "Widget", "listKind": "WidgetList", "plural": "widgets", "singular": "widget"});
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] = json!({
+            "type": "object",
+            "required": ["size"],
+            "properties": {"size": {"type": "integer"}, "mode": {"type": "string", "enum": ["a", "b"], "default": "a"}},
+        });
+        assert_eq!(send_json(&server, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "application/json", &crd).await.status, 201);
+        let path = "/apis/example.com/v1/namespaces/default/widgets";
+        let ok = send_json(&server, "POST", path, "application/json", &json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1, "unknown": true}, "extra": 1})).await;
+        assert_eq!(ok.status, 201, "{}", ok.text);
+        let w = ok.json();
+        assert_eq!(w["spec"], json!({"size": 1, "mode": "a"}), "unknown fields are pruned, defaults filled");
+        assert!(w.get("extra").is_none());
+        let bad = send_json(&server, "POST", path, "application/json", &json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w2"}, "spec": {"size": "big", "mode": "c"}})).await;
+        assert_eq!(bad.status, 422, "{}", bad.text);
+        let msg = bad.json()["message"].as_str().unwrap().to_string();
+        assert!(msg.contains("spec.size: Invalid value: \"string\": spec.size in body must be of type integer: \"string\""), "{msg}");
+        assert!(msg.contains("spec.mode: Unsupported value: \"c\""), "{msg}");
+        let missing = send_json(&server, "POST", path, "application/json", &json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w3"}, "spec": {}})).await;
+        assert_eq!(missing.status, 422);
+        assert!(missing.text.contains("spec.size: Required value"), "{}", missing.text);
+        let wrong_kind = send_json(&server, "POST", path, "application/json", &json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "w4"}, "spec": {"size": 1}})).await;
+        assert_eq!(wrong_kind.status, 422);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_crd_that_is_not_structural_is_refused_as_recorded() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let mut crd = gadget_crd();
+        crd["metadata"]["name"] = json!("badthings.example.com");
+        crd["spec"]["names"] = json!({"kind": "BadThing", "listKind": "BadThingList", "plural": "badthings", "singular": "badthing"});
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] = json!({"properties": {"values": {"items": {"type": "string"}}}});
+        let got = send_json(&server, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", "application/json", &crd).await;
+        assert_eq!(got.status, 422, "{}", got.text);
+        let body = got.json();
+        assert_eq!(body["reason"], "Invalid");
+        // crd-not-structural.txt is how kubectl prints the causes.
+        let recorded = recording("crd-not-structural.txt");
+        let mut lines = recorded.lines();
+        assert_eq!(lines.next().unwrap().trim(), "The CustomResourceDefinition \"badthings.example.com\" is invalid:");
+        let causes: Vec<String> = body["details"]["causes"].as_array().unwrap().iter().map(|c| format!("* {}: {}", c["field"].as_str().unwrap(), c["message"].as_str().unwrap())).collect();
+        let expected: Vec<String> = lines.map(String::from).filter(|l| !l.is_empty()).collect();
+        assert_eq!(causes, expected);
+        assert_eq!(body["details"]["kind"], "CustomResourceDefinition");
+        assert_eq!(body["details"]["group"], "apiextensions.k8s.io");
+        assert!(body["message"].as_str().unwrap().starts_with("CustomResourceDefinition.apiextensions.k8s.io \"badthings.example.com\" is invalid: ["));
+    })
+    .await;
+}
+
+async fn start_watch(
+    server: &TestApiServer,
+    path: &str,
+    accept: Option<&str>,
+) -> http::Response<kube::client::Body> {
+    let mut b = http::Request::builder()
+        .method("GET")
+        .uri(path)
+        .header("user-agent", "curl/8.5.0");
+    if let Some(a) = accept {
+        b = b.header("accept", a);
+    }
+    server
+        .client()
+        .send(b.body(kube::client::Body::from(Vec::new())).unwrap())
+        .await
+        .unwrap()
+}
+
+async fn read_lines(res: http::Response<kube::client::Body>) -> Vec<Value> {
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The recorded watch: ADDED, MODIFIED, DELETED, then a BOOKMARK before the timeout.
+async fn recorded_watch(accept: Option<&str>) -> Vec<Value> {
+    let server = TestApiServer::start().await;
+    let ns = send_json(
+        &server,
+        "POST",
+        "/api/v1/namespaces",
+        "application/json",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "rec"}}),
+    )
+    .await;
+    assert_eq!(ns.status, 201);
+    let from = server.resource_version();
+    let res = start_watch(&server, &format!("/api/v1/namespaces/rec/configmaps?watch=1&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=3"), accept).await;
+    assert_eq!(res.status(), 200);
+    let path = "/api/v1/namespaces/rec/configmaps";
+    assert_eq!(send_json(&server, "POST", path, "application/json", &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w1"}, "data": {"a": "1"}})).await.status, 201);
+    assert_eq!(
+        send_json(
+            &server,
+            "PATCH",
+            &format!("{path}/w1"),
+            "application/merge-patch+json",
+            &json!({"data": {"a": "2"}})
+        )
+        .await
+        .status,
+        200
+    );
+    assert_eq!(
+        raw(
+            &server,
+            "DELETE",
+            &format!("{path}/w1"),
+            None,
+            None,
+            None,
+            "curl/8.5.0"
+        )
+        .await
+        .status,
+        200
+    );
+    let last = server.resource_version();
+    let lines = read_lines(res).await;
+    let bookmark = lines.last().unwrap();
+    assert_eq!(
+        bookmark["object"]["metadata"]["resourceVersion"],
+        json!(last.to_string())
+    );
+    lines
+}
+
+#[tokio::test]
+async fn watch_events_look_like_the_recorded_ones() {
+    timed(async {
+        let ours = recorded_watch(None).await;
+        let recorded = recorded_lines("watch-configmaps.jsonl");
+        assert_eq!(
+            ours.iter().map(normalize).collect::<Vec<_>>(),
+            recorded.iter().map(normalize).collect::<Vec<_>>()
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn metadata_watch_events_look_like_the_recorded_ones() {
+    timed(async {
+        let ours = recorded_watch(Some(
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        ))
+        .await;
+        let recorded = recorded_lines("watch-configmaps-metadata.jsonl");
+        assert_eq!(
+            ours.len(),
+            recorded.len() + 1,
+            "the recording has no bookmark"
+        );
+        assert_eq!(
+            ours[..3].iter().map(normalize).collect::<Vec<_>>(),
+            recorded.iter().map(normalize).collect::<Vec<_>>()
+        );
+        assert_eq!(ours[3]["object"]["kind"], "PartialObjectMetadata");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_watch_from_a_compacted_resource_version_gets_410() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+        cms.create(&PostParams::default(), &cm("a", &[]))
+            .await
+            .unwrap();
+        let old = server.resource_version() - 1;
+        server.compact();
+        let lines = read_lines(
+            start_watch(
+                &server,
+                &format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={old}"),
+                None,
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0]["type"], "ERROR");
+        assert_eq!(lines[0]["object"]["code"], 410);
+        assert_eq!(lines[0]["object"]["reason"], "Expired");
+        assert_eq!(lines[0]["object"]["kind"], "Status");
+
+        // kube's watcher relists after the 410 and carries on.
+        let mut stream = cms
+            .watch(&WatchParams::default(), &old.to_string())
+            .await
+            .unwrap()
+            .boxed();
+        match stream.next().await.unwrap().unwrap() {
+            WatchEvent::Error(e) => assert_eq!(e.code, 410),
+            other => panic!("{other:?}"),
+        }
+    })
+    .await;
+}
+
+fn cm(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>()},
+        "data": {"k": "v"},
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn lists_select_by_labels_and_fields_and_page() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+        for (name, labels) in [
+            ("a", vec![("app", "web"), ("tier", "front")]),
+            ("b", vec![("app", "db")]),
+            ("c", vec![("tier", "back")]),
+            ("d", vec![]),
+        ] {
+            cms.create(&PostParams::default(), &cm(name, &labels))
+                .await
+                .unwrap();
+        }
+        let names = |l: kube::core::ObjectList<ConfigMap>| {
+            l.items
+                .into_iter()
+                .map(|c| c.metadata.name.unwrap())
+                .collect::<Vec<_>>()
+        };
+        for (selector, want) in [
+            ("app=web", vec!["a"]),
+            ("app==db", vec!["b"]),
+            ("app!=web", vec!["b", "c", "d"]),
+            ("app in (web,db)", vec!["a", "b"]),
+            ("app notin (web)", vec!["b", "c", "d"]),
+            ("tier", vec!["a", "c"]),
+            ("!tier", vec!["b", "d"]),
+            ("app,tier=front", vec!["a"]),
+        ] {
+            assert_eq!(
+                names(
+                    cms.list(&ListParams::default().labels(selector))
+                        .await
+                        .unwrap()
+                ),
+                want,
+                "{selector}"
+            );
+        }
+        assert_eq!(
+            names(
+                cms.list(&ListParams::default().fields("metadata.name=c"))
+                    .await
+                    .unwrap()
+            ),
+            ["c"]
+        );
+        assert_eq!(
+            names(
+                cms.list(
+                    &ListParams::default().fields("metadata.namespace=default,metadata.name!=c")
+                )
+                .await
+                .unwrap()
+            ),
+            ["a", "b", "d"]
+        );
+        let list = cms.list(&ListParams::default()).await.unwrap();
+        assert_eq!(
+            list.metadata.resource_version,
+            Some(server.resource_version().to_string())
+        );
+
+        let page = cms.list(&ListParams::default().limit(3)).await.unwrap();
+        assert_eq!(names(page.clone()), ["a", "b", "c"]);
+        assert_eq!(page.metadata.remaining_item_count, Some(1));
+        let token = page.metadata.continue_.unwrap();
+        let next = cms
+            .list(&ListParams::default().limit(3).continue_token(&token))
+            .await
+            .unwrap();
+        assert_eq!(names(next.clone()), ["d"]);
+        assert!(next.metadata.continue_.is_none());
+
+        let bad = get(
+            &server,
+            "/api/v1/namespaces/default/configmaps?fieldSelector=spec.x%3Dy",
+        )
+        .await;
+        assert_eq!(bad.status, 400);
+        assert_eq!(bad.json()["message"], "field label not supported: spec.x");
+        let all = get(&server, "/api/v1/configmaps").await.json();
+        assert_eq!(all["kind"], "ConfigMapList");
+        assert!(
+            all["items"][0].get("kind").is_none(),
+            "items of built-in lists carry no kind"
+        );
+
+        let meta = raw(
+            &server,
+            "GET",
+            "/api/v1/namespaces/default/configmaps",
+            None,
+            None,
+            Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"),
+            "curl",
+        )
+        .await
+        .json();
+        assert_eq!(meta["kind"], "PartialObjectMetadataList");
+        assert_eq!(meta["apiVersion"], "meta.k8s.io/v1");
+        assert_eq!(meta["items"][0]["kind"], "PartialObjectMetadata");
+        assert!(meta["items"][0].get("data").is_none());
+        let metas = cms
+            .list_metadata(&ListParams::default().labels("app"))
+            .await
+            .unwrap();
+        assert_eq!(metas.items.len(), 2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn watchers_see_changes_full_and_metadata_only() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let client = server.client();
+        let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+        cms.create(&PostParams::default(), &cm("before", &[("app", "x")])).await.unwrap();
+
+        let full = watcher(cms.clone(), watcher::Config::default().labels("app=x")).boxed();
+        // kube 5: an Api of PartialObjectMeta makes metadata-only requests.
+        let metas: Api<PartialObjectMeta<ConfigMap>> = Api::default_namespaced(client.clone());
+        let meta = watcher(metas, watcher::Config::default()).boxed();
+        #[allow(deprecated)]
+        let mut old_meta = kube::runtime::metadata_watcher(cms.clone(), watcher::Config::default()).boxed();
+        let streaming = watcher(cms.clone(), watcher::Config::default().streaming_lists()).boxed();
+        let mut full = full;
+        let mut meta = meta;
+        let mut streaming = streaming;
+        // Initial lists.
+        for s in [&mut full] {
+            assert!(matches!(s.try_next().await.unwrap().unwrap(), watcher::Event::Init));
+            assert!(matches!(s.try_next().await.unwrap().unwrap(), watcher::Event::InitApply(c) if c.metadata.name.as_deref() == Some("before")));
+            assert!(matches!(s.try_next().await.unwrap().unwrap(), watcher::Event::InitDone));
+        }
+        assert!(matches!(meta.try_next().await.unwrap().unwrap(), watcher::Event::Init));
+        assert!(matches!(meta.try_next().await.unwrap().unwrap(), watcher::Event::InitApply(m) if m.metadata.name.as_deref() == Some("before")));
+        assert!(matches!(meta.try_next().await.unwrap().unwrap(), watcher::Event::InitDone));
+        assert!(matches!(old_meta.try_next().await.unwrap().unwrap(), watcher::Event::Init));
+        assert!(matches!(old_meta.try_next().await.unwrap().unwrap(), watcher::Event::InitApply(m) if m.metadata.name.as_deref() == Some("before")));
+        assert!(matches!(streaming.try_next().await.unwrap().unwrap(), watcher::Event::Init));
+        assert!(matches!(streaming.try_next().await.unwrap().unwrap(), watcher::Event::InitApply(_)));
+        assert!(matches!(streaming.try_next().await.unwrap().unwrap(), watcher::Event::InitDone));
+
+        cms.create(&PostParams::default(), &cm("after", &[("app", "x")])).await.unwrap();
+        assert!(matches!(full.try_next().await.unwrap().unwrap(), watcher::Event::Apply(c) if c.metadata.name.as_deref() == Some("after")));
+        assert!(matches!(meta.try_next().await.unwrap().unwrap(), watcher::Event::Apply(m) if m.metadata.name.as_deref() == Some("after")));
+        assert!(matches!(streaming.try_next().await.unwrap().unwrap(), watcher::Event::Apply(_)));
+
+        // Leaving the selection is a deletion for that watch.
+        cms.patch("after", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "y"}}}))).await.unwrap();
+        assert!(matches!(full.try_next().await.unwrap().unwrap(), watcher::Event::Delete(c) if c.metadata.name.as_deref() == Some("after")));
+        cms.delete("before", &DeleteParams::default()).await.unwrap();
+        assert!(matches!(full.try_next().await.unwrap().unwrap(), watcher::Event::Delete(c) if c.metadata.name.as_deref() == Some("before")));
+        assert!(matches!(meta.try_next().await.unwrap().unwrap(), watcher::Event::Apply(_)));
+        assert!(matches!(meta.try_next().await.unwrap().unwrap(), watcher::Event::Delete(m) if m.metadata.name.as_deref() == Some("before")));
+
+        let kinds: Vec<&str> = server.requests().iter().filter(|r| r.kind.as_deref() == Some("ConfigMap")).map(|r| r.verb).collect();
+        assert!(kinds.contains(&"list") && kinds.contains(&"watch"), "{kinds:?}");
+        assert!(server.requests().iter().any(|r| r.verb == "watch" && r.query.contains("sendInitialEvents=true")));
+    })
+    .await;
+}
+
+fn deployment(name: &str) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "busybox", "image": "busybox"}]}},
+        },
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn deployments_get_defaults_but_no_invented_status() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let deploys: Api<Deployment> = Api::namespaced(server.client(), "default");
+        let d = deploys.create(&PostParams::default(), &deployment("web")).await.unwrap();
+        assert_eq!(d.metadata.generation, Some(1));
+        let status = d.status.clone().unwrap_or_default();
+        assert!(status.conditions.is_none() && status.replicas.is_none() && status.observed_generation.is_none());
+        // The defaults of the recorded Deployment (deployment-progressing.json).
+        let recorded = recorded_json("deployment-progressing.json");
+        let ours = server.object("apps/v1", "Deployment", Some("default"), "web").unwrap();
+        assert_eq!(ours["spec"], recorded["spec"]);
+
+        // A spec change bumps generation; status written to the main resource is ignored.
+        let mut changed = d.clone();
+        changed.spec.as_mut().unwrap().replicas = Some(3);
+        changed.status = Some(serde_json::from_value(json!({"replicas": 3})).unwrap());
+        let d2 = deploys.replace("web", &PostParams::default(), &changed).await.unwrap();
+        assert_eq!(d2.metadata.generation, Some(2));
+        assert!(d2.status.unwrap_or_default().replicas.is_none());
+
+        // What kube-controller-manager would write, through /status or set_status.
+        let progressing = recorded["status"].clone();
+        let d3 = deploys.patch_status("web", &PatchParams::default(), &Patch::Merge(json!({"status": progressing, "spec": {"replicas": 7}}))).await.unwrap();
+        assert_eq!(d3.metadata.generation, Some(2));
+        assert_eq!(d3.spec.as_ref().unwrap().replicas, Some(3));
+        assert_eq!(d3.status.as_ref().unwrap().unavailable_replicas, Some(2));
+        let available = recorded_json("deployment-available.json")["status"].clone();
+        assert!(server.set_status("apps/v1", "Deployment", Some("default"), "web", available.clone()));
+        let d4 = deploys.get("web").await.unwrap();
+        assert_eq!(d4.status.as_ref().unwrap().available_replicas, Some(2));
+        assert_eq!(d4.status.as_ref().unwrap().unavailable_replicas, Some(2), "merge patch semantics keep other fields");
+        assert!(rv(&serde_json::to_value(&d4).unwrap()).parse::<u64>().unwrap() > rv(&serde_json::to_value(&d3).unwrap()).parse::<u64>().unwrap());
+        assert!(!server.set_status("apps/v1", "Deployment", Some("default"), "nope", json!({})));
+
+        // The selector must select the template and is immutable.
+        let mut bad = deployment("bad");
+        bad.spec.as_mut().unwrap().template.metadata.as_mut().unwrap().labels = Some([("app".to_string(), "other".to_string())].into());
+        let err = deploys.create(&PostParams::default(), &bad).await.unwrap_err();
+        let kube::Error::Api(s) = err else { panic!() };
+        assert_eq!(s.code, 422);
+        assert!(s.message.contains("`selector` does not match template `labels`"), "{}", s.message);
+        let patched = deploys.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"selector": {"matchLabels": {"app": "x"}}, "template": {"metadata": {"labels": {"app": "x"}}}}}))).await.unwrap_err();
+        let kube::Error::Api(s) = patched else { panic!() };
+        assert_eq!(s.code, 422);
+        assert!(s.message.contains("spec.selector"), "{}", s.message);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn server_side_apply_owns_merges_conflicts_and_removes() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+        let pp = PatchParams::apply("sequenced");
+        let first = cms.patch("cfg", &pp, &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "labels": {"a": "1"}}, "data": {"x": "1", "y": "2"}}))).await.unwrap();
+        // Applying the same again changes nothing, not even the resourceVersion.
+        let again = cms.patch("cfg", &pp, &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "labels": {"a": "1"}}, "data": {"x": "1", "y": "2"}}))).await.unwrap();
+        assert_eq!(first.metadata.resource_version, again.metadata.resource_version);
+
+        // Another manager's field stays when ours goes.
+        cms.patch("cfg", &PatchParams::default(), &Patch::Merge(json!({"data": {"z": "3"}}))).await.unwrap();
+        let later = cms.patch("cfg", &pp, &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"x": "1"}}))).await.unwrap();
+        let data = later.data.clone().unwrap();
+        assert_eq!(data.keys().collect::<Vec<_>>(), ["x", "z"], "y was applied before and is no more");
+        assert!(later.metadata.labels.unwrap_or_default().is_empty());
+
+        // A conflict names the owner; force takes the field over.
+        let other = PatchParams::apply("other");
+        let err = cms.patch("cfg", &other, &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"x": "2", "z": "4"}}))).await.unwrap_err();
+        let kube::Error::Api(s) = err else { panic!() };
+        assert_eq!(s.code, 409);
+        assert_eq!(s.message, "Apply failed with 2 conflicts: conflicts with \"\" using v1:\n- .data.z\nconflicts with \"sequenced\":\n- .data.x");
+        let forced = cms.patch("cfg", &other.clone().force(), &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"x": "2"}}))).await.unwrap();
+        assert_eq!(forced.data.unwrap()["x"], "2");
+        let managers: Vec<String> = forced.metadata.managed_fields.unwrap().iter().map(|m| format!("{}:{}", m.manager.clone().unwrap_or_default(), m.operation.clone().unwrap_or_default())).collect();
+        assert_eq!(managers, [":Update", "other:Apply"], "sequenced lost its only field");
+
+        // Apply needs kind and apiVersion and refuses unknown fields of built-in kinds.
+        let unknown = cms.patch("cfg", &other, &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "spec": {"x": 1}}))).await.unwrap_err();
+        let kube::Error::Api(s) = unknown else { panic!() };
+        assert_eq!(s.code, 400);
+        assert!(s.message.contains(".spec: field not declared in schema"), "{}", s.message);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn apply_of_deployments_merges_containers_by_name() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let deploys: Api<Deployment> = Api::namespaced(server.client(), "default");
+        let mut d = serde_json::to_value(deployment("web")).unwrap();
+        d["apiVersion"] = json!("apps/v1");
+        d["kind"] = json!("Deployment");
+        let pp = PatchParams::apply("sequenced");
+        deploys.patch("web", &pp, &Patch::Apply(d.clone())).await.unwrap();
+        // Someone else adds a sidecar through a strategic merge patch.
+        deploys
+            .patch("web", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "sidecar", "image": "envoy"}]}}}})))
+            .await
+            .unwrap();
+        d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("busybox:2");
+        let out = deploys.patch("web", &pp, &Patch::Apply(d)).await.unwrap();
+        let containers = out.spec.unwrap().template.spec.unwrap().containers;
+        let images: Vec<(String, String)> = containers.iter().map(|c| (c.name.clone(), c.image.clone().unwrap_or_default())).collect();
+        assert_eq!(images, [("busybox".into(), "busybox:2".into()), ("sidecar".into(), "envoy".into())]);
+        let entry = out.metadata.managed_fields.unwrap().into_iter().find(|m| m.manager.as_deref() == Some("sequenced")).unwrap();
+        let f = entry.fields_v1.unwrap().0;
+        assert_eq!(f["f:spec"]["f:selector"], json!({}));
+        assert!(f["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"busybox\"}"]["."].is_object());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn patches_of_every_type() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let client = server.client();
+        let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+        let c = cms.create(&PostParams::default(), &cm("p", &[])).await.unwrap();
+        // JSON patch as kube-runtime's finalizer helper sends it: test of a missing list is null.
+        let add = json!([{"op": "test", "path": "/metadata/finalizers", "value": null}, {"op": "add", "path": "/metadata/finalizers", "value": ["x.io/f"]}]);
+        let p: json_patch::Patch = serde_json::from_value(add).unwrap();
+        let c2 = cms.patch("p", &PatchParams::default(), &Patch::Json::<()>(p)).await.unwrap();
+        assert_eq!(c2.metadata.finalizers, Some(vec!["x.io/f".into()]));
+        let failing = json!([{"op": "test", "path": "/metadata/finalizers/0", "value": "other"}, {"op": "remove", "path": "/metadata/finalizers/0"}]);
+        let p: json_patch::Patch = serde_json::from_value(failing).unwrap();
+        let err = cms.patch("p", &PatchParams::default(), &Patch::Json::<()>(p)).await.unwrap_err();
+        let kube::Error::Api(s) = err else { panic!() };
+        assert_eq!(s.code, 422);
+        // Merge patch with a stale resourceVersion is a conflict.
+        let stale = cms.patch("p", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"resourceVersion": c.metadata.resource_version}, "data": {"k": "w"}}))).await.unwrap_err();
+        let kube::Error::Api(s) = stale else { panic!() };
+        assert_eq!(s.code, 409);
+        assert_eq!(s.message, "Operation cannot be fulfilled on configmaps \"p\": the object has been modified; please apply your changes to the latest version and try again");
+        // Strategic merge patch merges finalizers and maps.
+        let c3 = cms.patch("p", &PatchParams::default(), &Patch::Strategic(json!({"metadata": {"finalizers": ["y.io/f"]}, "data": {"n": "1"}}))).await.unwrap();
+        assert_eq!(c3.metadata.finalizers, Some(vec!["x.io/f".into(), "y.io/f".into()]));
+        assert_eq!(c3.data.unwrap().len(), 2);
+        // Custom resources take no strategic merge patch.
+        create_gadget_crd(&client).await;
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("example.com", "v1", "Gadget"), "gadgets");
+        let gadgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+        gadgets.create(&PostParams::default(), &DynamicObject::new("g", &ar)).await.unwrap();
+        let err = gadgets.patch("g", &PatchParams::default(), &Patch::Strategic(json!({"spec": {}}))).await.unwrap_err();
+        let kube::Error::Api(s) = err else { panic!() };
+        assert_eq!(s.code, 415);
+        // force is for apply only.
+        let err = cms.patch("p", &PatchParams::default(), &Patch::Merge(json!({}))).await;
+        assert!(err.is_ok());
+        let forced = send_json(&server, "PATCH", "/api/v1/namespaces/default/configmaps/p?force=true", "application/merge-patch+json", &json!({})).await;
+        assert_eq!(forced.status, 422);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_until_removed() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+        let mut c = cm("f", &[]);
+        c.metadata.finalizers = Some(vec!["sequenced.dev/finalizer".into()]);
+        cms.create(&PostParams::default(), &c).await.unwrap();
+        let deleted = cms.delete("f", &DeleteParams::default()).await.unwrap();
+        let obj = deleted.left().expect("the object while it has finalizers");
+        assert!(obj.metadata.deletion_timestamp.is_some());
+        // No new finalizers on an object being deleted.
+        let err = cms
+            .patch(
+                "f",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"finalizers": ["sequenced.dev/finalizer", "x.io/y"]}}),
+                ),
+            )
+            .await
+            .unwrap_err();
+        let kube::Error::Api(s) = err else { panic!() };
+        assert_eq!(s.code, 422);
+        assert!(
+            s.message
+                .contains("no new finalizers can be added if the object is being deleted"),
+            "{}",
+            s.message
+        );
+        assert!(
+            server
+                .object("v1", "ConfigMap", Some("default"), "f")
+                .is_some()
+        );
+        assert!(server.remove_finalizers("v1", "ConfigMap", Some("default"), "f"));
+        assert!(
+            server
+                .object("v1", "ConfigMap", Some("default"), "f")
+                .is_none()
+        );
+        // Without finalizers a delete answers a Status.
+        cms.create(&PostParams::default(), &cm("g", &[]))
+            .await
+            .unwrap();
+        let status = cms
+            .delete("g", &DeleteParams::default())
+            .await
+            .unwrap()
+            .right()
+            .expect("Status");
+        assert_eq!(
+            status.status,
+            Some(kube::core::response::StatusSummary::Success)
+        );
+        // Preconditions.
+        let c = cms
+            .create(&PostParams::default(), &cm("h", &[]))
+            .await
+            .unwrap();
+        let dp = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                resource_version: Some("1".into()),
+                uid: None,
+            }),
+            ..Default::default()
+        };
+        let err = cms.delete("h", &dp).await.unwrap_err();
+        let kube::Error::Api(s) = err else { panic!() };
+        assert_eq!(s.code, 409);
+        let dp = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                resource_version: c.metadata.resource_version,
+                uid: c.metadata.uid,
+            }),
+            ..Default::default()
+        };
+        cms.delete("h", &dp).await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn garbage_collection_and_namespace_deletion() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let client = server.client();
+        let nss: Api<Namespace> = Api::all(client.clone());
+        nss.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap()).await.unwrap();
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "team");
+        let owner = cms.create(&PostParams::default(), &cm("owner", &[])).await.unwrap();
+        let mut dep = cm("dependent", &[]);
+        dep.metadata.owner_references = Some(vec![serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid})).unwrap()]);
+        cms.create(&PostParams::default(), &dep).await.unwrap();
+        cms.delete("owner", &DeleteParams::default()).await.unwrap();
+        assert!(server.object("v1", "ConfigMap", Some("team"), "dependent").is_none(), "dependents go with their owner");
+
+        let mut held = cm("held", &[]);
+        held.metadata.finalizers = Some(vec!["x.io/f".into()]);
+        cms.create(&PostParams::default(), &held).await.unwrap();
+        let ns = nss.delete("team", &DeleteParams::default()).await.unwrap().left().unwrap();
+        assert_eq!(ns.status.unwrap().phase.as_deref(), Some("Terminating"));
+        let err = cms.create(&PostParams::default(), &cm("new", &[])).await.unwrap_err();
+        let kube::Error::Api(s) = err else { panic!() };
+        assert_eq!(s.code, 403);
+        assert_eq!(s.message, "configmaps \"new\" is forbidden: unable to create new content in namespace team because it is being terminated");
+        assert!(server.object("v1", "Namespace", None, "team").is_some());
+        server.remove_finalizers("v1", "ConfigMap", Some("team"), "held");
+        assert!(server.object("v1", "Namespace", None, "team").is_none());
+
+        let missing: Api<ConfigMap> = Api::namespaced(client.clone(), "nowhere");
+        let err = missing.create(&PostParams::default(), &cm("x", &[])).await.unwrap_err();
+        let kube::Error::Api(s) = err else { panic!() };
+        assert_eq!(s.code, 404);
+        assert_eq!(s.message, "namespaces \"nowhere\" not found");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn validation_answers_as_a_real_server() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let client = server.client();
+        let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+        let invalid = |e: kube::Error| match e {
+            kube::Error::Api(s) => {
+                assert_eq!(s.code, 422, "{}", s.message);
+                s.message
+            }
+            other => panic!("{other:?}"),
+        };
+        let m = invalid(cms.create(&PostParams::default(), &cm("Bad_Name", &[])).await.unwrap_err());
+        assert_eq!(m, "ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
+        let m = invalid(cms.create(&PostParams::default(), &cm("v", &[("app", "has space")])).await.unwrap_err());
+        assert!(m.contains("metadata.labels: Invalid value: \"has space\": a valid label must be an empty string"), "{m}");
+        let long = "x".repeat(64);
+        let m = invalid(cms.create(&PostParams::default(), &cm("v", &[(&long, "a")])).await.unwrap_err());
+        assert!(m.contains("name part must be no more than 63 characters"), "{m}");
+        let mut big = cm("big", &[]);
+        big.metadata.annotations = Some([("a".to_string(), "x".repeat(256 * 1024))].into());
+        let m = invalid(cms.create(&PostParams::default(), &big).await.unwrap_err());
+        assert!(m.ends_with("metadata.annotations: Too long: must have at most 262144 bytes"), "{m}");
+        let nss: Api<Namespace> = Api::all(client.clone());
+        let m = invalid(nss.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "a.b"}})).unwrap()).await.unwrap_err());
+        assert!(m.contains("a lowercase RFC 1123 label must consist of"), "{m}");
+        let svcs: Api<Service> = Api::default_namespaced(client.clone());
+        let m = invalid(svcs.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "1svc"}, "spec": {"ports": [{"port": 80}]}})).unwrap()).await.unwrap_err());
+        assert!(m.contains("a DNS-1035 label"), "{m}");
+        let svc = svcs.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "svc"}, "spec": {"ports": [{"port": 80}]}})).unwrap()).await.unwrap();
+        assert!(svc.spec.unwrap().cluster_ip.is_some());
+
+        // A body whose kind or apiVersion does not fit the path.
+        let wrong = send_json(&server, "POST", "/api/v1/namespaces/default/configmaps", "application/json", &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}})).await;
+        assert_eq!(wrong.status, 400);
+        assert_eq!(wrong.json()["reason"], "BadRequest");
+        let wrong = send_json(&server, "POST", "/api/v1/namespaces/default/configmaps", "application/json", &json!({"apiVersion": "apps/v1", "kind": "ConfigMap", "metadata": {"name": "s"}})).await;
+        assert_eq!(wrong.status, 400);
+        let wrong = send_json(&server, "POST", "/api/v1/namespaces/default/configmaps", "application/json", &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s", "namespace": "other"}})).await;
+        assert_eq!(wrong.status, 400);
+        let wrong = send_json(&server, "POST", "/api/v1/namespaces/default/configmaps", "application/json", &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s", "resourceVersion": "5"}})).await;
+        assert_eq!(wrong.status, 500);
+        let wrong = send_json(&server, "POST", "/api/v1/namespaces/default/configmaps", "application/json", &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}, "data": {"n": 1}})).await;
+        assert_eq!(wrong.status, 400);
+        assert!(wrong.text.contains("ConfigMap in version \\\"v1\\\" cannot be handled as a ConfigMap"), "{}", wrong.text);
+
+        // Required fields are reported where they are missing.
+        let no_selector = send_json(&server, "POST", "/apis/apps/v1/namespaces/default/deployments", "application/json", &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}})).await;
+        assert_eq!(no_selector.status, 422, "{}", no_selector.text);
+        assert_eq!(no_selector.json()["message"], "Deployment.apps \"d\" is invalid: [spec.selector: Required value, spec.template.metadata.labels: Invalid value: map[string]string(nil): `selector` does not match template `labels`, spec.template.spec.containers: Required value]");
+        // Bodies that are neither JSON nor YAML.
+        let text = raw(&server, "POST", "/api/v1/namespaces/default/configmaps", Some("text/plain"), Some(b"x".to_vec()), None, "curl").await;
+        assert_eq!(text.status, 415);
+        assert_eq!(text.json()["reason"], "UnsupportedMediaType");
+        let yaml = raw(&server, "POST", "/api/v1/namespaces/default/configmaps", Some("application/yaml"), Some(b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\n".to_vec()), None, "curl").await;
+        assert_eq!(yaml.status, 201, "{}", yaml.text);
+        // Some namespaces cannot be deleted.
+        let err = nss.delete("default", &DeleteParams::default()).await.unwrap_err();
+        assert!(matches!(err, kube::Error::Api(s) if s.code == 403 && s.message == "namespaces \"default\" is forbidden: this namespace may not be deleted"));
+        // Core events: old style ones only need matching namespaces.
+        let events = "/api/v1/namespaces/default/events";
+        let ok = send_json(&server, "POST", events, "application/json", &json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1"}, "involvedObject": {"kind": "ConfigMap", "namespace": "default", "name": "x"}, "reason": "R", "message": "m"})).await;
+        assert_eq!(ok.status, 201, "{}", ok.text);
+        let bad = send_json(&server, "POST", events, "application/json", &json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e2"}, "involvedObject": {"kind": "ConfigMap", "namespace": "other", "name": "x"}})).await;
+        assert_eq!(bad.status, 422);
+        assert!(bad.text.contains("involvedObject.namespace: Invalid value: \\\"other\\\": does not match event.namespace"), "{}", bad.text);
+        // Secrets: stringData becomes data.
+        let secrets: Api<Secret> = Api::default_namespaced(client.clone());
+        let s = secrets.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "s"}, "stringData": {"a": "hello"}})).unwrap()).await.unwrap();
+        assert_eq!(s.data.unwrap()["a"].0, b"hello");
+        assert_eq!(s.type_.as_deref(), Some("Opaque"));
+        // generateName.
+        let mut generated = cm("", &[]);
+        generated.metadata.name = None;
+        generated.metadata.generate_name = Some("gen-".into());
+        let made = cms.create(&PostParams::default(), &generated).await.unwrap();
+        assert!(made.metadata.name.unwrap().starts_with("gen-"));
+        // PUT without resourceVersion works for a ConfigMap, a stale one does not.
+        let mut c = cms.create(&PostParams::default(), &cm("put", &[])).await.unwrap();
+        c.metadata.resource_version = None;
+        cms.replace("put", &PostParams::default(), &c).await.unwrap();
+        c.metadata.resource_version = Some("2".into());
+        assert!(matches!(cms.replace("put", &PostParams::default(), &c).await.unwrap_err(), kube::Error::Api(s) if s.code == 409));
+        // Dry run stores nothing.
+        cms.create(&PostParams { dry_run: true, ..Default::default() }, &cm("dry", &[])).await.unwrap();
+        assert!(server.object("v1", "ConfigMap", Some("default"), "dry").is_none());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn leases_take_micro_times_and_refuse_stale_takeovers() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let leases: Api<Lease> = Api::default_namespaced(server.client());
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let lease: Lease = serde_json::from_value(json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}})).unwrap();
+        let mut lease = lease;
+        lease.spec.as_mut().unwrap().renew_time = Some(now.clone());
+        lease.spec.as_mut().unwrap().acquire_time = Some(now);
+        let created = leases.create(&PostParams::default(), &lease).await.unwrap();
+        let raw_lease = server.object("coordination.k8s.io/v1", "Lease", Some("default"), "l").unwrap();
+        let renew = raw_lease["spec"]["renewTime"].as_str().unwrap();
+        assert_eq!(renew.split('.').nth(1).unwrap().len(), 7, "six fraction digits and Z: {renew}");
+        assert!(created.metadata.generation.is_none());
+        let mut mine = created.clone();
+        mine.spec.as_mut().unwrap().holder_identity = Some("b".into());
+        let taken = leases.replace("l", &PostParams::default(), &mine).await.unwrap();
+        mine.spec.as_mut().unwrap().holder_identity = Some("c".into());
+        let err = leases.replace("l", &PostParams::default(), &mine).await.unwrap_err();
+        assert!(matches!(err, kube::Error::Api(s) if s.code == 409));
+        assert_eq!(taken.spec.unwrap().holder_identity.as_deref(), Some("b"));
+        // Created by PUT too (AllowCreateOnUpdate), and a bad MicroTime is a 400.
+        let bad = send_json(&server, "PUT", "/apis/coordination.k8s.io/v1/namespaces/default/leases/m", "application/json", &json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "m"}, "spec": {"renewTime": "2026-11-21T10:00:00.123Z"}})).await;
+        assert_eq!(bad.status, 400);
+        assert_eq!(bad.json()["message"], "Lease in version \"v1\" cannot be handled as a Lease: parsing time \"2026-11-21T10:00:00.123Z\" as \"2006-01-02T15:04:05.000000Z07:00\": cannot parse \".123Z\" as \".000000\"");
+        let put = send_json(&server, "PUT", "/apis/coordination.k8s.io/v1/namespaces/default/leases/m", "application/json", &json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "m"}, "spec": {"renewTime": "2026-11-21T10:00:00.123456Z"}})).await;
+        assert_eq!(put.status, 201, "{}", put.text);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_event_recorder_publishes_events_seen_in_both_apis() {
+    timed(async {
+        use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+        let server = TestApiServer::start().await;
+        let client = server.client();
+        let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+        let c = cms.create(&PostParams::default(), &cm("subject", &[])).await.unwrap();
+        let recorder = Recorder::new(client.clone(), Reporter { controller: "sequenced".into(), instance: Some("sequenced-0".into()) });
+        let reference = kube::Resource::object_ref(&c, &());
+        let event = Event { type_: EventType::Normal, reason: "Deployed".into(), note: Some("layer 1".into()), action: "Deploy".into(), secondary: None };
+        recorder.publish(&event, &reference).await.unwrap();
+        recorder.publish(&event, &reference).await.unwrap();
+        let new_events: Api<k8s_openapi::api::events::v1::Event> = Api::default_namespaced(client.clone());
+        let list = new_events.list(&ListParams::default()).await.unwrap();
+        assert_eq!(list.items.len(), 1);
+        let e = &list.items[0];
+        assert_eq!(e.reason.as_deref(), Some("Deployed"));
+        assert_eq!(e.series.as_ref().map(|s| s.count), Some(2));
+        let core: Api<k8s_openapi::api::core::v1::Event> = Api::default_namespaced(client.clone());
+        let old = core.list(&ListParams::default()).await.unwrap();
+        assert_eq!(old.items[0].involved_object.name.as_deref(), Some("subject"));
+        assert_eq!(old.items[0].message.as_deref(), Some("layer 1"));
+        // The strict validation of events.k8s.io/v1.
+        let bad = send_json(&server, "POST", "/apis/events.k8s.io/v1/namespaces/default/events", "application/json", &json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e"}, "eventTime": "2026-11-21T10:00:00.000000Z", "type": "Normal"})).await;
+        assert_eq!(bad.status, 422);
+        assert!(bad.text.contains("reportingController: Required value"), "{}", bad.text);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn injected_failures_and_recorded_requests() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+        server.fail_next("POST", "/configmaps", 500, 1);
+        let err = cms
+            .create(&PostParams::default(), &cm("a", &[]))
+            .await
+            .unwrap_err();
+        let kube::Error::Api(s) = err else { panic!() };
+        assert_eq!((s.code, s.reason.as_str()), (500, "InternalError"));
+        cms.create(&PostParams::default(), &cm("a", &[]))
+            .await
+            .unwrap();
+        server.fail_next("get", "configmaps/a", 429, 2);
+        let limited = get(&server, "/api/v1/namespaces/default/configmaps/a").await;
+        assert_eq!(limited.status, 429);
+        assert_eq!(limited.headers.get("retry-after").unwrap(), "1");
+        assert_eq!(limited.json()["reason"], "TooManyRequests");
+        assert_eq!(
+            get(&server, "/api/v1/namespaces/default/configmaps/a")
+                .await
+                .status,
+            429
+        );
+        assert_eq!(
+            get(&server, "/api/v1/namespaces/default/configmaps/a")
+                .await
+                .status,
+            200
+        );
+        // kube's client retries a 429 itself.
+        server.fail_next("GET", "configmaps/a", 429, 1);
+        cms.get("a").await.unwrap();
+        let statuses: Vec<u16> = server
+            .requests()
+            .iter()
+            .rev()
+            .take(2)
+            .map(|r| r.status)
+            .collect();
+        assert_eq!(statuses, [200, 429]);
+
+        let reqs = server.requests();
+        let creates: Vec<u16> = reqs
+            .iter()
+            .filter(|r| r.verb == "create")
+            .map(|r| r.status)
+            .collect();
+        assert_eq!(creates, [500, 201]);
+        let first = &reqs[0];
+        assert_eq!(
+            (
+                first.method.as_str(),
+                first.path.as_str(),
+                first.kind.as_deref(),
+                first.namespace.as_deref()
+            ),
+            (
+                "POST",
+                "/api/v1/namespaces/default/configmaps",
+                Some("ConfigMap"),
+                Some("default")
+            )
+        );
+        assert_eq!(first.body.as_ref().unwrap()["metadata"]["name"], "a");
+        assert_eq!(server.count("get", Some("ConfigMap")), 5);
+        assert!(reqs.windows(2).all(|w| w[0].at <= w[1].at));
+        cms.patch(
+            "a",
+            &PatchParams::apply("m"),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}),
+            ),
+        )
+        .await
+        .unwrap();
+        let last = server.requests().pop().unwrap();
+        assert_eq!(
+            (last.verb, last.name.as_deref(), last.query.as_str()),
+            ("apply", Some("a"), "&fieldManager=m")
+        );
+        server.clear_requests();
+        assert!(server.requests().is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn wait_until_sees_changes_made_meanwhile() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let other = server.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let cms: Api<ConfigMap> = Api::default_namespaced(other.client());
+            cms.create(&PostParams::default(), &cm("late", &[]))
+                .await
+                .unwrap();
+        });
+        assert!(
+            server
+                .wait_until(Duration::from_secs(5), |s| s
+                    .object("v1", "ConfigMap", Some("default"), "late")
+                    .is_some())
+                .await
+        );
+        assert!(
+            !server
+                .wait_until(Duration::from_millis(50), |s| s
+                    .object("v1", "ConfigMap", Some("default"), "never")
+                    .is_some())
+                .await
+        );
+    })
+    .await;
+}
+
+/// A kube-runtime Controller reconciles against the server, with a finalizer.
+#[tokio::test]
+async fn a_controller_runs_against_the_server() {
+    timed(async {
+        use kube::runtime::controller::{Action, Controller};
+        use kube::runtime::finalizer::{Event as Fin, finalizer};
+        use std::sync::Arc;
+
+        #[derive(Debug, thiserror::Error)]
+        #[error("{0}")]
+        struct E(String);
+
+        let server = TestApiServer::start().await;
+        let client = server.client();
+        let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+        cms.create(&PostParams::default(), &cm("watched", &[])).await.unwrap();
+        let ctx = Arc::new(client.clone());
+        let controller = Controller::new(cms.clone(), watcher::Config::default())
+            .run(
+                |obj: Arc<ConfigMap>, ctx: Arc<kube::Client>| async move {
+                    let api: Api<ConfigMap> = Api::default_namespaced((*ctx).clone());
+                    finalizer(&api, "sequenced.dev/cleanup", obj, |event| async move {
+                        match event {
+                            Fin::Apply(c) => {
+                                let api: Api<ConfigMap> = Api::default_namespaced((*ctx).clone());
+                                let name = c.metadata.name.clone().unwrap_or_default();
+                                api.patch(&name, &PatchParams::apply("ctl"), &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "annotations": {"seen": "yes"}}})))
+                                    .await
+                                    .map_err(|e| E(e.to_string()))?;
+                                Ok(Action::await_change())
+                            }
+                            Fin::Cleanup(_) => Ok::<_, E>(Action::await_change()),
+                        }
+                    })
+                    .await
+                    .map_err(|e| E(e.to_string()))
+                },
+                |_, _, _| Action::requeue(Duration::from_millis(100)),
+                ctx,
+            )
+            .for_each(|_| async {});
+        let handle = tokio::spawn(controller);
+        assert!(
+            server
+                .wait_until(Duration::from_secs(10), |s| s.object("v1", "ConfigMap", Some("default"), "watched").is_some_and(|o| o["metadata"]["annotations"]["seen"] == "yes"))
+                .await
+        );
+        let obj = server.object("v1", "ConfigMap", Some("default"), "watched").unwrap();
+        assert_eq!(obj["metadata"]["finalizers"], json!(["sequenced.dev/cleanup"]));
+        cms.delete("watched", &DeleteParams::default()).await.unwrap();
+        assert!(server.wait_until(Duration::from_secs(10), |s| s.object("v1", "ConfigMap", Some("default"), "watched").is_none()).await);
+        handle.abort();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn propagation_policies_and_delete_collection() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+        let owned = |owner: &ConfigMap, name: &str| {
+            let mut c = cm(name, &[("set", "x")]);
+            c.metadata.owner_references = Some(vec![serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name, "uid": owner.metadata.uid})).unwrap()]);
+            c
+        };
+        // Foreground: the owner shows deletionTimestamp and foregroundDeletion, dependents go first.
+        let owner = cms.create(&PostParams::default(), &cm("fg", &[])).await.unwrap();
+        cms.create(&PostParams::default(), &owned(&owner, "fg-dep")).await.unwrap();
+        let answer = cms.delete("fg", &DeleteParams::foreground()).await.unwrap().left().unwrap();
+        assert_eq!(answer.metadata.finalizers, Some(vec!["foregroundDeletion".into()]));
+        assert!(server.object("v1", "ConfigMap", Some("default"), "fg").is_none());
+        assert!(server.object("v1", "ConfigMap", Some("default"), "fg-dep").is_none());
+        // Orphan: dependents stay, without the owner reference.
+        let owner = cms.create(&PostParams::default(), &cm("or", &[])).await.unwrap();
+        cms.create(&PostParams::default(), &owned(&owner, "or-dep")).await.unwrap();
+        cms.delete("or", &DeleteParams::orphan()).await.unwrap();
+        let dep = server.object("v1", "ConfigMap", Some("default"), "or-dep").unwrap();
+        assert!(dep["metadata"].get("ownerReferences").is_none());
+        // Delete a collection by label.
+        cms.create(&PostParams::default(), &cm("keep", &[])).await.unwrap();
+        let deleted = cms.delete_collection(&DeleteParams::default(), &ListParams::default().labels("set=x")).await.unwrap().left().unwrap();
+        assert_eq!(deleted.items.len(), 1);
+        let left: Vec<String> = cms.list(&ListParams::default()).await.unwrap().items.into_iter().map(|c| c.metadata.name.unwrap()).collect();
+        assert_eq!(left, ["keep"]);
+        let bad = raw(&server, "DELETE", "/api/v1/namespaces/default/configmaps/keep?propagationPolicy=Sometimes", None, None, None, "curl").await;
+        assert_eq!(bad.status, 422);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn apply_to_status_owns_only_status() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let deploys: Api<Deployment> = Api::namespaced(server.client(), "default");
+        deploys.create(&PostParams::default(), &deployment("web")).await.unwrap();
+        let pp = PatchParams::apply("fake-controller-manager").force();
+        let out = deploys
+            .patch_status("web", &pp, &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"x": "y"}}, "spec": {"replicas": 9}, "status": {"replicas": 2, "observedGeneration": 1}})))
+            .await
+            .unwrap();
+        assert_eq!(out.status.as_ref().unwrap().replicas, Some(2));
+        assert_eq!(out.spec.as_ref().unwrap().replicas, Some(2));
+        assert!(!out.metadata.labels.unwrap().contains_key("x"));
+        let entry = out.metadata.managed_fields.unwrap().into_iter().find(|m| m.manager.as_deref() == Some("fake-controller-manager")).unwrap();
+        assert_eq!(entry.subresource.as_deref(), Some("status"));
+        assert_eq!(entry.fields_v1.unwrap().0, json!({"f:status": {"f:observedGeneration": {}, "f:replicas": {}}}));
+        let got = deploys.get_status("web").await.unwrap();
+        assert_eq!(got.status.unwrap().observed_generation, Some(1));
+        let missing = deploys.patch_status("nope", &pp, &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nope"}, "status": {}}))).await.unwrap_err();
+        assert!(matches!(missing, kube::Error::Api(s) if s.code == 404));
+    })
+    .await;
+}

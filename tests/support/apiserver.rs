@@ -1,0 +1,1380 @@
+//! An in-process Kubernetes API server for tests: `kube::Client`, kube-runtime's `watcher`,
+//! `metadata_watcher`, `Controller`, `events::Recorder` and `Discovery` talk to it over plain
+//! HTTP on 127.0.0.1.
+//!
+//! It answers as a kube-apiserver v1.28 does, and is never kinder than one: the status codes,
+//! `Status` bodies and object shapes follow the recordings of a real server in
+//! `/work/shared/apiserver-recordings/` (requests.json: create, AlreadyExists, update, Conflict,
+//! NotFound, the invalid annotation key, server-side apply with its fieldManager and conflict
+//! errors, merge patch, deletion with finalizers, Lease MicroTime; watch-configmaps*.jsonl:
+//! watch events and bookmarks, full and PartialObjectMetadata; discovery-*.json; version.json;
+//! crd-established.json and crd-not-structural.txt).
+//!
+//! What it keeps: every object in one map behind a mutex, one global resourceVersion counter and
+//! a log of watch events. What it does besides storing: validation (names, labels, annotations,
+//! MicroTime, a few kind checks, CRD schemas), defaults of built-in kinds, managed fields and
+//! server-side apply, `/status` subresources, generation, finalizers, and the work a few
+//! controllers would do (namespace deletion, CRD establishment and cleanup, garbage collection
+//! of dependents). It runs no workload controllers: a Deployment keeps the status that the test
+//! gives it with [`TestApiServer::set_status`], as on a cluster without kube-controller-manager.
+
+mod errors;
+mod fields;
+mod patch;
+mod resources;
+mod select;
+mod store;
+mod typed;
+mod util;
+mod validation;
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use bytes::Bytes;
+use http::{HeaderMap, Method, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+
+use errors::ApiError;
+use resources::ResourceType;
+use select::{FieldSelector, LabelSelector};
+use store::{DeleteOptions, Out, Selection, State, Write};
+
+/// One request the server received, with what it answered.
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    /// "GET", "PATCH", ...
+    pub method: String,
+    /// Without the query.
+    pub path: String,
+    /// The raw query string, "" when none.
+    pub query: String,
+    pub content_type: Option<String>,
+    /// The JSON (or, for apply, YAML) body, parsed, when there was one.
+    pub body: Option<Value>,
+    pub at: Instant,
+    /// The status code answered (200 for a watch that started).
+    pub status: u16,
+    /// "get", "list", "watch", "create", "update", "patch", "apply", "delete", "deletecollection".
+    pub verb: &'static str,
+    /// The kind of the resource addressed, when known (e.g. "Deployment").
+    pub kind: Option<String>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// "status" for /status.
+    pub subresource: Option<String>,
+}
+
+struct Inner {
+    addr: SocketAddr,
+    state: Mutex<State>,
+    /// The latest resourceVersion, for watches to wait on.
+    rv_tx: tokio::sync::watch::Sender<u64>,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn notify(&self, rv: u64) {
+        self.rv_tx.send_if_modified(|cur| {
+            if *cur != rv {
+                *cur = rv;
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+/// A running test API server; clones share it.
+#[derive(Clone)]
+pub struct TestApiServer {
+    inner: Arc<Inner>,
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+impl TestApiServer {
+    /// Binds 127.0.0.1 on a free port and serves on the current tokio runtime. The namespaces
+    /// default, kube-system, kube-public and kube-node-lease exist.
+    pub async fn start() -> TestApiServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1");
+        let addr = listener.local_addr().expect("local address");
+        let state = State::new();
+        let (rv_tx, _) = tokio::sync::watch::channel(state.rv);
+        let inner = Arc::new(Inner {
+            addr,
+            state: Mutex::new(state),
+            rv_tx,
+        });
+        let server = inner.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let inner = server.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| {
+                        let inner = inner.clone();
+                        async move { Ok::<_, Infallible>(serve(inner, req).await) }
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        TestApiServer { inner }
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.inner.addr)
+    }
+
+    /// A new `kube::Client` for this server, default namespace "default".
+    pub fn client(&self) -> kube::Client {
+        let uri: http::Uri = self.url().parse().expect("server url");
+        let mut config = kube::Config::new(uri);
+        config.default_namespace = "default".into();
+        kube::Client::try_from(config).expect("kube client")
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.inner.lock().requests.clone()
+    }
+
+    pub fn clear_requests(&self) {
+        self.inner.lock().requests.clear();
+    }
+
+    /// How many requests had `verb` on `kind` (any kind when None).
+    pub fn count(&self, verb: &str, kind: Option<&str>) -> usize {
+        self.inner
+            .lock()
+            .requests
+            .iter()
+            .filter(|r| r.verb == verb && (kind.is_none() || r.kind.as_deref() == kind))
+            .count()
+    }
+
+    /// The stored object (as served at `api_version`), None when absent.
+    pub fn object(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        let state = self.inner.lock();
+        let (rt, version) = state.type_for_kind(api_version, kind)?;
+        let obj = state
+            .objects
+            .get(&State::key(&rt, namespace.unwrap_or(""), name))?;
+        Some(store::present(&rt, &version, obj))
+    }
+
+    /// Merges `status` into the object's .status (JSON merge patch), with a new resourceVersion
+    /// and a MODIFIED watch event, as the kubelet or a built-in controller would. False when
+    /// the object does not exist.
+    pub fn set_status(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        status: Value,
+    ) -> bool {
+        let mut state = self.inner.lock();
+        let Some((rt, _)) = state.type_for_kind(api_version, kind) else {
+            return false;
+        };
+        let done = state.merge_status(&State::key(&rt, namespace.unwrap_or(""), name), &status);
+        let rv = state.rv;
+        drop(state);
+        self.inner.notify(rv);
+        done
+    }
+
+    /// Removes every metadata.finalizers entry, as the foreign controller owning them would;
+    /// an object being deleted is then gone. False when the object does not exist.
+    pub fn remove_finalizers(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> bool {
+        let mut state = self.inner.lock();
+        let Some((rt, _)) = state.type_for_kind(api_version, kind) else {
+            return false;
+        };
+        let done = state.clear_finalizers(&State::key(&rt, namespace.unwrap_or(""), name));
+        let rv = state.rv;
+        drop(state);
+        self.inner.notify(rv);
+        done
+    }
+
+    /// Makes the next `count` requests with `method` whose path (with query) contains
+    /// `path_contains` fail with `status` and a Status body (429 and 503 with Retry-After: 1).
+    pub fn fail_next(&self, method: &str, path_contains: &str, status: u16, count: usize) {
+        self.inner.lock().failures.push(store::Failure {
+            method: method.to_uppercase(),
+            path_contains: path_contains.to_string(),
+            status,
+            remaining: count,
+        });
+    }
+
+    /// Forgets the watch history, as etcd compaction does: watches from an older
+    /// resourceVersion get 410 Gone.
+    pub fn compact(&self) {
+        self.inner.lock().compact();
+    }
+
+    /// The current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.inner.lock().rv
+    }
+
+    /// Waits until `predicate` holds or `timeout` passes; whether it held.
+    pub async fn wait_until(
+        &self,
+        timeout: Duration,
+        predicate: impl Fn(&TestApiServer) -> bool,
+    ) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if predicate(self) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// A request as the handlers see it.
+struct Req {
+    method: Method,
+    path: String,
+    query: String,
+    params: Vec<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Req {
+    fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The media type of the body, without parameters.
+    fn content_type(&self) -> Option<String> {
+        self.header("content-type")
+            .map(|c| c.split(';').next().unwrap_or("").trim().to_lowercase())
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        matches!(
+            self.param(name),
+            Some("1" | "t" | "T" | "true" | "TRUE" | "True")
+        )
+    }
+}
+
+/// How to answer.
+enum Reply {
+    Json {
+        status: u16,
+        body: Value,
+        content_type: String,
+        retry_after: Option<u32>,
+    },
+    Text(u16, String),
+    Watch(Box<WatchPlan>),
+}
+
+impl Reply {
+    fn json(status: u16, body: Value) -> Reply {
+        Reply::Json {
+            status,
+            body,
+            content_type: "application/json".into(),
+            retry_after: None,
+        }
+    }
+
+    fn error(e: ApiError) -> Reply {
+        Reply::Json {
+            status: e.code,
+            body: e.body,
+            content_type: "application/json".into(),
+            retry_after: e.retry_after,
+        }
+    }
+
+    fn status(&self) -> u16 {
+        match self {
+            Reply::Json { status, .. } | Reply::Text(status, _) => *status,
+            Reply::Watch(_) => 200,
+        }
+    }
+}
+
+/// Everything a watch stream needs.
+struct WatchPlan {
+    rt: ResourceType,
+    version: String,
+    namespace: String,
+    selection: Selection,
+    metadata_only: bool,
+    bookmarks: bool,
+    /// Lines sent first (initial events, or the ERROR of a too old resourceVersion).
+    first: Vec<Bytes>,
+    from: u64,
+    deadline: Option<tokio::time::Instant>,
+    /// The stream ends after `first` (an ERROR event).
+    finished: bool,
+}
+
+async fn serve(inner: Arc<Inner>, req: http::Request<Incoming>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let bytes = match Limited::new(body, 3 * 1024 * 1024).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(_) => {
+            let e = ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                "Request entity too large: limit is 3145728",
+                None,
+            );
+            return json_response(e.code, &e.body, "application/json", None);
+        }
+    };
+    let query = parts.uri.query().unwrap_or("").to_string();
+    let req = Req {
+        method: parts.method,
+        path: parts.uri.path().to_string(),
+        params: util::parse_query(&query),
+        query,
+        headers: parts.headers,
+        body: bytes,
+    };
+    let reply = dispatch(&inner, &req);
+    match reply {
+        Reply::Json {
+            status,
+            body,
+            content_type,
+            retry_after,
+        } => json_response(status, &body, &content_type, retry_after),
+        Reply::Text(status, text) => Response::builder()
+            .status(status)
+            .header("content-type", "text/plain; charset=utf-8")
+            .body(Full::new(Bytes::from(text)).boxed())
+            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())),
+        Reply::Watch(plan) => watch_response(inner, *plan),
+    }
+}
+
+fn json_response(
+    status: u16,
+    body: &Value,
+    content_type: &str,
+    retry_after: Option<u32>,
+) -> Response<Body> {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut b = Response::builder()
+        .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header("content-type", content_type)
+        .header("cache-control", "no-cache, private");
+    if let Some(s) = retry_after {
+        b = b.header("retry-after", s.to_string());
+    }
+    b.body(Full::new(Bytes::from(bytes)).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+/// Where a path points.
+enum Route {
+    Version,
+    Health,
+    CoreVersions,
+    Groups,
+    Group(String),
+    ResourceList(String, String),
+    Resource(Box<Target>),
+}
+
+struct Target {
+    rt: ResourceType,
+    version: String,
+    namespace: String,
+    name: String,
+    sub: String,
+}
+
+fn route(state: &State, path: &str) -> Result<Route, ApiError> {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let served = |g: &str| state.groups().into_iter().find(|(name, _)| name == g);
+    match segs.as_slice() {
+        ["version"] => Ok(Route::Version),
+        ["healthz" | "readyz" | "livez"] => Ok(Route::Health),
+        ["api"] => Ok(Route::CoreVersions),
+        ["api", "v1"] => Ok(Route::ResourceList(String::new(), "v1".into())),
+        ["api", "v1", rest @ ..] => resource_route(state, "", "v1", rest),
+        ["apis"] => Ok(Route::Groups),
+        ["apis", g] => served(g)
+            .map(|_| Route::Group(g.to_string()))
+            .ok_or_else(ApiError::no_such_resource),
+        ["apis", g, v] => served(g)
+            .filter(|(_, vs)| vs.iter().any(|x| x == v))
+            .map(|_| Route::ResourceList(g.to_string(), v.to_string()))
+            .ok_or_else(ApiError::no_such_resource),
+        ["apis", g, v, rest @ ..] => resource_route(state, g, v, rest),
+        _ => Err(ApiError::no_such_resource()),
+    }
+}
+
+fn resource_route(
+    state: &State,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+) -> Result<Route, ApiError> {
+    let (namespace, plural, name, sub) = match rest {
+        ["namespaces", ns, plural]
+            if !(group.is_empty() && matches!(*plural, "status" | "finalize")) =>
+        {
+            (*ns, *plural, "", "")
+        }
+        ["namespaces", ns, plural, name] => (*ns, *plural, *name, ""),
+        ["namespaces", ns, plural, name, sub] => (*ns, *plural, *name, *sub),
+        [plural] => ("", *plural, "", ""),
+        [plural, name] => ("", *plural, *name, ""),
+        [plural, name, sub] => ("", *plural, *name, *sub),
+        _ => return Err(ApiError::no_such_resource()),
+    };
+    let rt = state
+        .find_type(group, version, plural)
+        .ok_or_else(ApiError::no_such_resource)?;
+    if !namespace.is_empty() && !rt.namespaced {
+        return Err(ApiError::no_such_resource());
+    }
+    if rt.namespaced && namespace.is_empty() && !name.is_empty() {
+        return Err(ApiError::no_such_resource());
+    }
+    if !(sub.is_empty() || (sub == "status" && rt.status)) {
+        return Err(ApiError::no_such_resource());
+    }
+    Ok(Route::Resource(Box::new(Target {
+        rt,
+        version: version.to_string(),
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        sub: sub.to_string(),
+    })))
+}
+
+fn verb_of(req: &Req, target: Option<&Target>) -> &'static str {
+    let has_name = target.is_some_and(|t| !t.name.is_empty());
+    match req.method {
+        Method::GET if has_name => "get",
+        Method::GET if target.is_some() && req.flag("watch") => "watch",
+        Method::GET if target.is_some() => "list",
+        Method::GET => "get",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH if req.content_type().as_deref() == Some("application/apply-patch+yaml") => {
+            "apply"
+        }
+        Method::PATCH => "patch",
+        Method::DELETE if has_name => "delete",
+        Method::DELETE => "deletecollection",
+        _ => "get",
+    }
+}
+
+/// Parses the request body as JSON (YAML too for apply and application/yaml).
+fn parse_body(req: &Req) -> Option<Result<Value, String>> {
+    if req.body.is_empty() {
+        return None;
+    }
+    let yaml = matches!(
+        req.content_type().as_deref(),
+        Some("application/apply-patch+yaml" | "application/yaml")
+    );
+    Some(if yaml {
+        serde_yaml_ng::from_slice::<Value>(&req.body)
+            .map_err(|e| format!("error decoding YAML: {e}"))
+    } else {
+        serde_json::from_slice::<Value>(&req.body)
+            .map_err(|e| format!("couldn't get version/kind; json parse error: {e}"))
+    })
+}
+
+fn dispatch(inner: &Inner, req: &Req) -> Reply {
+    let mut state = inner.lock();
+    let routed = route(&state, &req.path);
+    let target = match &routed {
+        Ok(Route::Resource(t)) => Some(t.as_ref()),
+        _ => None,
+    };
+    let verb = verb_of(req, target);
+    let parsed = parse_body(req);
+    let index = state.requests.len();
+    state.requests.push(RecordedRequest {
+        method: req.method.to_string(),
+        path: req.path.clone(),
+        query: req.query.clone(),
+        content_type: req.header("content-type").map(String::from),
+        body: parsed.as_ref().and_then(|r| r.as_ref().ok().cloned()),
+        at: Instant::now(),
+        status: 0,
+        verb,
+        kind: target.map(|t| t.rt.kind.clone()),
+        namespace: target
+            .filter(|t| !t.namespace.is_empty())
+            .map(|t| t.namespace.clone()),
+        name: target
+            .filter(|t| !t.name.is_empty())
+            .map(|t| t.name.clone()),
+        subresource: target.filter(|t| !t.sub.is_empty()).map(|t| t.sub.clone()),
+    });
+    let full_path = if req.query.is_empty() {
+        req.path.clone()
+    } else {
+        format!("{}?{}", req.path, req.query)
+    };
+    let method = req.method.as_str().to_uppercase();
+    let injected = state
+        .failures
+        .iter_mut()
+        .find(|f| f.remaining > 0 && f.method == method && full_path.contains(&f.path_contains))
+        .map(|f| {
+            f.remaining -= 1;
+            f.status
+        });
+    state.failures.retain(|f| f.remaining > 0);
+    let reply = match (injected, routed) {
+        (Some(code), _) => Reply::error(ApiError::injected(code)),
+        (None, Err(e)) => Reply::error(e),
+        (None, Ok(route)) => handle(&mut state, req, route, parsed),
+    };
+    state.requests[index].status = reply.status();
+    let rv = state.rv;
+    drop(state);
+    inner.notify(rv);
+    reply
+}
+
+fn handle(
+    state: &mut State,
+    req: &Req,
+    route: Route,
+    body: Option<Result<Value, String>>,
+) -> Reply {
+    let get_only = |r: Reply| {
+        if req.method == Method::GET {
+            r
+        } else {
+            Reply::error(ApiError::method_not_allowed())
+        }
+    };
+    let accept = req.header("accept").unwrap_or("").to_string();
+    match route {
+        Route::Version => get_only(Reply::json(200, version_doc())),
+        Route::Health => get_only(Reply::Text(200, "ok".into())),
+        Route::CoreVersions => get_only(match aggregated(&accept) {
+            Some(Ok(())) => aggregated_reply(json!([{
+                "metadata": {"creationTimestamp": null},
+                "versions": [{"version": "v1", "resources": resources::aggregated_resources(&state.types_in("", "v1").iter().collect::<Vec<_>>(), "v1"), "freshness": "Current"}],
+            }])),
+            Some(Err(e)) => Reply::error(e),
+            None => Reply::json(
+                200,
+                json!({
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": req.header("host").unwrap_or("127.0.0.1")}],
+                }),
+            ),
+        }),
+        Route::Groups => get_only(match aggregated(&accept) {
+            Some(Ok(())) => {
+                let items: Vec<Value> = state
+                    .groups()
+                    .into_iter()
+                    .map(|(g, versions)| {
+                        let versions: Vec<Value> = versions
+                            .iter()
+                            .map(|v| json!({"version": v, "resources": resources::aggregated_resources(&state.types_in(&g, v).iter().collect::<Vec<_>>(), v), "freshness": "Current"}))
+                            .collect();
+                        json!({"metadata": {"name": g, "creationTimestamp": null}, "versions": versions})
+                    })
+                    .collect();
+                aggregated_reply(Value::Array(items))
+            }
+            Some(Err(e)) => Reply::error(e),
+            None => {
+                let groups: Vec<Value> = state
+                    .groups()
+                    .iter()
+                    .map(|(g, vs)| resources::api_group(g, vs))
+                    .collect();
+                Reply::json(
+                    200,
+                    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}),
+                )
+            }
+        }),
+        Route::Group(g) => get_only({
+            let versions = state
+                .groups()
+                .into_iter()
+                .find(|(n, _)| *n == g)
+                .map(|(_, v)| v)
+                .unwrap_or_default();
+            let mut doc = resources::api_group(&g, &versions);
+            doc["kind"] = json!("APIGroup");
+            doc["apiVersion"] = json!("v1");
+            Reply::json(200, doc)
+        }),
+        Route::ResourceList(g, v) => get_only({
+            let types = state.types_in(&g, &v);
+            let list = resources::api_resources(&types.iter().collect::<Vec<_>>());
+            let gv = if g.is_empty() {
+                v.clone()
+            } else {
+                format!("{g}/{v}")
+            };
+            if g.is_empty() {
+                Reply::json(
+                    200,
+                    json!({"kind": "APIResourceList", "groupVersion": gv, "resources": list}),
+                )
+            } else {
+                Reply::json(
+                    200,
+                    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}),
+                )
+            }
+        }),
+        Route::Resource(t) => match resource(state, req, &t, body) {
+            Ok(r) => r,
+            Err(e) => Reply::error(e),
+        },
+    }
+}
+
+/// Whether the Accept header asks for aggregated discovery: a 1.28 server serves
+/// apidiscovery.k8s.io/v2beta1 and does not know v2.
+fn aggregated(accept: &str) -> Option<Result<(), ApiError>> {
+    let clauses: Vec<&str> = accept.split(',').map(str::trim).collect();
+    let mut wanted_aggregated = false;
+    for c in &clauses {
+        if c.contains("as=APIGroupDiscoveryList") {
+            wanted_aggregated = true;
+            if c.contains("v=v2beta1") && c.contains("g=apidiscovery.k8s.io") {
+                return Some(Ok(()));
+            }
+        } else if c.starts_with("application/json") || c.starts_with("*/*") || c.is_empty() {
+            return None;
+        }
+    }
+    if wanted_aggregated {
+        Some(Err(ApiError::not_acceptable()))
+    } else {
+        None
+    }
+}
+
+fn aggregated_reply(items: Value) -> Reply {
+    Reply::Json {
+        status: 200,
+        body: json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2beta1", "metadata": {}, "items": items}),
+        content_type: "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+            .into(),
+        retry_after: None,
+    }
+}
+
+fn version_doc() -> Value {
+    json!({
+        "major": "1",
+        "minor": "28",
+        "gitVersion": "v1.28.7",
+        "gitCommit": "c8dcb00be9961ec36d141d2e4103f85f92bcf291",
+        "gitTreeState": "clean",
+        "buildDate": "2024-03-19T00:00:00Z",
+        "goVersion": "go1.21.13",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    })
+}
+
+/// What the Accept header asks an object to be shown as.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum View {
+    Full,
+    /// PartialObjectMetadata (List for lists).
+    Metadata,
+}
+
+fn view(req: &Req, list: bool) -> Result<View, ApiError> {
+    let accept = req.header("accept").unwrap_or("");
+    let mut saw_other = false;
+    for clause in accept.split(',').map(str::trim) {
+        let params: Vec<&str> = clause.split(';').map(str::trim).collect();
+        let as_ = params.iter().find_map(|p| p.strip_prefix("as="));
+        match as_ {
+            None => return Ok(View::Full),
+            Some("PartialObjectMetadata") if !list => return Ok(View::Metadata),
+            Some("PartialObjectMetadataList") if list => return Ok(View::Metadata),
+            Some(_) => saw_other = true,
+        }
+    }
+    if saw_other {
+        Err(ApiError::not_acceptable())
+    } else {
+        Ok(View::Full)
+    }
+}
+
+fn show(t: &Target, view: View, obj: &Value) -> Value {
+    let presented = store::present(&t.rt, &t.version, obj);
+    match view {
+        View::Full => presented,
+        View::Metadata => store::as_partial(&presented),
+    }
+}
+
+fn list_options_invalid(field: &str, detail: &str) -> ApiError {
+    let cause = errors::FieldError::forbidden(field, detail);
+    let mut e = ApiError::invalid("meta.k8s.io", "ListOptions", "", &[cause]);
+    if let Some(d) = e.body.get_mut("details").and_then(Value::as_object_mut) {
+        d.remove("name");
+    }
+    e
+}
+
+fn selection(req: &Req, rt: &ResourceType) -> Result<Selection, ApiError> {
+    let labels = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
+        .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+    let fields = FieldSelector::parse(
+        req.param("fieldSelector").unwrap_or(""),
+        &rt.group,
+        &rt.kind,
+    )
+    .map_err(ApiError::bad_request)?;
+    Ok(Selection { labels, fields })
+}
+
+fn body_value(body: Option<Result<Value, String>>) -> Result<Value, ApiError> {
+    match body {
+        None => Err(ApiError::bad_request("the body of the request was empty")),
+        Some(Err(e)) => Err(ApiError::bad_request(e)),
+        Some(Ok(v)) => Ok(v),
+    }
+}
+
+fn resource(
+    state: &mut State,
+    req: &Req,
+    t: &Target,
+    body: Option<Result<Value, String>>,
+) -> Result<Reply, ApiError> {
+    let dry_run = req.params.iter().any(|(k, v)| k == "dryRun" && v == "All");
+    let manager_param = req.param("fieldManager").map(String::from);
+    let manager = manager_param.clone().unwrap_or_else(|| {
+        let ua = req.header("user-agent").unwrap_or("");
+        ua.split('/')
+            .next()
+            .unwrap_or("")
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(128)
+            .collect()
+    });
+    let w = Write {
+        rt: &t.rt,
+        version: &t.version,
+        namespace: &t.namespace,
+        name: &t.name,
+        sub: &t.sub,
+        manager: &manager,
+        dry_run,
+    };
+    let item = !t.name.is_empty();
+    let object_reply = |out: Out, v: View| match out {
+        Out::Object(code, obj) => Reply::json(code, show(t, v, &obj)),
+        Out::Raw(code, body) => Reply::json(code, body),
+    };
+    match (req.method.clone(), item) {
+        (Method::GET, true) => {
+            let v = view(req, false)?;
+            let obj = state.get(&t.rt, &t.namespace, &t.name)?;
+            Ok(Reply::json(200, show(t, v, &obj)))
+        }
+        (Method::GET, false) if req.flag("watch") => watch(state, req, t),
+        (Method::GET, false) => list(state, req, t),
+        (Method::POST | Method::PUT, _) if !body_media_type_ok(req) => {
+            Err(ApiError::unsupported_media_type(
+                &req.content_type().unwrap_or_default(),
+                &[
+                    "application/json",
+                    "application/yaml",
+                    "application/vnd.kubernetes.protobuf",
+                ],
+            ))
+        }
+        (Method::POST, false) => {
+            let v = view(req, false)?;
+            Ok(object_reply(state.create(&w, body_value(body)?)?, v))
+        }
+        (Method::PUT, true) => {
+            let v = view(req, false)?;
+            Ok(object_reply(state.update(&w, body_value(body)?)?, v))
+        }
+        (Method::PATCH, true) => {
+            let v = view(req, false)?;
+            let ct = req.content_type().unwrap_or_default();
+            let force = req.param("force");
+            if ct == "application/apply-patch+yaml" {
+                if manager_param.as_deref().unwrap_or("").is_empty() {
+                    return Err(patch_options_invalid(errors::FieldError::required(
+                        "fieldManager",
+                        "is required for apply patch",
+                    )));
+                }
+                let force = matches!(force, Some("true" | "1"));
+                return Ok(object_reply(state.apply(&w, body_value(body)?, force)?, v));
+            }
+            if force.is_some_and(|f| f == "true" || f == "1") {
+                return Err(patch_options_invalid(errors::FieldError::forbidden(
+                    "force",
+                    "may not be specified for non-apply patch",
+                )));
+            }
+            let mut accepted = vec![
+                "application/json-patch+json",
+                "application/merge-patch+json",
+            ];
+            if !t.rt.is_custom() {
+                accepted.push("application/strategic-merge-patch+json");
+            }
+            accepted.push("application/apply-patch+yaml");
+            if !accepted.contains(&ct.as_str()) {
+                return Err(ApiError::unsupported_media_type(&ct, &accepted));
+            }
+            Ok(object_reply(state.patch(&w, &ct, &body_value(body)?)?, v))
+        }
+        (Method::DELETE, true) => {
+            let v = view(req, false)?;
+            let opts = delete_options(req, body)?;
+            Ok(object_reply(
+                state.delete(&t.rt, &t.namespace, &t.name, &opts)?,
+                v,
+            ))
+        }
+        (Method::DELETE, false) => {
+            let opts = delete_options(req, body)?;
+            let sel = selection(req, &t.rt)?;
+            let mut list = state.delete_collection(&t.rt, &t.version, &t.namespace, &sel, &opts)?;
+            if !t.rt.is_custom()
+                && let Some(items) = list.get_mut("items").and_then(Value::as_array_mut)
+            {
+                for i in items.iter_mut().filter_map(Value::as_object_mut) {
+                    i.remove("apiVersion");
+                    i.remove("kind");
+                }
+            }
+            Ok(Reply::json(200, list))
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// POST and PUT take JSON or YAML (protobuf is not understood here); no Content-Type is JSON.
+fn body_media_type_ok(req: &Req) -> bool {
+    matches!(
+        req.content_type().as_deref(),
+        None | Some("" | "application/json" | "application/yaml")
+    )
+}
+
+fn patch_options_invalid(cause: errors::FieldError) -> ApiError {
+    let mut e = ApiError::invalid("meta.k8s.io", "PatchOptions", "", &[cause]);
+    if let Some(d) = e.body.get_mut("details").and_then(Value::as_object_mut) {
+        d.remove("name");
+    }
+    e
+}
+
+fn delete_options(
+    req: &Req,
+    body: Option<Result<Value, String>>,
+) -> Result<DeleteOptions, ApiError> {
+    let body = match body {
+        None => Value::Null,
+        Some(b) => b.map_err(ApiError::bad_request)?,
+    };
+    let s = |k: &str| body.get(k).and_then(Value::as_str).map(String::from);
+    let mut propagation = req
+        .param("propagationPolicy")
+        .map(String::from)
+        .or_else(|| s("propagationPolicy"));
+    if propagation.is_none() {
+        match body.get("orphanDependents").and_then(Value::as_bool) {
+            Some(true) => propagation = Some("Orphan".into()),
+            Some(false) => propagation = Some("Background".into()),
+            None => {}
+        }
+    }
+    if let Some(p) = &propagation
+        && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
+    {
+        let cause = errors::FieldError::not_supported(
+            "propagationPolicy",
+            p,
+            &["Foreground", "Background", "Orphan", "nil"],
+        );
+        let mut e = ApiError::invalid("meta.k8s.io", "DeleteOptions", "", &[cause]);
+        if let Some(d) = e.body.get_mut("details").and_then(Value::as_object_mut) {
+            d.remove("name");
+        }
+        return Err(e);
+    }
+    let dry_run = req.params.iter().any(|(k, v)| k == "dryRun" && v == "All")
+        || body
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|x| x == "All"));
+    Ok(DeleteOptions {
+        propagation,
+        precondition_uid: body
+            .get("preconditions")
+            .and_then(|p| p.get("uid"))
+            .and_then(Value::as_str)
+            .map(String::from),
+        precondition_rv: body
+            .get("preconditions")
+            .and_then(|p| p.get("resourceVersion"))
+            .and_then(Value::as_str)
+            .map(String::from),
+        dry_run,
+    })
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ContinueToken {
+    v: String,
+    rv: u64,
+    start: String,
+}
+
+fn list(state: &mut State, req: &Req, t: &Target) -> Result<Reply, ApiError> {
+    let v = view(req, true)?;
+    let sel = selection(req, &t.rt)?;
+    let rv_param = req.param("resourceVersion").filter(|s| !s.is_empty());
+    let rv_match = req.param("resourceVersionMatch").filter(|s| !s.is_empty());
+    let cont = req.param("continue").filter(|s| !s.is_empty());
+    if rv_match.is_some() && rv_param.is_none() {
+        return Err(list_options_invalid(
+            "resourceVersionMatch",
+            "resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ));
+    }
+    if cont.is_some() && rv_param.is_some_and(|r| r != "0") {
+        return Err(list_options_invalid(
+            "resourceVersion",
+            "specifying resource version is not allowed when using continue",
+        ));
+    }
+    if let Some(m) = rv_match
+        && m != "Exact"
+        && m != "NotOlderThan"
+    {
+        let cause = errors::FieldError::not_supported(
+            "resourceVersionMatch",
+            m,
+            &["Exact", "NotOlderThan", ""],
+        );
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "ListOptions",
+            "",
+            &[cause],
+        ));
+    }
+    let requested: Option<u64> = match rv_param {
+        None => None,
+        Some(s) => Some(
+            s.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s}")))?,
+        ),
+    };
+    if let Some(r) = requested {
+        if rv_match == Some("Exact") {
+            if r == 0 {
+                return Err(list_options_invalid(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+            if r != state.rv {
+                return Err(ApiError::expired(
+                    "The resourceVersion for the provided list is too old.",
+                ));
+            }
+        } else if r > state.rv {
+            let mut e = ApiError::new(
+                504,
+                "Timeout",
+                format!("Too large resource version: {r}, current: {}", state.rv),
+                Some(
+                    json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}),
+                ),
+            );
+            e.retry_after = Some(1);
+            return Err(e);
+        }
+    }
+    let mut list_rv = state.rv;
+    let mut start_after: Option<String> = None;
+    if let Some(token) = cont {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(token)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<ContinueToken>(&b).ok())
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "continue key is not valid: illegal base64 data at input byte 0",
+                )
+            })?;
+        list_rv = decoded.rv;
+        start_after = Some(decoded.start);
+    }
+    let limit: usize = req.param("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
+    let from_cache = requested == Some(0);
+    let mut items: Vec<(store::Key, Value)> = state.select(&t.rt, &t.version, &t.namespace, &sel);
+    if let Some(start) = &start_after {
+        items.retain(|(k, _)| format!("{}/{}", k.namespace, k.name) > *start);
+    }
+    let mut next = None;
+    let mut remaining = None;
+    if limit > 0 && !from_cache && items.len() > limit {
+        let rest = items.split_off(limit);
+        if let Some((k, _)) = items.last() {
+            let token = ContinueToken {
+                v: "meta.k8s.io/v1".into(),
+                rv: list_rv,
+                start: format!("{}/{}", k.namespace, k.name),
+            };
+            next = Some(
+                base64::engine::general_purpose::STANDARD
+                    .encode(serde_json::to_vec(&token).unwrap_or_default()),
+            );
+            remaining = Some(rest.len());
+        }
+    }
+    let items: Vec<Value> = items
+        .into_iter()
+        .map(|(_, obj)| match v {
+            View::Metadata => store::as_partial(&obj),
+            View::Full => {
+                let mut obj = obj;
+                if !t.rt.is_custom()
+                    && let Value::Object(m) = &mut obj
+                {
+                    m.remove("apiVersion");
+                    m.remove("kind");
+                }
+                obj
+            }
+        })
+        .collect();
+    let mut meta = serde_json::Map::new();
+    meta.insert("resourceVersion".into(), json!(list_rv.to_string()));
+    if let Some(c) = next {
+        meta.insert("continue".into(), json!(c));
+    }
+    if let Some(r) = remaining {
+        meta.insert("remainingItemCount".into(), json!(r));
+    }
+    let (kind, api_version) = match v {
+        View::Metadata => (
+            "PartialObjectMetadataList".to_string(),
+            "meta.k8s.io/v1".to_string(),
+        ),
+        View::Full => (format!("{}List", t.rt.kind), t.rt.api_version(&t.version)),
+    };
+    Ok(Reply::json(
+        200,
+        json!({"kind": kind, "apiVersion": api_version, "metadata": meta, "items": items}),
+    ))
+}
+
+fn line(event_type: &str, object: &Value) -> Bytes {
+    let mut s =
+        serde_json::to_string(&json!({"type": event_type, "object": object})).unwrap_or_default();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+fn bookmark(plan: &WatchPlan, rv: u64, initial_end: bool) -> Bytes {
+    let (kind, api_version) = match plan.metadata_only {
+        true => (
+            "PartialObjectMetadata".to_string(),
+            "meta.k8s.io/v1".to_string(),
+        ),
+        false => (plan.rt.kind.clone(), plan.rt.api_version(&plan.version)),
+    };
+    let mut metadata = json!({"resourceVersion": rv.to_string(), "creationTimestamp": null});
+    if initial_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    line(
+        "BOOKMARK",
+        &json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}),
+    )
+}
+
+fn watch(state: &mut State, req: &Req, t: &Target) -> Result<Reply, ApiError> {
+    let v = view(req, false)?;
+    let sel = selection(req, &t.rt)?;
+    let send_initial = req
+        .param("sendInitialEvents")
+        .map(|s| matches!(s, "true" | "1"));
+    let rv_match = req.param("resourceVersionMatch").filter(|s| !s.is_empty());
+    if send_initial.is_some() && rv_match != Some("NotOlderThan") {
+        return Err(list_options_invalid(
+            "resourceVersionMatch",
+            "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+        ));
+    }
+    if send_initial.is_none() && rv_match.is_some() {
+        return Err(list_options_invalid(
+            "resourceVersionMatch",
+            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+        ));
+    }
+    let requested: Option<u64> = match req.param("resourceVersion").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => Some(
+            s.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s}")))?,
+        ),
+    };
+    let bookmarks = req.flag("allowWatchBookmarks");
+    let deadline = req
+        .param("timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
+    let mut plan = WatchPlan {
+        rt: t.rt.clone(),
+        version: t.version.clone(),
+        namespace: t.namespace.clone(),
+        selection: sel.clone(),
+        metadata_only: v == View::Metadata,
+        bookmarks,
+        first: Vec::new(),
+        from: state.rv,
+        deadline,
+        finished: false,
+    };
+    let initial = send_initial == Some(true);
+    match state.watch_start(&t.rt, &t.version, &t.namespace, &sel, requested, initial) {
+        Ok(start) => {
+            for obj in &start.initial {
+                let shown = if plan.metadata_only {
+                    store::as_partial(obj)
+                } else {
+                    obj.clone()
+                };
+                plan.first.push(line("ADDED", &shown));
+            }
+            plan.from = start.from;
+            if initial && bookmarks {
+                let b = bookmark(&plan, start.from, true);
+                plan.first.push(b);
+            }
+        }
+        Err(e) => {
+            plan.first.push(line("ERROR", &e.body));
+            plan.finished = true;
+        }
+    }
+    Ok(Reply::Watch(Box::new(plan)))
+}
+
+/// The watch event a change makes for this watch, if any.
+fn event_for(plan: &WatchPlan, change: &store::Change) -> Option<Bytes> {
+    let rt = &plan.rt;
+    if change.key.group != rt.storage_group || change.key.resource != rt.storage_resource {
+        return None;
+    }
+    if !plan.namespace.is_empty() && change.key.namespace != plan.namespace {
+        return None;
+    }
+    let now = store::present(rt, &plan.version, &change.object);
+    let now_matches = plan.selection.matches(&now);
+    let before_matches = change.old.as_ref().map(|o| {
+        plan.selection
+            .matches(&store::present(rt, &plan.version, o))
+    });
+    let etype = match (change.etype, before_matches, now_matches) {
+        ("ADDED", _, true) => "ADDED",
+        ("DELETED", _, true) => "DELETED",
+        ("MODIFIED", Some(true), true) => "MODIFIED",
+        ("MODIFIED", Some(false) | None, true) => "ADDED",
+        ("MODIFIED", Some(true), false) => "DELETED",
+        _ => return None,
+    };
+    let shown = if plan.metadata_only {
+        store::as_partial(&now)
+    } else {
+        now
+    };
+    Some(line(etype, &shown))
+}
+
+struct WatchStream {
+    inner: Arc<Inner>,
+    plan: WatchPlan,
+    pending: VecDeque<Bytes>,
+    last: u64,
+    rx: tokio::sync::watch::Receiver<u64>,
+    next_bookmark: Option<tokio::time::Instant>,
+    done: bool,
+}
+
+const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+
+/// When the next bookmark is due: every minute, and 2 seconds before the watch times out.
+fn next_bookmark_at(
+    now: tokio::time::Instant,
+    deadline: Option<tokio::time::Instant>,
+) -> Option<tokio::time::Instant> {
+    let mut at = now + BOOKMARK_EVERY;
+    if let Some(d) = deadline {
+        let before = d.checked_sub(Duration::from_secs(2)).unwrap_or(d);
+        if before < at {
+            at = before;
+        }
+        if at <= now {
+            return None;
+        }
+    }
+    Some(at)
+}
+
+impl WatchStream {
+    fn collect(&mut self) {
+        let state = self.inner.lock();
+        if state.floor > self.last {
+            let e = ApiError::expired(format!(
+                "too old resource version: {} ({})",
+                self.last, state.floor
+            ));
+            self.pending.push_back(line("ERROR", &e.body));
+            self.done = true;
+            return;
+        }
+        let start = state.log.partition_point(|c| c.rv <= self.last);
+        for change in state.log.range(start..) {
+            if let Some(b) = event_for(&self.plan, change) {
+                self.pending.push_back(b);
+            }
+        }
+        self.last = self.last.max(state.rv);
+    }
+
+    async fn next(mut self) -> Option<(Result<Frame<Bytes>, Infallible>, WatchStream)> {
+        loop {
+            if let Some(b) = self.pending.pop_front() {
+                return Some((Ok(Frame::data(b)), self));
+            }
+            if self.done {
+                return None;
+            }
+            self.rx.borrow_and_update();
+            self.collect();
+            if !self.pending.is_empty() {
+                continue;
+            }
+            let far = tokio::time::Instant::now() + Duration::from_secs(86_400);
+            let deadline = self.plan.deadline.unwrap_or(far);
+            let bookmark_at = self
+                .next_bookmark
+                .filter(|_| self.plan.bookmarks)
+                .unwrap_or(far);
+            tokio::select! {
+                changed = self.rx.changed() => {
+                    if changed.is_err() {
+                        self.done = true;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    self.done = true;
+                }
+                _ = tokio::time::sleep_until(bookmark_at) => {
+                    self.collect();
+                    let rv = self.last;
+                    self.pending.push_back(bookmark(&self.plan, rv, false));
+                    self.next_bookmark = next_bookmark_at(tokio::time::Instant::now(), self.plan.deadline);
+                }
+            }
+        }
+    }
+}
+
+fn watch_response(inner: Arc<Inner>, plan: WatchPlan) -> Response<Body> {
+    let rx = inner.rv_tx.subscribe();
+    let state = WatchStream {
+        pending: plan.first.iter().cloned().collect(),
+        last: plan.from,
+        done: plan.finished,
+        next_bookmark: next_bookmark_at(tokio::time::Instant::now(), plan.deadline),
+        inner,
+        plan,
+        rx,
+    };
+    let stream = futures::stream::unfold(state, WatchStream::next);
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .header("cache-control", "no-cache, private")
+        .body(BodyExt::boxed(StreamBody::new(stream)))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
