@@ -385,6 +385,37 @@ impl<'a> Reconcile<'a> {
         }
     }
 
+    /// Where this release stands with its `dependsOn` releases. The cycle check reads the
+    /// controller's cache; the dependencies themselves are read fresh, because the event that woke
+    /// this release may be ahead of the cache.
+    async fn dependencies(&self) -> Result<Dependencies, Error> {
+        let mut all: BTreeMap<String, Arc<SequencedRelease>> = self
+            .ctx
+            .store
+            .state()
+            .into_iter()
+            .map(|o| (reference_of(&o), o))
+            .collect();
+        for dependency in depends_on(self.sr) {
+            let Some((namespace, name)) = dependency.split_once('/') else {
+                continue;
+            };
+            let api: Api<SequencedRelease> = Api::namespaced(self.ctx.client.clone(), namespace);
+            match api.get_opt(name).await {
+                Ok(Some(found)) => {
+                    all.insert(dependency, Arc::new(found));
+                }
+                Ok(None) => {
+                    all.remove(&dependency);
+                }
+                Err(e) => {
+                    return Err(kube_error(format!("reading SequencedRelease {dependency}"))(e));
+                }
+            }
+        }
+        Ok(check_dependencies(self.sr, &all))
+    }
+
     /// Marks the release Stalled and waits for a change of its spec.
     async fn stall(&self, reason: &str, message: &str) -> Result<Action, Error> {
         let status = rollout::stalled(
@@ -438,7 +469,7 @@ impl<'a> Reconcile<'a> {
         let new_revision = status.observed_generation != generation
             || status.last_applied_digest.as_deref() != Some(prepared.digest.as_str());
         if new_revision {
-            match release_dependencies(self.sr, &self.ctx.store) {
+            match self.dependencies().await? {
                 Dependencies::Ready => {}
                 Dependencies::Cycle(cycle) => {
                     return self
@@ -1312,21 +1343,8 @@ fn depends_on(sr: &SequencedRelease) -> Vec<String> {
         .collect()
 }
 
-/// Whether `sr`'s `dependsOn` releases are Ready (at their current generation), from the
-/// controller's cache of SequencedReleases.
-pub fn release_dependencies(
-    sr: &SequencedRelease,
-    store: &Store<SequencedRelease>,
-) -> Dependencies {
-    let all: BTreeMap<String, Arc<SequencedRelease>> = store
-        .state()
-        .into_iter()
-        .map(|o| (reference_of(&o), o))
-        .collect();
-    check_dependencies(sr, &all)
-}
-
-/// [`release_dependencies`] over a map of `namespace/name` to release.
+/// Whether `sr`'s `dependsOn` releases are Ready (at their current generation), and whether they
+/// form a cycle, given every release by `namespace/name`.
 pub fn check_dependencies(
     sr: &SequencedRelease,
     all: &BTreeMap<String, Arc<SequencedRelease>>,

@@ -934,7 +934,15 @@ pub fn uninstall_step(
         }
     }
     let finished = st.layers.iter().all(|l| l.phase == LayerPhase::Deleted);
-    let message = match st.layers.iter().find(|l| l.phase == LayerPhase::Deleting) {
+    let deleting = |l: &&LayerStatus| l.phase == LayerPhase::Deleting;
+    // The layer that waits on an object names it; a layer that just started says less.
+    let message = match st
+        .layers
+        .iter()
+        .filter(deleting)
+        .find(|l| l.message.is_some())
+        .or_else(|| st.layers.iter().find(deleting))
+    {
         Some(l) => format!(
             "uninstalling layer {}: {}",
             layer_label(l),

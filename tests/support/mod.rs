@@ -18,6 +18,7 @@ pub fn helm() -> PathBuf {
 
 pub mod charts;
 pub mod http;
+pub mod operator;
 
 use std::path::Path;
 use std::process::Command;

@@ -1,0 +1,158 @@
+//! Controller benchmarks on the in-process test API server (a bench binary, not criterion: each
+//! sample is a whole scenario).
+//!
+//! 1. Layer hand-off latency: from the status write that makes the last prerequisite of layer
+//!    `app` ready to the first apply request of `app`. Target: median under 100 ms.
+//! 2. A reconcile that finds nothing to do: API writes (target 0) and process CPU time per
+//!    reconcile (target under 2 ms). The CPU time is the whole process's: the controller's
+//!    reconcile, the watch event that triggers it and the test server's share, so it is an upper
+//!    bound.
+//!
+//! `cargo bench --bench controller` (set SEQUENCED_HELM or run scripts/install-helm.sh first).
+
+#[path = "../tests/support/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use kube::api::{Patch, PatchParams};
+use sequenced::api::v1alpha1::LayerPhase;
+use serde_json::json;
+use support::charts::{is_ready, release, repo};
+use support::operator::{Operator, is_write};
+
+fn cpu_time() -> Duration {
+    // utime and stime of this process, in clock ticks (fields 14 and 15 of /proc/self/stat).
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // After the ')' field 3 (state) is index 0, so utime (14) is 11 and stime (15) is 12.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn layer_is(
+    sr: &sequenced::api::v1alpha1::SequencedRelease,
+    name: &str,
+    phase: LayerPhase,
+) -> bool {
+    sr.status
+        .as_ref()
+        .is_some_and(|s| s.layers.iter().any(|l| l.name == name && l.phase == phase))
+}
+
+async fn handoff(op: &Operator, samples: usize) -> Vec<Duration> {
+    let mut latencies = Vec::with_capacity(samples);
+    for i in 0..samples {
+        let ns = format!("handoff-{i}");
+        op.namespace(&ns).await;
+        op.create(
+            &ns,
+            release("shop", &repo().join("examples/shop"), json!({})),
+        )
+        .await;
+        op.wait_object("apps/v1", "Deployment", &ns, "db").await;
+        op.wait_object("apps/v1", "Deployment", &ns, "queue-processor")
+            .await;
+        op.wait_release(&ns, "shop", "database and queue waiting", |sr| {
+            layer_is(sr, "database", LayerPhase::Waiting)
+                && layer_is(sr, "queue", LayerPhase::Waiting)
+        })
+        .await;
+        assert!(op.deployment_ready(&ns, "db"));
+        op.wait_release(&ns, "shop", "database ready", |sr| {
+            layer_is(sr, "database", LayerPhase::Ready)
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let ready_at = Instant::now();
+        assert!(op.deployment_ready(&ns, "queue-processor"));
+        op.wait_object("apps/v1", "Deployment", &ns, "my-app").await;
+        let applied = op
+            .first_apply("Deployment", &ns, "my-app")
+            .expect("my-app applied");
+        latencies.push(applied.saturating_duration_since(ready_at));
+    }
+    latencies
+}
+
+async fn idle_reconciles(op: &Operator, touches: usize) -> (usize, Duration) {
+    let kubelet = op.kubelet();
+    op.namespace("idle").await;
+    op.create(
+        "idle",
+        release("shop", &repo().join("examples/shop"), json!({})),
+    )
+    .await;
+    op.wait_release("idle", "shop", "Ready", is_ready).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(kubelet);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    op.server.clear_requests();
+    let api = op.releases("idle");
+    let before = cpu_time();
+    for i in 0..touches {
+        let patch = json!({"metadata": {"annotations": {"example.com/touch": i.to_string()}}});
+        api.patch("shop", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cpu = cpu_time().saturating_sub(before);
+    let writes = op
+        .server
+        .requests()
+        .iter()
+        .filter(|r| {
+            is_write(r)
+                && !(r.kind.as_deref() == Some("SequencedRelease") && r.subresource.is_none())
+        })
+        .count();
+    (writes, cpu / touches as u32)
+}
+
+fn main() {
+    // Test runners list tests first (`--list`): this binary has none to offer them.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    // `cargo bench` passes --bench; anything else runs a short version.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let op = Operator::start(8).await;
+        let samples = if quick { 2 } else { 30 };
+        let mut latencies = handoff(&op, samples).await;
+        latencies.sort();
+        println!(
+            "layer hand-off: median {:.1} ms, p90 {:.1} ms, max {:.1} ms over {} samples",
+            percentile(&latencies, 0.5).as_secs_f64() * 1000.0,
+            percentile(&latencies, 0.9).as_secs_f64() * 1000.0,
+            latencies.last().unwrap().as_secs_f64() * 1000.0,
+            latencies.len()
+        );
+        let touches = if quick { 5 } else { 200 };
+        let (writes, cpu) = idle_reconciles(&op, touches).await;
+        println!(
+            "reconcile with nothing to do: {writes} API writes over {touches} reconciles, {:.3} ms process CPU each (upper bound)",
+            cpu.as_secs_f64() * 1000.0
+        );
+        op.stop().await;
+    });
+}

@@ -1,0 +1,297 @@
+//! Runs the controller in-process against the test API server, and plays the kubelet and the
+//! built-in controllers by writing status through the server.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use sequenced::api::v1alpha1::SequencedRelease;
+use sequenced::chart::source::ChartCache;
+use sequenced::controller::{self, Options};
+use sequenced::helm::Helm;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use super::apiserver::{RecordedRequest, TestApiServer};
+pub use super::charts::repo;
+
+/// A test API server with the CRD installed and a controller running against it.
+pub struct Operator {
+    pub server: TestApiServer,
+    pub client: Client,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    _cache: tempfile::TempDir,
+}
+
+/// Installs the SequencedRelease CRD from crds/ and waits until it is served.
+pub async fn install_crd(client: &Client) {
+    let text =
+        std::fs::read_to_string(repo().join("crds/sequencedrelease.yaml")).expect("CRD file");
+    let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&text).expect("CRD YAML");
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.create(&PostParams::default(), &crd)
+        .await
+        .expect("create the CRD");
+    let releases: Api<SequencedRelease> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while releases.list(&Default::default()).await.is_err() {
+        assert!(Instant::now() < deadline, "the CRD is never served");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl Operator {
+    /// A fresh server, the CRD, and a controller reconciling `concurrency` releases at once.
+    pub async fn start(concurrency: u16) -> Operator {
+        let server = TestApiServer::start().await;
+        let client = server.client();
+        install_crd(&client).await;
+        let cache = tempfile::tempdir().expect("cache dir");
+        let options = Options {
+            helm: Helm::at(super::helm()),
+            cache: ChartCache::new(cache.path()),
+            concurrency,
+            identity: "test-controller".to_string(),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let controller_client = server.client();
+        let task = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            if let Err(e) = controller::run(controller_client, options, shutdown).await {
+                panic!("the controller stopped: {e}");
+            }
+        });
+        Operator {
+            server,
+            client,
+            stop: Some(stop),
+            task: Some(task),
+            _cache: cache,
+        }
+    }
+
+    /// Stops the controller and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+
+    pub async fn namespace(&self, name: &str) {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        api.create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
+    }
+
+    /// Creates a SequencedRelease from its JSON.
+    pub async fn create(&self, namespace: &str, release: Value) -> SequencedRelease {
+        let api: Api<SequencedRelease> = Api::namespaced(self.client.clone(), namespace);
+        let sr: SequencedRelease = serde_json::from_value(release).expect("release JSON");
+        api.create(&PostParams::default(), &sr)
+            .await
+            .expect("create the release")
+    }
+
+    pub fn releases(&self, namespace: &str) -> Api<SequencedRelease> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Waits until the release satisfies `check`; panics with its last status otherwise.
+    pub async fn wait_release(
+        &self,
+        namespace: &str,
+        name: &str,
+        what: &str,
+        check: impl Fn(&SequencedRelease) -> bool,
+    ) -> SequencedRelease {
+        let api = self.releases(namespace);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = None;
+        while Instant::now() < deadline {
+            if let Ok(Some(sr)) = api.get_opt(name).await {
+                if check(&sr) {
+                    return sr;
+                }
+                last = Some(sr);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!(
+            "{namespace}/{name} never got {what}; last status: {}",
+            serde_json::to_string_pretty(&last.and_then(|s| s.status)).unwrap_or_default()
+        );
+    }
+
+    /// Waits until the server holds `kind/name`, or panics.
+    pub async fn wait_object(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(object) = self.server.object(api_version, kind, Some(namespace), name) {
+                return object;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{kind} {namespace}/{name} never appeared"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Plays the Deployment controller and the kubelet: the Deployment's Pods are all available.
+    pub fn deployment_ready(&self, namespace: &str, name: &str) -> bool {
+        let Some(object) = self
+            .server
+            .object("apps/v1", "Deployment", Some(namespace), name)
+        else {
+            return false;
+        };
+        let generation = object
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let replicas = object
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        self.server.set_status(
+            "apps/v1",
+            "Deployment",
+            Some(namespace),
+            name,
+            json!({
+                "observedGeneration": generation,
+                "replicas": replicas,
+                "updatedReplicas": replicas,
+                "readyReplicas": replicas,
+                "availableReplicas": replicas,
+                "conditions": [
+                    {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                     "message": "Deployment has minimum availability."},
+                    {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
+                     "message": format!("ReplicaSet \"{name}-5d4f8c\" has successfully progressed.")}
+                ]
+            }),
+        )
+    }
+
+    /// Marks every Deployment the server holds ready, every 20 ms, until the returned guard drops.
+    pub fn kubelet(&self) -> Kubelet {
+        let server = self.server.clone();
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::all(self.server.client());
+        let handle = tokio::spawn(async move {
+            loop {
+                let names: Vec<(String, String)> = match deployments.list(&Default::default()).await
+                {
+                    Ok(list) => list
+                        .items
+                        .iter()
+                        .map(|d| {
+                            (
+                                d.metadata.namespace.clone().unwrap_or_default(),
+                                d.metadata.name.clone().unwrap_or_default(),
+                            )
+                        })
+                        .collect(),
+                    Err(_) => Vec::new(),
+                };
+                for (namespace, name) in names {
+                    let Some(object) =
+                        server.object("apps/v1", "Deployment", Some(&namespace), &name)
+                    else {
+                        continue;
+                    };
+                    let generation = object
+                        .pointer("/metadata/generation")
+                        .and_then(Value::as_i64);
+                    let observed = object
+                        .pointer("/status/observedGeneration")
+                        .and_then(Value::as_i64);
+                    if generation != observed {
+                        let replicas = object
+                            .pointer("/spec/replicas")
+                            .and_then(Value::as_i64)
+                            .unwrap_or(1);
+                        server.set_status("apps/v1", "Deployment", Some(&namespace), &name, json!({
+                            "observedGeneration": generation, "replicas": replicas,
+                            "updatedReplicas": replicas, "readyReplicas": replicas,
+                            "availableReplicas": replicas,
+                            "conditions": [{"type": "Available", "status": "True"},
+                                           {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]
+                        }));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        Kubelet(handle)
+    }
+
+    /// The write requests (apply, create, update, patch, delete) the controller sent for `kind`,
+    /// as `(verb, namespace/name)`, in order.
+    pub fn writes(&self, kind: &str) -> Vec<(String, String)> {
+        self.server
+            .requests()
+            .iter()
+            .filter(|r| is_write(r) && r.kind.as_deref() == Some(kind))
+            .map(|r| {
+                (
+                    r.verb.to_string(),
+                    format!(
+                        "{}/{}",
+                        r.namespace.clone().unwrap_or_default(),
+                        r.name.clone().unwrap_or_default()
+                    ),
+                )
+            })
+            .collect()
+    }
+
+    /// When the first server-side apply of `kind` `namespace/name` arrived.
+    pub fn first_apply(&self, kind: &str, namespace: &str, name: &str) -> Option<Instant> {
+        self.server
+            .requests()
+            .iter()
+            .find(|r| {
+                r.verb == "apply"
+                    && r.kind.as_deref() == Some(kind)
+                    && r.namespace.as_deref() == Some(namespace)
+                    && r.name.as_deref() == Some(name)
+                    && r.status < 300
+            })
+            .map(|r| r.at)
+    }
+}
+
+/// Whether a request writes.
+pub fn is_write(r: &RecordedRequest) -> bool {
+    matches!(
+        r.verb,
+        "create" | "update" | "patch" | "apply" | "delete" | "deletecollection"
+    )
+}
+
+/// Stops the kubelet loop when dropped.
+pub struct Kubelet(tokio::task::JoinHandle<()>);
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
