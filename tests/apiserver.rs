@@ -791,6 +791,54 @@ async fn lists_select_by_labels_and_fields_and_page() {
         assert_eq!(names(next.clone()), ["d"]);
         assert!(next.metadata.continue_.is_none());
 
+        // Pages across namespaces follow the key order.
+        let nss: Api<Namespace> = Api::all(server.client());
+        for ns in ["a", "a-x"] {
+            nss.create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+            )
+            .await
+            .unwrap();
+            let api: Api<ConfigMap> = Api::namespaced(server.client(), ns);
+            api.create(&PostParams::default(), &cm("b", &[]))
+                .await
+                .unwrap();
+            api.create(&PostParams::default(), &cm("c", &[]))
+                .await
+                .unwrap();
+        }
+        let everywhere: Api<ConfigMap> = Api::all(server.client());
+        let mut seen = Vec::new();
+        let mut lp = ListParams::default().limit(1);
+        loop {
+            let page = everywhere.list(&lp).await.unwrap();
+            seen.extend(page.items.iter().map(|c| {
+                format!(
+                    "{}/{}",
+                    c.metadata.namespace.clone().unwrap(),
+                    c.metadata.name.clone().unwrap()
+                )
+            }));
+            match page.metadata.continue_ {
+                Some(c) => lp = ListParams::default().limit(1).continue_token(&c),
+                None => break,
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                "a/b",
+                "a/c",
+                "a-x/b",
+                "a-x/c",
+                "default/a",
+                "default/b",
+                "default/c",
+                "default/d"
+            ]
+        );
+
         let bad = get(
             &server,
             "/api/v1/namespaces/default/configmaps?fieldSelector=spec.x%3Dy",
@@ -1224,6 +1272,22 @@ async fn validation_answers_as_a_real_server() {
         let no_selector = send_json(&server, "POST", "/apis/apps/v1/namespaces/default/deployments", "application/json", &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}})).await;
         assert_eq!(no_selector.status, 422, "{}", no_selector.text);
         assert_eq!(no_selector.json()["message"], "Deployment.apps \"d\" is invalid: [spec.selector: Required value, spec.template.metadata.labels: Invalid value: map[string]string(nil): `selector` does not match template `labels`, spec.template.spec.containers: Required value]");
+        // Quantities are parsed as the server parses them; numbers are quantities too.
+        let mut d = serde_json::to_value(deployment("q")).unwrap();
+        d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"limits": {"cpu": 1, "memory": "64Mi"}});
+        d["apiVersion"] = json!("apps/v1");
+        d["kind"] = json!("Deployment");
+        let ok = send_json(&server, "POST", "/apis/apps/v1/namespaces/default/deployments", "application/json", &d).await;
+        assert_eq!(ok.status, 201, "{}", ok.text);
+        d["metadata"]["name"] = json!("q2");
+        d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"memory": "64 MB"}});
+        let bad = send_json(&server, "POST", "/apis/apps/v1/namespaces/default/deployments", "application/json", &d).await;
+        assert_eq!(bad.status, 400);
+        assert_eq!(bad.json()["message"], "Deployment in version \"v1\" cannot be handled as a Deployment: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'");
+        d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"memory": "64MM"}});
+        let bad = send_json(&server, "POST", "/apis/apps/v1/namespaces/default/deployments", "application/json", &d).await;
+        assert_eq!(bad.status, 400);
+        assert!(bad.text.contains("unable to parse quantity's suffix"), "{}", bad.text);
         // Bodies that are neither JSON nor YAML.
         let text = raw(&server, "POST", "/api/v1/namespaces/default/configmaps", Some("text/plain"), Some(b"x".to_vec()), None, "curl").await;
         assert_eq!(text.status, 415);

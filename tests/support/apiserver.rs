@@ -1088,7 +1088,9 @@ fn list(state: &mut State, req: &Req, t: &Target) -> Result<Reply, ApiError> {
     let from_cache = requested == Some(0);
     let mut items: Vec<(store::Key, Value)> = state.select(&t.rt, &t.version, &t.namespace, &sel);
     if let Some(start) = &start_after {
-        items.retain(|(k, _)| format!("{}/{}", k.namespace, k.name) > *start);
+        // Namespaces have no '/': "namespace/name", compared as the key order is.
+        let (ns, name) = start.split_once('/').unwrap_or(("", start.as_str()));
+        items.retain(|(k, _)| (k.namespace.as_str(), k.name.as_str()) > (ns, name));
     }
     let mut next = None;
     let mut remaining = None;

@@ -908,6 +908,25 @@ impl State {
                     m.insert("spec".into(), spec.clone());
                 }
             }
+            ("apiextensions.k8s.io", _) => {
+                // The storage version joins status.storedVersions.
+                let storage = at(obj, &["spec", "versions"])
+                    .and_then(Value::as_array)
+                    .and_then(|vs| {
+                        vs.iter()
+                            .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+                    })
+                    .and_then(|v| v.get("name").cloned());
+                if let Some(storage) = storage {
+                    let status = obj_mut(obj, &["status"]);
+                    let stored = status.entry("storedVersions").or_insert_with(|| json!([]));
+                    if let Value::Array(list) = stored
+                        && !list.contains(&storage)
+                    {
+                        list.push(storage);
+                    }
+                }
+            }
             ("", "Service") => {
                 let old_ip = str_at(old, &["spec", "clusterIP"]).map(String::from);
                 let spec = obj_mut(obj, &["spec"]);

@@ -104,6 +104,9 @@ pub fn decode(rt: &ResourceType, version: &str, obj: Value) -> Result<Value, Dec
         }
         return Ok(obj);
     }
+    if let Err(e) = check_quantities(&obj, false) {
+        return Err(DecodeError::BadRequest(cannot(e)));
+    }
     match typed_roundtrip(&rt.group, &rt.kind, obj.clone()) {
         None => Ok(obj),
         Some(Ok(mut v)) => {
@@ -120,6 +123,91 @@ pub fn decode(rt: &ResourceType, version: &str, obj: Value) -> Result<Value, Dec
             )])),
             None => Err(DecodeError::BadRequest(cannot(&e))),
         },
+    }
+}
+
+/// The maps whose values are resource.Quantity.
+const QUANTITY_MAPS: &[&str] = &[
+    "limits",
+    "requests",
+    "hard",
+    "used",
+    "capacity",
+    "allocatable",
+    "max",
+    "min",
+    "default",
+    "defaultRequest",
+    "maxLimitRequestRatio",
+];
+
+/// resource.ParseQuantity's verdict on `s`.
+fn parse_quantity(s: &str) -> Result<(), &'static str> {
+    const FORMAT: &str = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
+    let body = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let number_len = body
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(body.len());
+    let (number, suffix) = body.split_at(number_len);
+    if number.is_empty()
+        || !number.chars().any(|c| c.is_ascii_digit())
+        || number.matches('.').count() > 1
+    {
+        return Err(FORMAT);
+    }
+    let letters_len = suffix
+        .find(|c: char| !"eEinumkKMGTP".contains(c))
+        .unwrap_or(suffix.len());
+    let (letters, exponent) = suffix.split_at(letters_len);
+    let exp_digits = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+    if !exp_digits.chars().all(|c| c.is_ascii_digit()) {
+        return Err(FORMAT);
+    }
+    let known = matches!(
+        letters,
+        "" | "n"
+            | "u"
+            | "m"
+            | "k"
+            | "M"
+            | "G"
+            | "T"
+            | "P"
+            | "E"
+            | "Ki"
+            | "Mi"
+            | "Gi"
+            | "Ti"
+            | "Pi"
+            | "Ei"
+    );
+    let exponent_form = matches!(letters, "e" | "E") && !exp_digits.is_empty();
+    if (known && exponent.is_empty()) || exponent_form {
+        Ok(())
+    } else {
+        Err("unable to parse quantity's suffix")
+    }
+}
+
+/// Checks every Quantity of a built-in object (resources, quotas, limit ranges, sizeLimit).
+fn check_quantities(v: &Value, in_quantity_map: bool) -> Result<(), &'static str> {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                if in_quantity_map || k == "sizeLimit" {
+                    match x {
+                        Value::String(s) => parse_quantity(s)?,
+                        Value::Number(_) | Value::Null => {}
+                        other => check_quantities(other, false)?,
+                    }
+                } else {
+                    check_quantities(x, QUANTITY_MAPS.contains(&k.as_str()))?;
+                }
+            }
+            Ok(())
+        }
+        Value::Array(a) => a.iter().try_for_each(|x| check_quantities(x, false)),
+        _ => Ok(()),
     }
 }
 
