@@ -1625,3 +1625,228 @@ async fn apply_to_status_owns_only_status() {
     })
     .await;
 }
+
+/// Malformed requests get a Status answer, never a dropped connection.
+#[tokio::test]
+async fn malformed_requests_are_answered_with_a_status() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let cms = "/api/v1/namespaces/default/configmaps";
+        server.client();
+        send_json(
+            &server,
+            "POST",
+            cms,
+            "application/json",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}),
+        )
+        .await;
+        let deep = format!("{}1{}", "[".repeat(5000), "]".repeat(5000));
+        let cases: Vec<(&str, String, Option<&str>, Vec<u8>)> = vec![
+            (
+                "POST",
+                cms.into(),
+                Some("application/json"),
+                b"{not json".to_vec(),
+            ),
+            (
+                "POST",
+                cms.into(),
+                Some("application/json"),
+                b"[1,2]".to_vec(),
+            ),
+            (
+                "POST",
+                cms.into(),
+                Some("application/json"),
+                br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":"x"}"#.to_vec(),
+            ),
+            (
+                "POST",
+                cms.into(),
+                Some("application/json"),
+                br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"\u00e9\u00e9"}}"#
+                    .to_vec(),
+            ),
+            (
+                "POST",
+                cms.into(),
+                Some("application/json"),
+                deep.clone().into_bytes(),
+            ),
+            ("POST", cms.into(), Some("application/json"), Vec::new()),
+            (
+                "PUT",
+                format!("{cms}/x"),
+                Some("application/json"),
+                b"null".to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("application/json-patch+json"),
+                b"{}".to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("application/json-patch+json"),
+                br#"[{"op":"replace","path":"","value":"s"}]"#.to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("application/json-patch+json"),
+                br#"[{"op":"move","from":"/metadata","path":"/metadata/x"}]"#.to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("application/json-patch+json"),
+                br#"[{"op":"add","path":"/data/~2","value":1}]"#.to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("application/merge-patch+json"),
+                b"[1]".to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("application/merge-patch+json"),
+                br#"{"metadata":{"name":"y"}}"#.to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("application/strategic-merge-patch+json"),
+                br#"{"metadata":{"$patch":"explode"}}"#.to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x?fieldManager=m"),
+                Some("application/apply-patch+yaml"),
+                b"- a\n- b\n".to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x?fieldManager=m"),
+                Some("application/apply-patch+yaml"),
+                b"key: [unclosed".to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x?fieldManager=m"),
+                Some("application/apply-patch+yaml"),
+                b"metadata: {name: x}\n".to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("text/plain"),
+                b"x".to_vec(),
+            ),
+            ("PATCH", format!("{cms}/x"), None, b"{}".to_vec()),
+            (
+                "GET",
+                format!("{cms}?labelSelector=a%20in%20(b"),
+                None,
+                Vec::new(),
+            ),
+            (
+                "GET",
+                format!("{cms}?labelSelector=%21%21"),
+                None,
+                Vec::new(),
+            ),
+            (
+                "GET",
+                format!("{cms}?resourceVersion=abc"),
+                None,
+                Vec::new(),
+            ),
+            (
+                "GET",
+                format!("{cms}?resourceVersion=999999"),
+                None,
+                Vec::new(),
+            ),
+            ("GET", format!("{cms}?continue=%%%"), None, Vec::new()),
+            (
+                "GET",
+                format!("{cms}?limit=-1&resourceVersionMatch=Exact"),
+                None,
+                Vec::new(),
+            ),
+            (
+                "GET",
+                format!("{cms}?watch=1&resourceVersion=abc"),
+                None,
+                Vec::new(),
+            ),
+            (
+                "GET",
+                format!("{cms}?watch=1&resourceVersionMatch=NotOlderThan"),
+                None,
+                Vec::new(),
+            ),
+            (
+                "DELETE",
+                format!("{cms}/x"),
+                Some("application/json"),
+                b"{bad".to_vec(),
+            ),
+            ("DELETE", format!("{cms}/nope"), None, Vec::new()),
+            (
+                "POST",
+                format!("{cms}/x"),
+                Some("application/json"),
+                b"{}".to_vec(),
+            ),
+            ("PUT", cms.into(), Some("application/json"), b"{}".to_vec()),
+            (
+                "GET",
+                "/api/v1/namespaces/default/configmaps/x/status".into(),
+                None,
+                Vec::new(),
+            ),
+            (
+                "GET",
+                "/apis/apps/v1/namespaces/default/deployments/x/scale".into(),
+                None,
+                Vec::new(),
+            ),
+            ("GET", "/apis/nope".into(), None, Vec::new()),
+            (
+                "GET",
+                "/api/v1/nodes/n/status/extra".into(),
+                None,
+                Vec::new(),
+            ),
+        ];
+        for (method, path, ct, body) in cases {
+            let got = raw(&server, method, &path, ct, Some(body), None, "curl").await;
+            assert!(
+                (400..500).contains(&got.status) || got.status == 504,
+                "{method} {path}: {} {}",
+                got.status,
+                got.text
+            );
+            let status = got.json();
+            assert_eq!(status["kind"], "Status", "{method} {path}");
+            assert_eq!(status["code"], got.status, "{method} {path}");
+        }
+        // Huge timeouts are fine.
+        let res = start_watch(
+            &server,
+            &format!("{cms}?watch=1&timeoutSeconds=18446744073709551615"),
+            None,
+        )
+        .await;
+        assert_eq!(res.status(), 200);
+        // The server still answers.
+        assert_eq!(get(&server, &format!("{cms}/x")).await.status, 200);
+    })
+    .await;
+}

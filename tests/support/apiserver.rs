@@ -789,7 +789,7 @@ fn list_options_invalid(field: &str, detail: &str) -> ApiError {
 
 fn selection(req: &Req, rt: &ResourceType) -> Result<Selection, ApiError> {
     let labels = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
-        .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        .map_err(ApiError::bad_request)?;
     let fields = FieldSelector::parse(
         req.param("fieldSelector").unwrap_or(""),
         &rt.group,
@@ -1202,7 +1202,7 @@ fn watch(state: &mut State, req: &Req, t: &Target) -> Result<Reply, ApiError> {
         .param("timeoutSeconds")
         .and_then(|s| s.parse::<u64>().ok())
         .filter(|s| *s > 0)
-        .map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
+        .and_then(|s| tokio::time::Instant::now().checked_add(Duration::from_secs(s)));
     let mut plan = WatchPlan {
         rt: t.rt.clone(),
         version: t.version.clone(),

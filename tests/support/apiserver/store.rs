@@ -1120,6 +1120,12 @@ impl State {
                 patch::strategic_merge_patch(Self::shape_ctx(w), &mut doc, body).map_err(ApiError::bad_request)?
             }
         }
+        if !doc.is_object() {
+            return Err(ApiError::bad_request(format!(
+                "the object provided is unrecognized (must be of type {})",
+                w.rt.kind
+            )));
+        }
         let rv = meta_str(&doc, "resourceVersion").unwrap_or("").to_string();
         if rv != meta_str(&old, "resourceVersion").unwrap_or("") {
             return Err(ApiError::modified(&w.rt.group, &w.rt.plural, w.name));
