@@ -1850,3 +1850,71 @@ async fn malformed_requests_are_answered_with_a_status() {
     })
     .await;
 }
+
+/// Checks of kinds that Helm charts often get wrong, as a real server makes them.
+#[tokio::test]
+async fn kind_checks_that_charts_run_into() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let post = |path: &'static str, body: Value| {
+            let server = server.clone();
+            async move { send_json(&server, "POST", path, "application/json", &body).await }
+        };
+        let ing = post(
+            "/apis/networking.k8s.io/v1/namespaces/default/ingresses",
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "i"}, "spec": {"rules": [{"http": {"paths": [{"path": "/", "backend": {"service": {"name": "s", "port": {"number": 80}}}}]}}]}}),
+        )
+        .await;
+        assert_eq!(ing.status, 422, "{}", ing.text);
+        assert!(ing.text.contains("spec.rules[0].http.paths[0].pathType: Required value: pathType must be specified"), "{}", ing.text);
+
+        let two_ports = post(
+            "/api/v1/namespaces/default/services",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}, {"port": 443}]}}),
+        )
+        .await;
+        assert_eq!(two_ports.status, 422);
+        assert!(two_ports.text.contains("spec.ports[0].name: Required value"), "{}", two_ports.text);
+        let node_port = post(
+            "/api/v1/namespaces/default/services",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "np"}, "spec": {"type": "NodePort", "ports": [{"port": 80}]}}),
+        )
+        .await
+        .json();
+        let allocated = node_port["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+        assert!((30000..=32767).contains(&allocated));
+        let svcs: Api<Service> = Api::default_namespaced(server.client());
+        let mut svc = svcs.get("np").await.unwrap();
+        svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = None;
+        svc.spec.as_mut().unwrap().cluster_ip = None;
+        let again = svcs.replace("np", &PostParams::default(), &svc).await.unwrap();
+        assert_eq!(again.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].node_port, Some(allocated as i32));
+        assert_eq!(again.spec.as_ref().unwrap().cluster_ip, node_port["spec"]["clusterIP"].as_str().map(String::from));
+
+        let mut d = serde_json::to_value(deployment("r")).unwrap();
+        d["apiVersion"] = json!("apps/v1");
+        d["kind"] = json!("Deployment");
+        assert_eq!(send_json(&server, "POST", "/apis/apps/v1/namespaces/default/deployments", "application/json", &d).await.status, 201);
+        let recreate = send_json(&server, "PATCH", "/apis/apps/v1/namespaces/default/deployments/r", "application/merge-patch+json", &json!({"spec": {"strategy": {"type": "Recreate"}}})).await;
+        assert_eq!(recreate.status, 422);
+        assert!(recreate.text.contains("spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'Recreate'"), "{}", recreate.text);
+
+        let rb = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "rb"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "a"}, "subjects": [{"kind": "ServiceAccount", "name": "sa"}, {"kind": "User", "name": "u"}]});
+        let created = post("/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", rb).await;
+        assert_eq!(created.status, 201, "{}", created.text);
+        assert_eq!(created.json()["subjects"][1]["apiGroup"], "rbac.authorization.k8s.io");
+        let changed = send_json(&server, "PATCH", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings/rb", "application/merge-patch+json", &json!({"roleRef": {"name": "b"}})).await;
+        assert_eq!(changed.status, 422);
+        assert_eq!(changed.json()["message"], "RoleBinding.rbac.authorization.k8s.io \"rb\" is invalid: roleRef: Invalid value: rbac.RoleRef{APIGroup:\"rbac.authorization.k8s.io\", Kind:\"Role\", Name:\"b\"}: cannot change roleRef");
+        let system_name = post("/apis/rbac.authorization.k8s.io/v1/clusterroles", json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:sequenced:reader"}, "rules": []})).await;
+        assert_eq!(system_name.status, 201, "RBAC names are path segments: {}", system_name.text);
+
+        let webhook = post(
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+            json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "w"}, "webhooks": []}),
+        )
+        .await;
+        assert_eq!(webhook.status, 201, "{}", webhook.text);
+    })
+    .await;
+}

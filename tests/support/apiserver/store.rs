@@ -62,6 +62,7 @@ pub struct State {
     pub requests: Vec<RecordedRequest>,
     pub failures: Vec<Failure>,
     next_ip: u32,
+    next_node_port: u32,
 }
 
 /// The answer of a write or a delete.
@@ -204,6 +205,7 @@ impl State {
             requests: Vec::new(),
             failures: Vec::new(),
             next_ip: 1,
+            next_node_port: 0,
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let now = now_time();
@@ -822,13 +824,54 @@ impl State {
                     };
                     spec.insert("clusterIP".into(), json!(ip));
                     spec.insert("clusterIPs".into(), json!([ip]));
-                    if ip != "None" || spec.get("ipFamilies").is_none() {
-                        spec.entry("ipFamilies").or_insert(json!(["IPv4"]));
-                    }
+                    spec.entry("ipFamilies").or_insert(json!(["IPv4"]));
                     spec.entry("ipFamilyPolicy").or_insert(json!("SingleStack"));
                 }
+                self.assign_node_ports(obj, None);
             }
             _ => {}
+        }
+    }
+
+    /// Gives the ports of a NodePort or LoadBalancer service a node port: the one they had
+    /// before, else the next free one from 30000.
+    fn assign_node_ports(&mut self, svc: &mut Value, old: Option<&Value>) {
+        let type_ = str_at(svc, &["spec", "type"])
+            .unwrap_or("ClusterIP")
+            .to_string();
+        let Some(ports) = svc
+            .get_mut("spec")
+            .and_then(|s| s.get_mut("ports"))
+            .and_then(Value::as_array_mut)
+        else {
+            return;
+        };
+        let needs = type_ == "NodePort" || type_ == "LoadBalancer";
+        let old_ports: Vec<Value> = old
+            .and_then(|o| at(o, &["spec", "ports"]))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+            if !needs {
+                p.remove("nodePort");
+                continue;
+            }
+            if p.get("nodePort")
+                .is_some_and(|n| n.as_i64().unwrap_or(0) != 0)
+            {
+                continue;
+            }
+            let before = old_ports
+                .iter()
+                .find(|o| o.get("port") == p.get("port") && o.get("protocol") == p.get("protocol"))
+                .and_then(|o| o.get("nodePort"))
+                .cloned();
+            let port = before.unwrap_or_else(|| {
+                self.next_node_port += 1;
+                json!(30000 + (self.next_node_port % 2768))
+            });
+            p.insert("nodePort".into(), port);
         }
     }
 
@@ -947,6 +990,7 @@ impl State {
                         spec.insert(k.into(), v.clone());
                     }
                 }
+                self.assign_node_ports(obj, Some(old));
             }
             _ => {}
         }

@@ -32,11 +32,13 @@ macro_rules! typed_kinds {
 }
 
 fn typed_roundtrip(group: &str, kind: &str, v: Value) -> Option<Result<Value, String>> {
+    use k8s_openapi::api::{admissionregistration, discovery};
     use k8s_openapi::api::{
         apps, autoscaling, batch, coordination, core, events, networking, policy, rbac, scheduling,
         storage,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as aggregator;
     typed_kinds!(group, kind, v, {
         "", "ConfigMap" => core::v1::ConfigMap;
         "", "Endpoints" => core::v1::Endpoints;
@@ -74,6 +76,10 @@ fn typed_roundtrip(group: &str, kind: &str, v: Value) -> Option<Result<Value, St
         "apiextensions.k8s.io", "CustomResourceDefinition" => apiext::CustomResourceDefinition;
         "scheduling.k8s.io", "PriorityClass" => scheduling::v1::PriorityClass;
         "coordination.k8s.io", "Lease" => coordination::v1::Lease;
+        "apiregistration.k8s.io", "APIService" => aggregator::APIService;
+        "admissionregistration.k8s.io", "MutatingWebhookConfiguration" => admissionregistration::v1::MutatingWebhookConfiguration;
+        "admissionregistration.k8s.io", "ValidatingWebhookConfiguration" => admissionregistration::v1::ValidatingWebhookConfiguration;
+        "discovery.k8s.io", "EndpointSlice" => discovery::v1::EndpointSlice;
     })
 }
 
@@ -425,6 +431,30 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
             set_default(spec, "successfulJobsHistoryLimit", json!(3));
             set_default(spec, "failedJobsHistoryLimit", json!(1));
             default_template(obj, &["spec", "jobTemplate", "spec", "template"]);
+        }
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
+            for subject in obj
+                .get_mut("subjects")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                let Value::Object(s) = subject else { continue };
+                let group = match s.get("kind").and_then(Value::as_str) {
+                    Some("User" | "Group") => "rbac.authorization.k8s.io",
+                    _ => "",
+                };
+                if s.get("apiGroup")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .is_empty()
+                {
+                    s.insert("apiGroup".into(), json!(group));
+                }
+                if group.is_empty() && s.get("apiGroup").and_then(Value::as_str) == Some("") {
+                    s.remove("apiGroup");
+                }
+            }
         }
         ("networking.k8s.io", "NetworkPolicy") => {
             let spec = obj_mut(obj, &["spec"]);
