@@ -1075,7 +1075,7 @@ async fn patches_of_every_type() {
         let p: json_patch::Patch = serde_json::from_value(failing).unwrap();
         let err = cms.patch("p", &PatchParams::default(), &Patch::Json::<()>(p)).await.unwrap_err();
         let kube::Error::Api(s) = err else { panic!() };
-        assert_eq!(s.code, 422);
+        assert_eq!((s.code, s.reason.as_str(), s.message.as_str()), (422, "Invalid", "the server rejected our request due to an error in our request"));
         // Merge patch with a stale resourceVersion is a conflict.
         let stale = cms.patch("p", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"resourceVersion": c.metadata.resource_version}, "data": {"k": "w"}}))).await.unwrap_err();
         let kube::Error::Api(s) = stale else { panic!() };

@@ -1142,26 +1142,34 @@ impl State {
             .ok_or_else(|| ApiError::not_found(&w.rt.group, &w.rt.plural, w.name))?;
         let mut doc = present(w.rt, w.version, &old);
         match content_type {
-            "application/json-patch+json" => patch::json_patch(&mut doc, body).map_err(|e| match e {
-                patch::PatchError::Decode(m) => ApiError::bad_request(m),
-                patch::PatchError::Apply(m) => ApiError::new(
-                    422,
-                    "Invalid",
-                    "the server rejected our request due to an error in our request",
-                    Some(json!({"causes": [{"reason": "UnexpectedServerResponse", "message": m}]})),
-                ),
-            })?,
+            "application/json-patch+json" => {
+                patch::json_patch(&mut doc, body).map_err(|e| match e {
+                    patch::PatchError::Decode(m) => ApiError::bad_request(m),
+                    // NewGenericServerResponse(422, ...): the patch library's words are not kept.
+                    patch::PatchError::Apply(_) => ApiError::new(
+                        422,
+                        "Invalid",
+                        "the server rejected our request due to an error in our request",
+                        Some(json!({})),
+                    ),
+                })?
+            }
             "application/merge-patch+json" => {
                 if !body.is_object() {
-                    return Err(ApiError::bad_request("json: cannot unmarshal into Go value of type map[string]interface {}"));
+                    return Err(ApiError::bad_request(
+                        "json: cannot unmarshal into Go value of type map[string]interface {}",
+                    ));
                 }
                 patch::merge_patch(&mut doc, body)
             }
             _ => {
                 if !body.is_object() {
-                    return Err(ApiError::bad_request("json: cannot unmarshal into Go value of type map[string]interface {}"));
+                    return Err(ApiError::bad_request(
+                        "json: cannot unmarshal into Go value of type map[string]interface {}",
+                    ));
                 }
-                patch::strategic_merge_patch(Self::shape_ctx(w), &mut doc, body).map_err(ApiError::bad_request)?
+                patch::strategic_merge_patch(Self::shape_ctx(w), &mut doc, body)
+                    .map_err(ApiError::bad_request)?
             }
         }
         if !doc.is_object() {
