@@ -17,6 +17,22 @@
 //! controllers would do (namespace deletion, CRD establishment and cleanup, garbage collection
 //! of dependents). It runs no workload controllers: a Deployment keeps the status that the test
 //! gives it with [`TestApiServer::set_status`], as on a cluster without kube-controller-manager.
+//!
+//! Known differences from a real server:
+//! - Only JSON and YAML bodies (no protobuf, no Table output); a few aggregated/virtual APIs
+//!   (authorization reviews, token requests, scale, exec/logs) are not served.
+//! - Validation covers metadata and the checks charts commonly trip over, not all of it;
+//!   defaults are those of the workload kinds, Services, Secrets, namespaces and CRDs.
+//! - Server-side apply is a simplified structured-merge-diff: list and map shapes come from a
+//!   table for built-in kinds (and the schema for custom resources); `.` marks and conflict
+//!   detection follow the recordings but edge cases of list merging may differ.
+//! - A `/status` write changes only `.status` (a real server also takes some metadata).
+//! - Lists are always served from the current state (a continue token does not pin a
+//!   snapshot); `resourceVersionMatch=Exact` only works for the current resourceVersion.
+//! - Deletion is immediate for pods (no kubelet), and namespace and CRD cleanup and garbage
+//!   collection run synchronously inside the request that triggers them.
+//! - Watches never time out on their own without `timeoutSeconds`; bookmarks come every
+//!   minute and two seconds before the timeout, as from the watch cache.
 
 mod errors;
 mod fields;
