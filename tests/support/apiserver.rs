@@ -3,8 +3,8 @@
 //! HTTP on 127.0.0.1.
 //!
 //! It answers as a kube-apiserver v1.28 does, and is never kinder than one: the status codes,
-//! `Status` bodies and object shapes follow the recordings of a real server in
-//! `/work/shared/apiserver-recordings/` (requests.json: create, AlreadyExists, update, Conflict,
+//! `Status` bodies and object shapes follow the recordings of a real server, kept in
+//! `tests/apiserver-recordings/` (requests.json: create, AlreadyExists, update, Conflict,
 //! NotFound, the invalid annotation key, server-side apply with its fieldManager and conflict
 //! errors, merge patch, deletion with finalizers, Lease MicroTime; watch-configmaps*.jsonl:
 //! watch events and bookmarks, full and PartialObjectMetadata; discovery-*.json; version.json;
