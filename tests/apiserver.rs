@@ -580,7 +580,8 @@ async fn read_lines(res: http::Response<kube::client::Body>) -> Vec<Value> {
         .collect()
 }
 
-/// The recorded watch: ADDED, MODIFIED, DELETED, then a BOOKMARK before the timeout.
+/// The recorded watch: ADDED, MODIFIED, DELETED, then the BOOKMARK two seconds before the
+/// timeout (five seconds leave three for the changes on a busy machine).
 async fn recorded_watch(accept: Option<&str>) -> Vec<Value> {
     let server = TestApiServer::start().await;
     let ns = send_json(
@@ -593,7 +594,7 @@ async fn recorded_watch(accept: Option<&str>) -> Vec<Value> {
     .await;
     assert_eq!(ns.status, 201);
     let from = server.resource_version();
-    let res = start_watch(&server, &format!("/api/v1/namespaces/rec/configmaps?watch=1&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=3"), accept).await;
+    let res = start_watch(&server, &format!("/api/v1/namespaces/rec/configmaps?watch=1&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=5"), accept).await;
     assert_eq!(res.status(), 200);
     let path = "/api/v1/namespaces/rec/configmaps";
     assert_eq!(send_json(&server, "POST", path, "application/json", &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w1"}, "data": {"a": "1"}})).await.status, 201);
