@@ -580,7 +580,8 @@ async fn read_lines(res: http::Response<kube::client::Body>) -> Vec<Value> {
         .collect()
 }
 
-/// The recorded watch: ADDED, MODIFIED, DELETED, then a BOOKMARK before the timeout.
+/// The recorded watch: ADDED, MODIFIED, DELETED, then the BOOKMARK two seconds before the
+/// timeout (five seconds leave three for the changes on a busy machine).
 async fn recorded_watch(accept: Option<&str>) -> Vec<Value> {
     let server = TestApiServer::start().await;
     let ns = send_json(
@@ -593,7 +594,7 @@ async fn recorded_watch(accept: Option<&str>) -> Vec<Value> {
     .await;
     assert_eq!(ns.status, 201);
     let from = server.resource_version();
-    let res = start_watch(&server, &format!("/api/v1/namespaces/rec/configmaps?watch=1&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=3"), accept).await;
+    let res = start_watch(&server, &format!("/api/v1/namespaces/rec/configmaps?watch=1&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=5"), accept).await;
     assert_eq!(res.status(), 200);
     let path = "/api/v1/namespaces/rec/configmaps";
     assert_eq!(send_json(&server, "POST", path, "application/json", &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w1"}, "data": {"a": "1"}})).await.status, 201);
@@ -790,6 +791,54 @@ async fn lists_select_by_labels_and_fields_and_page() {
             .unwrap();
         assert_eq!(names(next.clone()), ["d"]);
         assert!(next.metadata.continue_.is_none());
+
+        // Pages across namespaces follow the key order.
+        let nss: Api<Namespace> = Api::all(server.client());
+        for ns in ["a", "a-x"] {
+            nss.create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+            )
+            .await
+            .unwrap();
+            let api: Api<ConfigMap> = Api::namespaced(server.client(), ns);
+            api.create(&PostParams::default(), &cm("b", &[]))
+                .await
+                .unwrap();
+            api.create(&PostParams::default(), &cm("c", &[]))
+                .await
+                .unwrap();
+        }
+        let everywhere: Api<ConfigMap> = Api::all(server.client());
+        let mut seen = Vec::new();
+        let mut lp = ListParams::default().limit(1);
+        loop {
+            let page = everywhere.list(&lp).await.unwrap();
+            seen.extend(page.items.iter().map(|c| {
+                format!(
+                    "{}/{}",
+                    c.metadata.namespace.clone().unwrap(),
+                    c.metadata.name.clone().unwrap()
+                )
+            }));
+            match page.metadata.continue_ {
+                Some(c) => lp = ListParams::default().limit(1).continue_token(&c),
+                None => break,
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                "a/b",
+                "a/c",
+                "a-x/b",
+                "a-x/c",
+                "default/a",
+                "default/b",
+                "default/c",
+                "default/d"
+            ]
+        );
 
         let bad = get(
             &server,
@@ -1027,7 +1076,7 @@ async fn patches_of_every_type() {
         let p: json_patch::Patch = serde_json::from_value(failing).unwrap();
         let err = cms.patch("p", &PatchParams::default(), &Patch::Json::<()>(p)).await.unwrap_err();
         let kube::Error::Api(s) = err else { panic!() };
-        assert_eq!(s.code, 422);
+        assert_eq!((s.code, s.reason.as_str(), s.message.as_str()), (422, "Invalid", "the server rejected our request due to an error in our request"));
         // Merge patch with a stale resourceVersion is a conflict.
         let stale = cms.patch("p", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"resourceVersion": c.metadata.resource_version}, "data": {"k": "w"}}))).await.unwrap_err();
         let kube::Error::Api(s) = stale else { panic!() };
@@ -1224,6 +1273,22 @@ async fn validation_answers_as_a_real_server() {
         let no_selector = send_json(&server, "POST", "/apis/apps/v1/namespaces/default/deployments", "application/json", &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}})).await;
         assert_eq!(no_selector.status, 422, "{}", no_selector.text);
         assert_eq!(no_selector.json()["message"], "Deployment.apps \"d\" is invalid: [spec.selector: Required value, spec.template.metadata.labels: Invalid value: map[string]string(nil): `selector` does not match template `labels`, spec.template.spec.containers: Required value]");
+        // Quantities are parsed as the server parses them; numbers are quantities too.
+        let mut d = serde_json::to_value(deployment("q")).unwrap();
+        d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"limits": {"cpu": 1, "memory": "64Mi"}});
+        d["apiVersion"] = json!("apps/v1");
+        d["kind"] = json!("Deployment");
+        let ok = send_json(&server, "POST", "/apis/apps/v1/namespaces/default/deployments", "application/json", &d).await;
+        assert_eq!(ok.status, 201, "{}", ok.text);
+        d["metadata"]["name"] = json!("q2");
+        d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"memory": "64 MB"}});
+        let bad = send_json(&server, "POST", "/apis/apps/v1/namespaces/default/deployments", "application/json", &d).await;
+        assert_eq!(bad.status, 400);
+        assert_eq!(bad.json()["message"], "Deployment in version \"v1\" cannot be handled as a Deployment: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'");
+        d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"memory": "64MM"}});
+        let bad = send_json(&server, "POST", "/apis/apps/v1/namespaces/default/deployments", "application/json", &d).await;
+        assert_eq!(bad.status, 400);
+        assert!(bad.text.contains("unable to parse quantity's suffix"), "{}", bad.text);
         // Bodies that are neither JSON nor YAML.
         let text = raw(&server, "POST", "/api/v1/namespaces/default/configmaps", Some("text/plain"), Some(b"x".to_vec()), None, "curl").await;
         assert_eq!(text.status, 415);
@@ -1558,6 +1623,299 @@ async fn apply_to_status_owns_only_status() {
         assert_eq!(got.status.unwrap().observed_generation, Some(1));
         let missing = deploys.patch_status("nope", &pp, &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nope"}, "status": {}}))).await.unwrap_err();
         assert!(matches!(missing, kube::Error::Api(s) if s.code == 404));
+    })
+    .await;
+}
+
+/// Malformed requests get a Status answer, never a dropped connection.
+#[tokio::test]
+async fn malformed_requests_are_answered_with_a_status() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let cms = "/api/v1/namespaces/default/configmaps";
+        server.client();
+        send_json(
+            &server,
+            "POST",
+            cms,
+            "application/json",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}),
+        )
+        .await;
+        let deep = format!("{}1{}", "[".repeat(5000), "]".repeat(5000));
+        let cases: Vec<(&str, String, Option<&str>, Vec<u8>)> = vec![
+            (
+                "POST",
+                cms.into(),
+                Some("application/json"),
+                b"{not json".to_vec(),
+            ),
+            (
+                "POST",
+                cms.into(),
+                Some("application/json"),
+                b"[1,2]".to_vec(),
+            ),
+            (
+                "POST",
+                cms.into(),
+                Some("application/json"),
+                br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":"x"}"#.to_vec(),
+            ),
+            (
+                "POST",
+                cms.into(),
+                Some("application/json"),
+                br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"\u00e9\u00e9"}}"#
+                    .to_vec(),
+            ),
+            (
+                "POST",
+                cms.into(),
+                Some("application/json"),
+                deep.clone().into_bytes(),
+            ),
+            ("POST", cms.into(), Some("application/json"), Vec::new()),
+            (
+                "PUT",
+                format!("{cms}/x"),
+                Some("application/json"),
+                b"null".to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("application/json-patch+json"),
+                b"{}".to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("application/json-patch+json"),
+                br#"[{"op":"replace","path":"","value":"s"}]"#.to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("application/json-patch+json"),
+                br#"[{"op":"move","from":"/metadata","path":"/metadata/x"}]"#.to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("application/json-patch+json"),
+                br#"[{"op":"add","path":"/data/~2","value":1}]"#.to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("application/merge-patch+json"),
+                b"[1]".to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("application/merge-patch+json"),
+                br#"{"metadata":{"name":"y"}}"#.to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("application/strategic-merge-patch+json"),
+                br#"{"metadata":{"$patch":"explode"}}"#.to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x?fieldManager=m"),
+                Some("application/apply-patch+yaml"),
+                b"- a\n- b\n".to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x?fieldManager=m"),
+                Some("application/apply-patch+yaml"),
+                b"key: [unclosed".to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x?fieldManager=m"),
+                Some("application/apply-patch+yaml"),
+                b"metadata: {name: x}\n".to_vec(),
+            ),
+            (
+                "PATCH",
+                format!("{cms}/x"),
+                Some("text/plain"),
+                b"x".to_vec(),
+            ),
+            ("PATCH", format!("{cms}/x"), None, b"{}".to_vec()),
+            (
+                "GET",
+                format!("{cms}?labelSelector=a%20in%20(b"),
+                None,
+                Vec::new(),
+            ),
+            (
+                "GET",
+                format!("{cms}?labelSelector=%21%21"),
+                None,
+                Vec::new(),
+            ),
+            (
+                "GET",
+                format!("{cms}?resourceVersion=abc"),
+                None,
+                Vec::new(),
+            ),
+            (
+                "GET",
+                format!("{cms}?resourceVersion=999999"),
+                None,
+                Vec::new(),
+            ),
+            ("GET", format!("{cms}?continue=%%%"), None, Vec::new()),
+            (
+                "GET",
+                format!("{cms}?limit=-1&resourceVersionMatch=Exact"),
+                None,
+                Vec::new(),
+            ),
+            (
+                "GET",
+                format!("{cms}?watch=1&resourceVersion=abc"),
+                None,
+                Vec::new(),
+            ),
+            (
+                "GET",
+                format!("{cms}?watch=1&resourceVersionMatch=NotOlderThan"),
+                None,
+                Vec::new(),
+            ),
+            (
+                "DELETE",
+                format!("{cms}/x"),
+                Some("application/json"),
+                b"{bad".to_vec(),
+            ),
+            ("DELETE", format!("{cms}/nope"), None, Vec::new()),
+            (
+                "POST",
+                format!("{cms}/x"),
+                Some("application/json"),
+                b"{}".to_vec(),
+            ),
+            ("PUT", cms.into(), Some("application/json"), b"{}".to_vec()),
+            (
+                "GET",
+                "/api/v1/namespaces/default/configmaps/x/status".into(),
+                None,
+                Vec::new(),
+            ),
+            (
+                "GET",
+                "/apis/apps/v1/namespaces/default/deployments/x/scale".into(),
+                None,
+                Vec::new(),
+            ),
+            ("GET", "/apis/nope".into(), None, Vec::new()),
+            (
+                "GET",
+                "/api/v1/nodes/n/status/extra".into(),
+                None,
+                Vec::new(),
+            ),
+        ];
+        for (method, path, ct, body) in cases {
+            let got = raw(&server, method, &path, ct, Some(body), None, "curl").await;
+            assert!(
+                (400..500).contains(&got.status) || got.status == 504,
+                "{method} {path}: {} {}",
+                got.status,
+                got.text
+            );
+            let status = got.json();
+            assert_eq!(status["kind"], "Status", "{method} {path}");
+            assert_eq!(status["code"], got.status, "{method} {path}");
+        }
+        // Huge timeouts are fine.
+        let res = start_watch(
+            &server,
+            &format!("{cms}?watch=1&timeoutSeconds=18446744073709551615"),
+            None,
+        )
+        .await;
+        assert_eq!(res.status(), 200);
+        // The server still answers.
+        assert_eq!(get(&server, &format!("{cms}/x")).await.status, 200);
+    })
+    .await;
+}
+
+/// Checks of kinds that Helm charts often get wrong, as a real server makes them.
+#[tokio::test]
+async fn kind_checks_that_charts_run_into() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let post = |path: &'static str, body: Value| {
+            let server = server.clone();
+            async move { send_json(&server, "POST", path, "application/json", &body).await }
+        };
+        let ing = post(
+            "/apis/networking.k8s.io/v1/namespaces/default/ingresses",
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "i"}, "spec": {"rules": [{"http": {"paths": [{"path": "/", "backend": {"service": {"name": "s", "port": {"number": 80}}}}]}}]}}),
+        )
+        .await;
+        assert_eq!(ing.status, 422, "{}", ing.text);
+        assert!(ing.text.contains("spec.rules[0].http.paths[0].pathType: Required value: pathType must be specified"), "{}", ing.text);
+
+        let two_ports = post(
+            "/api/v1/namespaces/default/services",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}, {"port": 443}]}}),
+        )
+        .await;
+        assert_eq!(two_ports.status, 422);
+        assert!(two_ports.text.contains("spec.ports[0].name: Required value"), "{}", two_ports.text);
+        let node_port = post(
+            "/api/v1/namespaces/default/services",
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "np"}, "spec": {"type": "NodePort", "ports": [{"port": 80}]}}),
+        )
+        .await
+        .json();
+        let allocated = node_port["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+        assert!((30000..=32767).contains(&allocated));
+        let svcs: Api<Service> = Api::default_namespaced(server.client());
+        let mut svc = svcs.get("np").await.unwrap();
+        svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = None;
+        svc.spec.as_mut().unwrap().cluster_ip = None;
+        let again = svcs.replace("np", &PostParams::default(), &svc).await.unwrap();
+        assert_eq!(again.spec.as_ref().unwrap().ports.as_ref().unwrap()[0].node_port, Some(allocated as i32));
+        assert_eq!(again.spec.as_ref().unwrap().cluster_ip, node_port["spec"]["clusterIP"].as_str().map(String::from));
+
+        let mut d = serde_json::to_value(deployment("r")).unwrap();
+        d["apiVersion"] = json!("apps/v1");
+        d["kind"] = json!("Deployment");
+        assert_eq!(send_json(&server, "POST", "/apis/apps/v1/namespaces/default/deployments", "application/json", &d).await.status, 201);
+        let recreate = send_json(&server, "PATCH", "/apis/apps/v1/namespaces/default/deployments/r", "application/merge-patch+json", &json!({"spec": {"strategy": {"type": "Recreate"}}})).await;
+        assert_eq!(recreate.status, 422);
+        assert!(recreate.text.contains("spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'Recreate'"), "{}", recreate.text);
+
+        let rb = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "rb"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "a"}, "subjects": [{"kind": "ServiceAccount", "name": "sa"}, {"kind": "User", "name": "u"}]});
+        let created = post("/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", rb).await;
+        assert_eq!(created.status, 201, "{}", created.text);
+        assert_eq!(created.json()["subjects"][1]["apiGroup"], "rbac.authorization.k8s.io");
+        let changed = send_json(&server, "PATCH", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings/rb", "application/merge-patch+json", &json!({"roleRef": {"name": "b"}})).await;
+        assert_eq!(changed.status, 422);
+        assert_eq!(changed.json()["message"], "RoleBinding.rbac.authorization.k8s.io \"rb\" is invalid: roleRef: Invalid value: rbac.RoleRef{APIGroup:\"rbac.authorization.k8s.io\", Kind:\"Role\", Name:\"b\"}: cannot change roleRef");
+        let system_name = post("/apis/rbac.authorization.k8s.io/v1/clusterroles", json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:sequenced:reader"}, "rules": []})).await;
+        assert_eq!(system_name.status, 201, "RBAC names are path segments: {}", system_name.text);
+
+        let webhook = post(
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+            json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "w"}, "webhooks": []}),
+        )
+        .await;
+        assert_eq!(webhook.status, 201, "{}", webhook.text);
     })
     .await;
 }

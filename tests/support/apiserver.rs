@@ -3,8 +3,8 @@
 //! HTTP on 127.0.0.1.
 //!
 //! It answers as a kube-apiserver v1.28 does, and is never kinder than one: the status codes,
-//! `Status` bodies and object shapes follow the recordings of a real server in
-//! `/work/shared/apiserver-recordings/` (requests.json: create, AlreadyExists, update, Conflict,
+//! `Status` bodies and object shapes follow the recordings of a real server, kept in
+//! `tests/apiserver-recordings/` (requests.json: create, AlreadyExists, update, Conflict,
 //! NotFound, the invalid annotation key, server-side apply with its fieldManager and conflict
 //! errors, merge patch, deletion with finalizers, Lease MicroTime; watch-configmaps*.jsonl:
 //! watch events and bookmarks, full and PartialObjectMetadata; discovery-*.json; version.json;
@@ -17,6 +17,22 @@
 //! controllers would do (namespace deletion, CRD establishment and cleanup, garbage collection
 //! of dependents). It runs no workload controllers: a Deployment keeps the status that the test
 //! gives it with [`TestApiServer::set_status`], as on a cluster without kube-controller-manager.
+//!
+//! Known differences from a real server:
+//! - Only JSON and YAML bodies (no protobuf, no Table output); a few aggregated/virtual APIs
+//!   (authorization reviews, token requests, scale, exec/logs) are not served.
+//! - Validation covers metadata and the checks charts commonly trip over, not all of it;
+//!   defaults are those of the workload kinds, Services, Secrets, namespaces and CRDs.
+//! - Server-side apply is a simplified structured-merge-diff: list and map shapes come from a
+//!   table for built-in kinds (and the schema for custom resources); `.` marks and conflict
+//!   detection follow the recordings but edge cases of list merging may differ.
+//! - A `/status` write changes only `.status` (a real server also takes some metadata).
+//! - Lists are always served from the current state (a continue token does not pin a
+//!   snapshot); `resourceVersionMatch=Exact` only works for the current resourceVersion.
+//! - Deletion is immediate for pods (no kubelet), and namespace and CRD cleanup and garbage
+//!   collection run synchronously inside the request that triggers them.
+//! - Watches never time out on their own without `timeoutSeconds`; bookmarks come every
+//!   minute and two seconds before the timeout, as from the watch cache.
 
 mod errors;
 mod fields;
@@ -789,7 +805,7 @@ fn list_options_invalid(field: &str, detail: &str) -> ApiError {
 
 fn selection(req: &Req, rt: &ResourceType) -> Result<Selection, ApiError> {
     let labels = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
-        .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        .map_err(ApiError::bad_request)?;
     let fields = FieldSelector::parse(
         req.param("fieldSelector").unwrap_or(""),
         &rt.group,
@@ -1088,7 +1104,9 @@ fn list(state: &mut State, req: &Req, t: &Target) -> Result<Reply, ApiError> {
     let from_cache = requested == Some(0);
     let mut items: Vec<(store::Key, Value)> = state.select(&t.rt, &t.version, &t.namespace, &sel);
     if let Some(start) = &start_after {
-        items.retain(|(k, _)| format!("{}/{}", k.namespace, k.name) > *start);
+        // Namespaces have no '/': "namespace/name", compared as the key order is.
+        let (ns, name) = start.split_once('/').unwrap_or(("", start.as_str()));
+        items.retain(|(k, _)| (k.namespace.as_str(), k.name.as_str()) > (ns, name));
     }
     let mut next = None;
     let mut remaining = None;
@@ -1200,7 +1218,7 @@ fn watch(state: &mut State, req: &Req, t: &Target) -> Result<Reply, ApiError> {
         .param("timeoutSeconds")
         .and_then(|s| s.parse::<u64>().ok())
         .filter(|s| *s > 0)
-        .map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
+        .and_then(|s| tokio::time::Instant::now().checked_add(Duration::from_secs(s)));
     let mut plan = WatchPlan {
         rt: t.rt.clone(),
         version: t.version.clone(),

@@ -435,10 +435,51 @@ const BUILTINS: &[Builtin] = &[
         &[],
         false,
     ),
+    (
+        "apiregistration.k8s.io",
+        "v1",
+        "apiservices",
+        "APIService",
+        false,
+        &[],
+        &["api-extensions"],
+        true,
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        false,
+        &[],
+        &["api-extensions"],
+        false,
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        false,
+        &[],
+        &["api-extensions"],
+        false,
+    ),
+    (
+        "discovery.k8s.io",
+        "v1",
+        "endpointslices",
+        "EndpointSlice",
+        true,
+        &[],
+        &[],
+        false,
+    ),
 ];
 
 /// The built-in groups in the order a 1.28 server lists them under /apis.
 pub const BUILTIN_GROUPS: &[&str] = &[
+    "apiregistration.k8s.io",
     "apps",
     "events.k8s.io",
     "autoscaling",
@@ -447,9 +488,11 @@ pub const BUILTIN_GROUPS: &[&str] = &[
     "policy",
     "rbac.authorization.k8s.io",
     "storage.k8s.io",
+    "admissionregistration.k8s.io",
     "apiextensions.k8s.io",
     "scheduling.k8s.io",
     "coordination.k8s.io",
+    "discovery.k8s.io",
 ];
 
 pub fn builtins() -> &'static [ResourceType] {

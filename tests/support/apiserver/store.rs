@@ -62,6 +62,7 @@ pub struct State {
     pub requests: Vec<RecordedRequest>,
     pub failures: Vec<Failure>,
     next_ip: u32,
+    next_node_port: u32,
 }
 
 /// The answer of a write or a delete.
@@ -204,6 +205,7 @@ impl State {
             requests: Vec::new(),
             failures: Vec::new(),
             next_ip: 1,
+            next_node_port: 0,
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let now = now_time();
@@ -822,13 +824,54 @@ impl State {
                     };
                     spec.insert("clusterIP".into(), json!(ip));
                     spec.insert("clusterIPs".into(), json!([ip]));
-                    if ip != "None" || spec.get("ipFamilies").is_none() {
-                        spec.entry("ipFamilies").or_insert(json!(["IPv4"]));
-                    }
+                    spec.entry("ipFamilies").or_insert(json!(["IPv4"]));
                     spec.entry("ipFamilyPolicy").or_insert(json!("SingleStack"));
                 }
+                self.assign_node_ports(obj, None);
             }
             _ => {}
+        }
+    }
+
+    /// Gives the ports of a NodePort or LoadBalancer service a node port: the one they had
+    /// before, else the next free one from 30000.
+    fn assign_node_ports(&mut self, svc: &mut Value, old: Option<&Value>) {
+        let type_ = str_at(svc, &["spec", "type"])
+            .unwrap_or("ClusterIP")
+            .to_string();
+        let Some(ports) = svc
+            .get_mut("spec")
+            .and_then(|s| s.get_mut("ports"))
+            .and_then(Value::as_array_mut)
+        else {
+            return;
+        };
+        let needs = type_ == "NodePort" || type_ == "LoadBalancer";
+        let old_ports: Vec<Value> = old
+            .and_then(|o| at(o, &["spec", "ports"]))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+            if !needs {
+                p.remove("nodePort");
+                continue;
+            }
+            if p.get("nodePort")
+                .is_some_and(|n| n.as_i64().unwrap_or(0) != 0)
+            {
+                continue;
+            }
+            let before = old_ports
+                .iter()
+                .find(|o| o.get("port") == p.get("port") && o.get("protocol") == p.get("protocol"))
+                .and_then(|o| o.get("nodePort"))
+                .cloned();
+            let port = before.unwrap_or_else(|| {
+                self.next_node_port += 1;
+                json!(30000 + (self.next_node_port % 2768))
+            });
+            p.insert("nodePort".into(), port);
         }
     }
 
@@ -908,6 +951,25 @@ impl State {
                     m.insert("spec".into(), spec.clone());
                 }
             }
+            ("apiextensions.k8s.io", _) => {
+                // The storage version joins status.storedVersions.
+                let storage = at(obj, &["spec", "versions"])
+                    .and_then(Value::as_array)
+                    .and_then(|vs| {
+                        vs.iter()
+                            .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+                    })
+                    .and_then(|v| v.get("name").cloned());
+                if let Some(storage) = storage {
+                    let status = obj_mut(obj, &["status"]);
+                    let stored = status.entry("storedVersions").or_insert_with(|| json!([]));
+                    if let Value::Array(list) = stored
+                        && !list.contains(&storage)
+                    {
+                        list.push(storage);
+                    }
+                }
+            }
             ("", "Service") => {
                 let old_ip = str_at(old, &["spec", "clusterIP"]).map(String::from);
                 let spec = obj_mut(obj, &["spec"]);
@@ -928,6 +990,7 @@ impl State {
                         spec.insert(k.into(), v.clone());
                     }
                 }
+                self.assign_node_ports(obj, Some(old));
             }
             _ => {}
         }
@@ -1079,27 +1142,41 @@ impl State {
             .ok_or_else(|| ApiError::not_found(&w.rt.group, &w.rt.plural, w.name))?;
         let mut doc = present(w.rt, w.version, &old);
         match content_type {
-            "application/json-patch+json" => patch::json_patch(&mut doc, body).map_err(|e| match e {
-                patch::PatchError::Decode(m) => ApiError::bad_request(m),
-                patch::PatchError::Apply(m) => ApiError::new(
-                    422,
-                    "Invalid",
-                    "the server rejected our request due to an error in our request",
-                    Some(json!({"causes": [{"reason": "UnexpectedServerResponse", "message": m}]})),
-                ),
-            })?,
+            "application/json-patch+json" => {
+                patch::json_patch(&mut doc, body).map_err(|e| match e {
+                    patch::PatchError::Decode(m) => ApiError::bad_request(m),
+                    // NewGenericServerResponse(422, ...): the patch library's words are not kept.
+                    patch::PatchError::Apply(_) => ApiError::new(
+                        422,
+                        "Invalid",
+                        "the server rejected our request due to an error in our request",
+                        Some(json!({})),
+                    ),
+                })?
+            }
             "application/merge-patch+json" => {
                 if !body.is_object() {
-                    return Err(ApiError::bad_request("json: cannot unmarshal into Go value of type map[string]interface {}"));
+                    return Err(ApiError::bad_request(
+                        "json: cannot unmarshal into Go value of type map[string]interface {}",
+                    ));
                 }
                 patch::merge_patch(&mut doc, body)
             }
             _ => {
                 if !body.is_object() {
-                    return Err(ApiError::bad_request("json: cannot unmarshal into Go value of type map[string]interface {}"));
+                    return Err(ApiError::bad_request(
+                        "json: cannot unmarshal into Go value of type map[string]interface {}",
+                    ));
                 }
-                patch::strategic_merge_patch(Self::shape_ctx(w), &mut doc, body).map_err(ApiError::bad_request)?
+                patch::strategic_merge_patch(Self::shape_ctx(w), &mut doc, body)
+                    .map_err(ApiError::bad_request)?
             }
+        }
+        if !doc.is_object() {
+            return Err(ApiError::bad_request(format!(
+                "the object provided is unrecognized (must be of type {})",
+                w.rt.kind
+            )));
         }
         let rv = meta_str(&doc, "resourceVersion").unwrap_or("").to_string();
         if rv != meta_str(&old, "resourceVersion").unwrap_or("") {

@@ -32,11 +32,13 @@ macro_rules! typed_kinds {
 }
 
 fn typed_roundtrip(group: &str, kind: &str, v: Value) -> Option<Result<Value, String>> {
+    use k8s_openapi::api::{admissionregistration, discovery};
     use k8s_openapi::api::{
         apps, autoscaling, batch, coordination, core, events, networking, policy, rbac, scheduling,
         storage,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as aggregator;
     typed_kinds!(group, kind, v, {
         "", "ConfigMap" => core::v1::ConfigMap;
         "", "Endpoints" => core::v1::Endpoints;
@@ -74,6 +76,10 @@ fn typed_roundtrip(group: &str, kind: &str, v: Value) -> Option<Result<Value, St
         "apiextensions.k8s.io", "CustomResourceDefinition" => apiext::CustomResourceDefinition;
         "scheduling.k8s.io", "PriorityClass" => scheduling::v1::PriorityClass;
         "coordination.k8s.io", "Lease" => coordination::v1::Lease;
+        "apiregistration.k8s.io", "APIService" => aggregator::APIService;
+        "admissionregistration.k8s.io", "MutatingWebhookConfiguration" => admissionregistration::v1::MutatingWebhookConfiguration;
+        "admissionregistration.k8s.io", "ValidatingWebhookConfiguration" => admissionregistration::v1::ValidatingWebhookConfiguration;
+        "discovery.k8s.io", "EndpointSlice" => discovery::v1::EndpointSlice;
     })
 }
 
@@ -104,6 +110,9 @@ pub fn decode(rt: &ResourceType, version: &str, obj: Value) -> Result<Value, Dec
         }
         return Ok(obj);
     }
+    if let Err(e) = check_quantities(&obj, false) {
+        return Err(DecodeError::BadRequest(cannot(e)));
+    }
     match typed_roundtrip(&rt.group, &rt.kind, obj.clone()) {
         None => Ok(obj),
         Some(Ok(mut v)) => {
@@ -120,6 +129,91 @@ pub fn decode(rt: &ResourceType, version: &str, obj: Value) -> Result<Value, Dec
             )])),
             None => Err(DecodeError::BadRequest(cannot(&e))),
         },
+    }
+}
+
+/// The maps whose values are resource.Quantity.
+const QUANTITY_MAPS: &[&str] = &[
+    "limits",
+    "requests",
+    "hard",
+    "used",
+    "capacity",
+    "allocatable",
+    "max",
+    "min",
+    "default",
+    "defaultRequest",
+    "maxLimitRequestRatio",
+];
+
+/// resource.ParseQuantity's verdict on `s`.
+fn parse_quantity(s: &str) -> Result<(), &'static str> {
+    const FORMAT: &str = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
+    let body = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let number_len = body
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(body.len());
+    let (number, suffix) = body.split_at(number_len);
+    if number.is_empty()
+        || !number.chars().any(|c| c.is_ascii_digit())
+        || number.matches('.').count() > 1
+    {
+        return Err(FORMAT);
+    }
+    let letters_len = suffix
+        .find(|c: char| !"eEinumkKMGTP".contains(c))
+        .unwrap_or(suffix.len());
+    let (letters, exponent) = suffix.split_at(letters_len);
+    let exp_digits = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+    if !exp_digits.chars().all(|c| c.is_ascii_digit()) {
+        return Err(FORMAT);
+    }
+    let known = matches!(
+        letters,
+        "" | "n"
+            | "u"
+            | "m"
+            | "k"
+            | "M"
+            | "G"
+            | "T"
+            | "P"
+            | "E"
+            | "Ki"
+            | "Mi"
+            | "Gi"
+            | "Ti"
+            | "Pi"
+            | "Ei"
+    );
+    let exponent_form = matches!(letters, "e" | "E") && !exp_digits.is_empty();
+    if (known && exponent.is_empty()) || exponent_form {
+        Ok(())
+    } else {
+        Err("unable to parse quantity's suffix")
+    }
+}
+
+/// Checks every Quantity of a built-in object (resources, quotas, limit ranges, sizeLimit).
+fn check_quantities(v: &Value, in_quantity_map: bool) -> Result<(), &'static str> {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                if in_quantity_map || k == "sizeLimit" {
+                    match x {
+                        Value::String(s) => parse_quantity(s)?,
+                        Value::Number(_) | Value::Null => {}
+                        other => check_quantities(other, false)?,
+                    }
+                } else {
+                    check_quantities(x, QUANTITY_MAPS.contains(&k.as_str()))?;
+                }
+            }
+            Ok(())
+        }
+        Value::Array(a) => a.iter().try_for_each(|x| check_quantities(x, false)),
+        _ => Ok(()),
     }
 }
 
@@ -337,6 +431,30 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
             set_default(spec, "successfulJobsHistoryLimit", json!(3));
             set_default(spec, "failedJobsHistoryLimit", json!(1));
             default_template(obj, &["spec", "jobTemplate", "spec", "template"]);
+        }
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
+            for subject in obj
+                .get_mut("subjects")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                let Value::Object(s) = subject else { continue };
+                let group = match s.get("kind").and_then(Value::as_str) {
+                    Some("User" | "Group") => "rbac.authorization.k8s.io",
+                    _ => "",
+                };
+                if s.get("apiGroup")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .is_empty()
+                {
+                    s.insert("apiGroup".into(), json!(group));
+                }
+                if group.is_empty() && s.get("apiGroup").and_then(Value::as_str) == Some("") {
+                    s.remove("apiGroup");
+                }
+            }
         }
         ("networking.k8s.io", "NetworkPolicy") => {
             let spec = obj_mut(obj, &["spec"]);

@@ -699,7 +699,26 @@ pub fn validate_kind(
             if type_ != "ExternalName" && !headless && ports.is_none_or(|p| p.is_empty()) {
                 errs.push(FieldError::required("spec.ports", ""));
             }
+            let require_name = ports.is_some_and(|p| p.len() > 1);
+            let mut names: Vec<&str> = Vec::new();
             for (i, p) in ports.into_iter().flatten().enumerate() {
+                let name = p.get("name").and_then(Value::as_str).unwrap_or("");
+                let field = format!("spec.ports[{i}].name");
+                if require_name && name.is_empty() {
+                    errs.push(FieldError::required(&field, ""));
+                } else if !name.is_empty() {
+                    for msg in dns1123_label(name) {
+                        errs.push(FieldError::invalid(&field, name, msg));
+                    }
+                    if names.contains(&name) {
+                        errs.push(FieldError {
+                            kind: super::errors::FieldErrorKind::Duplicate(quote(name)),
+                            field: field.clone(),
+                            detail: String::new(),
+                        });
+                    }
+                    names.push(name);
+                }
                 let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
                 if !(1..=65535).contains(&port) {
                     errs.push(FieldError::invalid_raw(
@@ -736,6 +755,15 @@ pub fn validate_kind(
                 errs,
             );
             non_negative(obj, &["spec", "replicas"], errs);
+            if rt.kind == "Deployment"
+                && str_at(obj, &["spec", "strategy", "type"]) == Some("Recreate")
+                && at(obj, &["spec", "strategy", "rollingUpdate"]).is_some_and(|r| !r.is_null())
+            {
+                errs.push(FieldError::forbidden(
+                    "spec.strategy.rollingUpdate",
+                    "may not be specified when strategy `type` is 'Recreate'",
+                ));
+            }
             if spec_changed(&["spec", "selector"]) {
                 errs.push(FieldError::invalid_raw(
                     "spec.selector",
@@ -819,6 +847,125 @@ pub fn validate_kind(
                 &["OnFailure", "Never"],
                 errs,
             );
+        }
+        ("networking.k8s.io", "Ingress") => {
+            let rules = at(obj, &["spec", "rules"]).and_then(Value::as_array);
+            for (i, rule) in rules.into_iter().flatten().enumerate() {
+                let paths = at(rule, &["http", "paths"]).and_then(Value::as_array);
+                for (j, p) in paths.into_iter().flatten().enumerate() {
+                    let base = format!("spec.rules[{i}].http.paths[{j}]");
+                    match p.get("pathType").and_then(Value::as_str) {
+                        None => errs.push(FieldError::required(
+                            format!("{base}.pathType"),
+                            "pathType must be specified",
+                        )),
+                        Some("Exact" | "Prefix") => {
+                            let path = p.get("path").and_then(Value::as_str).unwrap_or("");
+                            if !path.starts_with('/') {
+                                errs.push(FieldError::invalid(
+                                    format!("{base}.path"),
+                                    path,
+                                    "must be an absolute path",
+                                ));
+                            }
+                        }
+                        Some("ImplementationSpecific") => {}
+                        Some(other) => errs.push(FieldError::not_supported(
+                            format!("{base}.pathType"),
+                            other,
+                            &["Exact", "ImplementationSpecific", "Prefix"],
+                        )),
+                    }
+                }
+            }
+        }
+        ("rbac.authorization.k8s.io", kind @ ("RoleBinding" | "ClusterRoleBinding")) => {
+            let role_ref = obj.get("roleRef").cloned().unwrap_or(Value::Null);
+            let s = |k: &str| {
+                role_ref
+                    .get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let kinds: &[&str] = if kind == "RoleBinding" {
+                &["Role", "ClusterRole"]
+            } else {
+                &["ClusterRole"]
+            };
+            if s("apiGroup") != "rbac.authorization.k8s.io" {
+                errs.push(FieldError::not_supported(
+                    "roleRef.apiGroup",
+                    &s("apiGroup"),
+                    &["rbac.authorization.k8s.io"],
+                ));
+            }
+            if !kinds.contains(&s("kind").as_str()) {
+                errs.push(FieldError::not_supported("roleRef.kind", &s("kind"), kinds));
+            }
+            if s("name").is_empty() {
+                errs.push(FieldError::required("roleRef.name", ""));
+            }
+            for (i, subject) in obj
+                .get("subjects")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let f = |k: &str| {
+                    subject
+                        .get(k)
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                };
+                if f("name").is_empty() {
+                    errs.push(FieldError::required(format!("subjects[{i}].name"), ""));
+                }
+                match f("kind").as_str() {
+                    "ServiceAccount" => {
+                        if !f("apiGroup").is_empty() {
+                            errs.push(FieldError::not_supported(
+                                format!("subjects[{i}].apiGroup"),
+                                &f("apiGroup"),
+                                &[""],
+                            ));
+                        }
+                        if kind == "ClusterRoleBinding" && f("namespace").is_empty() {
+                            errs.push(FieldError::required(format!("subjects[{i}].namespace"), ""));
+                        }
+                    }
+                    "User" | "Group" => {
+                        if f("apiGroup") != "rbac.authorization.k8s.io" {
+                            errs.push(FieldError::not_supported(
+                                format!("subjects[{i}].apiGroup"),
+                                &f("apiGroup"),
+                                &["rbac.authorization.k8s.io"],
+                            ));
+                        }
+                    }
+                    other => errs.push(FieldError::not_supported(
+                        format!("subjects[{i}].kind"),
+                        other,
+                        &["ServiceAccount", "User", "Group"],
+                    )),
+                }
+            }
+            if let Some(old) = old
+                && old.get("roleRef") != obj.get("roleRef")
+            {
+                errs.push(FieldError::invalid_raw(
+                    "roleRef",
+                    format!(
+                        "rbac.RoleRef{{APIGroup:{}, Kind:{}, Name:{}}}",
+                        quote(&s("apiGroup")),
+                        quote(&s("kind")),
+                        quote(&s("name"))
+                    ),
+                    "cannot change roleRef",
+                ));
+            }
         }
         ("coordination.k8s.io", "Lease") => {
             if let Some(n) = at(obj, &["spec", "leaseDurationSeconds"]).and_then(Value::as_i64)
