@@ -69,6 +69,7 @@ async fn setup() -> Option<E2e> {
         cache: ChartCache::new(cache.path()),
         concurrency: 8,
         identity: format!("e2e-{namespace}"),
+        stats: Default::default(),
     };
     let (stop, stopped) = oneshot::channel::<()>();
     let controller_client = client.clone();

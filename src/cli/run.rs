@@ -25,6 +25,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         cache: ChartCache::new(ChartCache::default_dir()),
         concurrency: args.concurrency,
         identity,
+        stats: Default::default(),
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

@@ -7,6 +7,7 @@
 //! never sleeps: watches on the objects it applied wake it when something changes.
 
 pub mod source;
+pub mod stats;
 pub mod watches;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -62,6 +63,8 @@ pub struct Options {
     pub concurrency: u16,
     /// Who this controller is, for events.
     pub identity: String,
+    /// Where reconciles are counted, with their CPU time.
+    pub stats: Arc<stats::ReconcileStats>,
 }
 
 /// Anything that stops a reconcile; it is retried with backoff.
@@ -236,7 +239,9 @@ async fn reconcile(sr: Arc<SequencedRelease>, ctx: Arc<Context>) -> Result<Actio
     let key = ObjectRef::from_obj(&*sr);
     let release = format!("{}/{}", sr.namespace().unwrap_or_default(), sr.name_any());
     let span = tracing::info_span!("reconcile", release = %release);
-    let result = tracing::Instrument::instrument(Reconcile::new(&sr, &ctx).run(), span).await;
+    let timed = stats::CpuTimed::new(Reconcile::new(&sr, &ctx).run());
+    let (result, cpu) = tracing::Instrument::instrument(timed, span).await;
+    ctx.options.stats.record(cpu);
     if result.is_ok()
         && let Ok(mut failures) = ctx.failures.lock()
     {

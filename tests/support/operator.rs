@@ -21,6 +21,8 @@ pub use super::charts::repo;
 pub struct Operator {
     pub server: TestApiServer,
     pub client: Client,
+    /// The controller's reconcile count and CPU time.
+    pub stats: std::sync::Arc<sequenced::controller::stats::ReconcileStats>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
     _cache: tempfile::TempDir,
@@ -55,7 +57,9 @@ impl Operator {
             cache: ChartCache::new(cache.path()),
             concurrency,
             identity: "test-controller".to_string(),
+            stats: Default::default(),
         };
+        let stats = options.stats.clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let controller_client = server.client();
         let task = tokio::spawn(async move {
@@ -69,6 +73,7 @@ impl Operator {
         Operator {
             server,
             client,
+            stats,
             stop: Some(stop),
             task: Some(task),
             _cache: cache,
