@@ -102,7 +102,8 @@ async fn idle_reconciles(op: &Operator, touches: usize) -> Idle {
     op.server.clear_requests();
     let api = op.releases("idle");
     let before = cpu_time();
-    let (reconciles_before, reconcile_cpu_before) = op.stats.snapshot();
+    let reconciles_before = op.metrics.reconcile_cpu.get_sample_count();
+    let reconcile_cpu_before = op.metrics.reconcile_cpu.get_sample_sum();
     for i in 0..touches {
         let patch = json!({"metadata": {"annotations": {"example.com/touch": i.to_string()}}});
         api.patch("shop", &PatchParams::default(), &Patch::Merge(&patch))
@@ -112,9 +113,10 @@ async fn idle_reconciles(op: &Operator, touches: usize) -> Idle {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let cpu = cpu_time().saturating_sub(before);
-    let (reconciles_after, reconcile_cpu_after) = op.stats.snapshot();
-    let reconciles = reconciles_after - reconciles_before;
-    let reconcile_cpu = reconcile_cpu_after.saturating_sub(reconcile_cpu_before);
+    let reconciles = op.metrics.reconcile_cpu.get_sample_count() - reconciles_before;
+    let reconcile_cpu = Duration::from_secs_f64(
+        (op.metrics.reconcile_cpu.get_sample_sum() - reconcile_cpu_before).max(0.0),
+    );
     let writes = op
         .server
         .requests()

@@ -401,3 +401,12 @@ fn run_without_a_cluster_says_so_in_one_line() {
     );
     assert!(stderr.contains("/nonexistent/kubeconfig"), "{stderr}");
 }
+
+#[test]
+fn run_refuses_a_bad_metrics_address() {
+    let line = one_line_error(&["run", "--metrics-addr", "localhost"]);
+    assert!(
+        line.contains("--metrics-addr \"localhost\": not a HOST:PORT address"),
+        "{line}"
+    );
+}

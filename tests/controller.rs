@@ -733,3 +733,90 @@ async fn server_errors_are_retried_and_the_release_still_converges() {
     })
     .await;
 }
+
+/// GET `path` from the metrics server: (status, body).
+async fn scrape(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let url = format!("http://{addr}{path}");
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut response = agent.get(&url).call().expect("metrics server answers");
+        let status = response.status().as_u16();
+        (
+            status,
+            response.body_mut().read_to_string().unwrap_or_default(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// The value of the sample `name` (with its labels, as printed), or 0.
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_health_follow_what_the_controller_does() {
+    within(async {
+        let op = Operator::start(4).await;
+        let (addr, server) = sequenced::metrics::serve(
+            "127.0.0.1:0".parse().unwrap(),
+            op.metrics.clone(),
+            sequenced::metrics::version_check(op.client.clone()),
+        )
+        .await
+        .unwrap();
+        let server = tokio::spawn(server);
+        assert_eq!(scrape(addr, "/healthz").await.0, 200);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (status, body) = scrape(addr, "/readyz").await;
+            if status == 200 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "never ready: {body}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(scrape(addr, "/nope").await.0, 404);
+
+        let _kubelet = op.kubelet();
+        op.server.fail_next("PATCH", "/configmaps/queue-config", 500, 1);
+        op.create("default", release("shop", &repo().join("examples/shop"), json!({}))).await;
+        let slow = chart(
+            "slow",
+            &[(
+                "templates/job.yaml",
+                "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: never\n  annotations:\n    helm.sh/readiness-timeout: 1s\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: m\n          image: busybox\n",
+            )],
+        );
+        op.create("default", release("slow", &chart_path(&slow, "slow"), json!({}))).await;
+        op.wait_release("default", "shop", "Ready", is_ready).await;
+        op.wait_release("default", "slow", "Failed", |sr| {
+            sr.status.as_ref().and_then(|s| s.phase) == Some(ReleasePhase::Failed)
+        })
+        .await;
+
+        let (status, text) = scrape(addr, "/metrics").await;
+        assert_eq!(status, 200);
+        assert!(sample(&text, "sequenced_reconcile_total{result=\"success\"}") >= 3.0, "{text}");
+        assert!(sample(&text, "sequenced_reconcile_total{result=\"error\"}") >= 1.0, "{text}");
+        assert!(sample(&text, "sequenced_reconcile_errors_total{category=\"server\"}") >= 1.0, "{text}");
+        assert_eq!(sample(&text, "sequenced_render_duration_seconds_count"), 2.0, "{text}");
+        assert!(sample(&text, "sequenced_layer_apply_duration_seconds_count{stage=\"layer\"}") >= 4.0, "{text}");
+        assert!(sample(&text, "sequenced_layer_wait_duration_seconds_count") >= 3.0, "{text}");
+        assert_eq!(sample(&text, "sequenced_releases{phase=\"Ready\"}"), 1.0, "{text}");
+        assert_eq!(sample(&text, "sequenced_releases{phase=\"Failed\"}"), 1.0, "{text}");
+        assert_eq!(sample(&text, "sequenced_readiness_timeouts_total"), 1.0, "{text}");
+        assert_eq!(sample(&text, "sequenced_lock_takeovers_total"), 0.0, "{text}");
+        assert!(sample(&text, "process_resident_memory_bytes") > 0.0, "{text}");
+        assert!(sample(&text, "process_open_fds") > 0.0, "{text}");
+        server.abort();
+        op.stop().await;
+    })
+    .await;
+}

@@ -69,7 +69,7 @@ async fn setup() -> Option<E2e> {
         cache: ChartCache::new(cache.path()),
         concurrency: 8,
         identity: format!("e2e-{namespace}"),
-        stats: Default::default(),
+        metrics: std::sync::Arc::new(sequenced::metrics::Metrics::new().unwrap()),
     };
     let (stop, stopped) = oneshot::channel::<()>();
     let controller_client = client.clone();

@@ -330,8 +330,10 @@ fn a_resource_that_stays_in_progress_times_out_with_its_reason() {
     let d2 = step(&revision, &d1.status, &slow, &at(5));
     assert_eq!(d2.status.phase, Some(ReleasePhase::Deploying));
     assert_eq!(d2.requeue_after, Some(Duration::from_secs(15)));
+    assert_eq!(d2.timeouts, 0);
     let d3 = step(&revision, &d2.status, &slow, &at(21));
     assert_eq!(d3.status.phase, Some(ReleasePhase::Failed));
+    assert_eq!(d3.timeouts, 1);
     let message = d3.status.message.unwrap();
     assert!(
         message.contains("readiness timeout after 20s: Deployment db"),

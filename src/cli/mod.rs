@@ -95,7 +95,7 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Address of the metrics and health endpoints (served from issue 7 on).
+    /// Address of the Prometheus metrics (/metrics) and health (/healthz, /readyz) endpoints.
     #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:8080")]
     pub metrics_addr: String,
     /// How many releases are reconciled at once.

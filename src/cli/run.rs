@@ -1,11 +1,15 @@
-//! `sequenced run`: the operator.
+//! `sequenced run`: the operator, with its metrics and health endpoints.
 
+use std::io::IsTerminal;
+use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use super::{RunArgs, fail};
 use crate::chart::source::ChartCache;
 use crate::controller::{self, Options};
 use crate::helm::Helm;
+use crate::metrics::{self, Metrics};
 
 /// Runs the controller until SIGTERM or SIGINT.
 pub fn run(args: &RunArgs) -> ExitCode {
@@ -13,6 +17,19 @@ pub fn run(args: &RunArgs) -> ExitCode {
     let helm = match Helm::locate() {
         Ok(helm) => helm,
         Err(e) => return fail(&e.to_string()),
+    };
+    let metrics_addr: SocketAddr = match args.metrics_addr.parse() {
+        Ok(addr) => addr,
+        Err(_) => {
+            return fail(&format!(
+                "--metrics-addr {:?}: not a HOST:PORT address such as 0.0.0.0:8080",
+                args.metrics_addr
+            ));
+        }
+    };
+    let metrics = match Metrics::new() {
+        Ok(metrics) => Arc::new(metrics),
+        Err(e) => return fail(&format!("cannot register the metrics: {e}")),
     };
     let identity = args.identity.clone().unwrap_or_else(|| {
         std::env::var("HOSTNAME")
@@ -25,7 +42,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         cache: ChartCache::new(ChartCache::default_dir()),
         concurrency: args.concurrency,
         identity,
-        stats: Default::default(),
+        metrics: Arc::clone(&metrics),
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -35,10 +52,18 @@ pub fn run(args: &RunArgs) -> ExitCode {
         let client = kube::Client::try_default()
             .await
             .map_err(|e| format!("no cluster to talk to (kubeconfig or in-cluster config): {e}"))?;
+        let (bound, server) = metrics::serve(
+            metrics_addr,
+            metrics,
+            metrics::version_check(client.clone()),
+        )
+        .await
+        .map_err(|e| format!("--metrics-addr {metrics_addr}: {e}"))?;
+        tokio::spawn(server);
         tracing::info!(
             concurrency = options.concurrency,
-            metrics_addr = %args.metrics_addr,
-            "starting; metrics and health endpoints arrive with issue 7"
+            metrics = %bound,
+            "starting: /metrics, /healthz and /readyz are served"
         );
         controller::run(client, options, shutdown_signal())
             .await
@@ -73,11 +98,21 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing the reconciles in flight");
 }
 
+/// Logs to stderr: human-readable on a terminal, one JSON object a line elsewhere (in a pod);
+/// the level from `RUST_LOG` (default `info`).
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = if std::io::stderr().is_terminal() {
+        builder.try_init()
+    } else {
+        builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init()
+    };
 }

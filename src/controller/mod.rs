@@ -63,8 +63,8 @@ pub struct Options {
     pub concurrency: u16,
     /// Who this controller is, for events.
     pub identity: String,
-    /// Where reconciles are counted, with their CPU time.
-    pub stats: Arc<stats::ReconcileStats>,
+    /// The Prometheus metrics the controller updates.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Anything that stops a reconcile; it is retried with backoff.
@@ -156,6 +156,31 @@ pub async fn run(
         instance: Some(options.identity.clone()),
     };
     let concurrency = options.concurrency;
+    let phases = store.clone();
+    options.metrics.set_phase_source(Box::new(move || {
+        phases
+            .state()
+            .iter()
+            .map(|sr| phase_name(sr.status.as_ref().and_then(|s| s.phase)))
+            .collect()
+    }));
+    let synced = store.clone();
+    let metrics = Arc::clone(&options.metrics);
+    tokio::spawn(async move {
+        // A single long wait on the store was seen never to wake on the test API server, while
+        // a fresh wait returns at once once the initial list is in: ask again every 200 ms.
+        loop {
+            let wait = synced.wait_until_ready();
+            match tokio::time::timeout(Duration::from_millis(200), wait).await {
+                Ok(Ok(())) => {
+                    metrics.set_synced();
+                    return;
+                }
+                Ok(Err(_)) => return,
+                Err(_) => {}
+            }
+        }
+    });
     let context = Arc::new(Context {
         cluster: Cluster::new(client.clone()),
         watches: Watches::new(client.clone(), trigger),
@@ -184,6 +209,14 @@ pub async fn run(
         })
         .await;
     Ok(())
+}
+
+/// The `sequenced_releases` label of a phase.
+fn phase_name(phase: Option<ReleasePhase>) -> String {
+    match phase {
+        Some(phase) => format!("{phase:?}"),
+        None => "None".to_string(),
+    }
 }
 
 /// The releases whose `dependsOn` names `dependency`.
@@ -239,9 +272,14 @@ async fn reconcile(sr: Arc<SequencedRelease>, ctx: Arc<Context>) -> Result<Actio
     let key = ObjectRef::from_obj(&*sr);
     let release = format!("{}/{}", sr.namespace().unwrap_or_default(), sr.name_any());
     let span = tracing::info_span!("reconcile", release = %release);
+    let started = std::time::Instant::now();
     let timed = stats::CpuTimed::new(Reconcile::new(&sr, &ctx).run());
     let (result, cpu) = tracing::Instrument::instrument(timed, span).await;
-    ctx.options.stats.record(cpu);
+    ctx.options.metrics.reconciled(
+        result.as_ref().err().map(Error::category),
+        started.elapsed(),
+        cpu,
+    );
     if result.is_ok()
         && let Ok(mut failures) = ctx.failures.lock()
     {
@@ -591,8 +629,19 @@ impl<'a> Reconcile<'a> {
         let observed = self.observe(&resolved, &wanted).await?;
         let decision = rollout::step(&revision, &status, &observed, &self.now);
         let mut next = decision.status.clone();
+        let metrics = &self.ctx.options.metrics;
+        metrics
+            .readiness_timeouts
+            .inc_by(u64::try_from(decision.timeouts).unwrap_or(0));
+        observe_waits(metrics, &status, &decision.status);
         for (done, action) in decision.actions.iter().enumerate() {
-            if let Err(failure) = self.execute(&resolved, &record, action).await {
+            let applying = std::time::Instant::now();
+            let result = self.execute(&resolved, &record, action).await;
+            metrics
+                .layer_apply_duration
+                .with_label_values(&[stage_of(action)])
+                .observe(applying.elapsed().as_secs_f64());
+            if let Err(failure) = result {
                 return self
                     .failed_action(&revision, &decision, done, failure)
                     .await;
@@ -715,7 +764,14 @@ impl<'a> Reconcile<'a> {
             api_versions,
             is_upgrade,
         };
-        let outcome = match source::plan_blocking(Arc::clone(prepared), context).await {
+        let rendering = std::time::Instant::now();
+        let planned = source::plan_blocking(Arc::clone(prepared), context).await;
+        self.ctx
+            .options
+            .metrics
+            .render_duration
+            .observe(rendering.elapsed().as_secs_f64());
+        let outcome = match planned {
             Ok(planned) => Ok(Arc::new(self.resolve(planned).await)),
             Err(failure) if failure.transient => return Err(failure),
             Err(failure) => Err(failure),
@@ -1191,10 +1247,21 @@ impl<'a> Reconcile<'a> {
         let decision =
             rollout::uninstall_step(&inventory, record.sequenced, &status, &observed, &self.now);
         for action in &decision.actions {
-            if let Step::DeleteStep(i) = action
-                && let Some(step) = inventory.steps.get(*i)
-                && let Err(e) = self.delete_all(&step.objects).await
-            {
+            let Step::DeleteStep(i) = action else {
+                continue;
+            };
+            let Some(step) = inventory.steps.get(*i) else {
+                continue;
+            };
+            let deleting = std::time::Instant::now();
+            let result = self.delete_all(&step.objects).await;
+            self.ctx
+                .options
+                .metrics
+                .layer_apply_duration
+                .with_label_values(&[stage_of(action)])
+                .observe(deleting.elapsed().as_secs_f64());
+            if let Err(e) = result {
                 let mut status = decision.status.clone();
                 status.message = Some(e.to_string());
                 self.write_status(&status).await?;
@@ -1260,6 +1327,35 @@ impl<'a> Reconcile<'a> {
             .collect();
         self.patch_finalizers(finalizers).await?;
         Ok(Action::await_change())
+    }
+}
+
+/// The `stage` label of an action's duration.
+fn stage_of(action: &Step) -> &'static str {
+    match action {
+        Step::ApplyCrds => "crds",
+        Step::ApplyLayer(_) => "layer",
+        Step::Prune => "prune",
+        Step::DeleteStep(_) => "delete",
+    }
+}
+
+/// Observes how long each layer that became ready in this step waited.
+fn observe_waits(
+    metrics: &crate::metrics::Metrics,
+    before: &SequencedReleaseStatus,
+    after: &SequencedReleaseStatus,
+) {
+    for (old, new) in before.layers.iter().zip(&after.layers) {
+        if old.phase != LayerPhase::Ready
+            && new.phase == LayerPhase::Ready
+            && let (Some(started), Some(finished)) = (&new.started_at, &new.finished_at)
+        {
+            let waited = finished.0.duration_since(started.0);
+            metrics
+                .layer_wait_duration
+                .observe(waited.as_secs_f64().max(0.0));
+        }
     }
 }
 

@@ -1,34 +1,10 @@
-//! What reconciles cost: each one's CPU time, summed over every poll of its future on whichever
+//! What a reconcile costs: its CPU time, summed over every poll of its future on whichever
 //! thread ran it (thread CPU clocks, so time spent waiting for the API server is not counted).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
-
-/// Reconciles done and the CPU time they took.
-#[derive(Debug, Default)]
-pub struct ReconcileStats {
-    reconciles: AtomicU64,
-    cpu_nanos: AtomicU64,
-}
-
-impl ReconcileStats {
-    pub fn record(&self, cpu: Duration) {
-        self.reconciles.fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX);
-        self.cpu_nanos.fetch_add(nanos, Ordering::Relaxed);
-    }
-
-    /// How many reconciles ran, and their CPU time in total.
-    pub fn snapshot(&self) -> (u64, Duration) {
-        (
-            self.reconciles.load(Ordering::Relaxed),
-            Duration::from_nanos(self.cpu_nanos.load(Ordering::Relaxed)),
-        )
-    }
-}
 
 /// The CPU time the calling thread has used.
 pub fn thread_cpu_time() -> Duration {
@@ -93,9 +69,5 @@ mod tests {
         }
         std::hint::black_box(x);
         assert!(thread_cpu_time() > start);
-        let stats = ReconcileStats::default();
-        stats.record(Duration::from_millis(2));
-        stats.record(Duration::from_millis(3));
-        assert_eq!(stats.snapshot(), (2, Duration::from_millis(5)));
     }
 }

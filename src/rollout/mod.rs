@@ -139,6 +139,8 @@ pub struct Decision {
     pub requeue_after: Option<Duration>,
     /// The operation is over (Ready, Failed, or an uninstall finished).
     pub finished: bool,
+    /// Resources found past their readiness timeout in this step.
+    pub timeouts: usize,
 }
 
 fn entry(chart: &str, name: &str, resources: usize) -> LayerStatus {
@@ -450,6 +452,7 @@ fn rules_of(object: &Value) -> Rules {
 #[derive(Default)]
 struct Tally {
     ready: usize,
+    timeouts: usize,
     blocking: Option<String>,
     failed: Option<String>,
     next_timeout: Option<Duration>,
@@ -466,6 +469,9 @@ impl Tally {
         match verdict {
             Verdict::Ready => self.ready += 1,
             Verdict::Failed(reason) => {
+                if reason.starts_with("readiness timeout") {
+                    self.timeouts += 1;
+                }
                 self.failed.get_or_insert(reason);
             }
             Verdict::InProgress(reason) => {
@@ -515,11 +521,13 @@ pub fn step(
             events,
             requeue_after,
             finished: true,
+            timeouts: 0,
         };
     }
     let s = slots(revision);
     let timeout = settings.readiness_timeout;
     let mut failure: Option<String> = None;
+    let mut timeouts = 0;
 
     // Stage 1: CRDs.
     if let Some(c) = s.crds {
@@ -540,6 +548,7 @@ pub fn step(
                     tally.add(verdict, &rules, waited, timeout);
                 }
                 requeue_after = min_duration(requeue_after, tally.next_timeout);
+                timeouts += tally.timeouts;
                 settle(&mut st.layers[c], tally, now, &mut events, &mut failure);
             }
             _ => {}
@@ -586,6 +595,7 @@ pub fn step(
                     tally.add(verdict, &rules, waited, timeout);
                 }
                 requeue_after = min_duration(requeue_after, tally.next_timeout);
+                timeouts += tally.timeouts;
                 settle(&mut st.layers[slot], tally, now, &mut events, &mut failure);
             }
             _ => {}
@@ -708,6 +718,7 @@ pub fn step(
         events,
         requeue_after,
         finished,
+        timeouts,
     }
 }
 
@@ -959,5 +970,6 @@ pub fn uninstall_step(
         events,
         requeue_after: None,
         finished,
+        timeouts: 0,
     }
 }

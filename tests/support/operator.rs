@@ -21,8 +21,8 @@ pub use super::charts::repo;
 pub struct Operator {
     pub server: TestApiServer,
     pub client: Client,
-    /// The controller's reconcile count and CPU time.
-    pub stats: std::sync::Arc<sequenced::controller::stats::ReconcileStats>,
+    /// The controller's metrics.
+    pub metrics: std::sync::Arc<sequenced::metrics::Metrics>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
     _cache: tempfile::TempDir,
@@ -57,9 +57,9 @@ impl Operator {
             cache: ChartCache::new(cache.path()),
             concurrency,
             identity: "test-controller".to_string(),
-            stats: Default::default(),
+            metrics: std::sync::Arc::new(sequenced::metrics::Metrics::new().unwrap()),
         };
-        let stats = options.stats.clone();
+        let metrics = options.metrics.clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let controller_client = server.client();
         let task = tokio::spawn(async move {
@@ -73,7 +73,7 @@ impl Operator {
         Operator {
             server,
             client,
-            stats,
+            metrics,
             stop: Some(stop),
             task: Some(task),
             _cache: cache,
