@@ -670,3 +670,13 @@ fn status_watches(server: &TestApiServer) -> usize {
         })
         .count()
 }
+
+/// The README's sample is the output the tree test gets from the binary.
+#[test]
+fn the_readme_sample_is_real_output() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let fence = "```text\nSequencedRelease apps/shop\n";
+    let start = readme.find(fence).expect("the sample in README.md") + "```text\n".len();
+    let end = start + readme[start..].find("```").expect("the end of the sample");
+    assert_eq!(&readme[start..end], DEPLOYING_TREE);
+}
