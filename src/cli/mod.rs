@@ -4,6 +4,7 @@ mod graph;
 mod lint;
 mod ready;
 mod run;
+pub mod status;
 mod template;
 
 use std::path::PathBuf;
@@ -304,17 +305,12 @@ pub fn run(cli: Cli) -> ExitCode {
                 ExitCode::SUCCESS
             }
         }
-        Command::Status(_) => not_implemented("status", "issue 7, operating it"),
+        Command::Status(args) => status::run(&args),
         Command::Ready(args) => ready::run(&args),
     }
 }
 
 fn fail(message: &str) -> ExitCode {
     eprintln!("error: {message}");
-    ExitCode::from(EXIT_ERROR)
-}
-
-fn not_implemented(command: &str, issue: &str) -> ExitCode {
-    eprintln!("sequenced {command}: not implemented yet (arrives with {issue})");
     ExitCode::from(EXIT_ERROR)
 }

@@ -1,0 +1,907 @@
+//! `sequenced status`: the layer progress of a live SequencedRelease, drawn once, or on every
+//! change until the release is Ready or Failed.
+//!
+//! Reading the object is I/O ([`run`]); drawing it is pure ([`format_status`], [`format_json`])
+//! and uses no clock, so tests compare exact text.
+
+use std::fmt::Write as _;
+use std::io::{IsTerminal as _, Write as _};
+use std::process::ExitCode;
+
+use futures::StreamExt as _;
+use kube::Api;
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::{self, Event, watcher};
+
+use super::{StatusArgs, StatusOutput, fail};
+use crate::api::v1alpha1::{LayerPhase, LayerStatus, ReleasePhase, SequencedRelease};
+use crate::plan::DEFAULT_LAYER;
+use crate::rollout::{READY, STALLED};
+
+/// Exit code of `--watch` when the release ends Failed.
+pub const EXIT_FAILED: u8 = 1;
+
+/// Cells of a layer's progress bar.
+const BAR_CELLS: usize = 8;
+
+/// Watch errors in a row (each after kube-runtime's backoff) before `--watch` gives up: one is
+/// survived, as when the API server restarts, a cluster that stays away is reported.
+const WATCH_ATTEMPTS: u32 = 3;
+
+/// Width of the keys of the header (`LOCKED TILL` and two spaces).
+const KEY_WIDTH: usize = 13;
+
+/// What went wrong reading the release.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error("no cluster to talk to (kubeconfig or in-cluster config): {0}")]
+    NoCluster(String),
+    #[error("SequencedRelease {namespace}/{name} not found")]
+    NotFound { namespace: String, name: String },
+    #[error(
+        "the cluster at {url} does not serve SequencedRelease (sequenced.dev/v1alpha1): install the CRD with `sequenced crd | kubectl apply --server-side -f -`"
+    )]
+    CrdMissing { url: String },
+    #[error("cannot read SequencedRelease {namespace}/{name} from {url}: {message}")]
+    Read {
+        namespace: String,
+        name: String,
+        url: String,
+        message: String,
+    },
+    #[error("SequencedRelease {namespace}/{name} was deleted")]
+    Deleted { namespace: String, name: String },
+    #[error("watching SequencedRelease {namespace}/{name} on {url} failed: {message}")]
+    Watch {
+        namespace: String,
+        name: String,
+        url: String,
+        message: String,
+    },
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot write to stdout: {0}")]
+    Output(#[source] std::io::Error),
+}
+
+/// How a release ended, as far as `--watch` is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ready,
+    Failed,
+}
+
+impl Outcome {
+    fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Ready => 0,
+            Outcome::Failed => EXIT_FAILED,
+        }
+    }
+}
+
+/// Whether the release has ended Ready or Failed for its current spec. A status written for an
+/// older generation has not ended: the operator has yet to act on the newest spec.
+pub fn outcome(release: &SequencedRelease) -> Option<Outcome> {
+    let status = release.status.as_ref()?;
+    if let Some(generation) = release.metadata.generation
+        && status.observed_generation != Some(generation)
+    {
+        return None;
+    }
+    match status.phase? {
+        ReleasePhase::Ready => Some(Outcome::Ready),
+        ReleasePhase::Failed => Some(Outcome::Failed),
+        _ => None,
+    }
+}
+
+/// How the tree is drawn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Style {
+    /// Colour the phases with ANSI escapes (for a terminal).
+    pub colour: bool,
+}
+
+/// The release's status as pretty JSON, `{}` when the operator has not written one yet.
+pub fn format_json(release: &SequencedRelease) -> String {
+    let status = release.status.clone().unwrap_or_default();
+    let mut text = serde_json::to_string_pretty(&status).unwrap_or_else(|_| "{}".to_string());
+    text.push('\n');
+    text
+}
+
+/// The release as a header and a tree of its layers grouped by chart path.
+///
+/// The header names the release and shows its phase, revision, Ready condition, progress and
+/// message, and the lock when one is held. Below it every entry of `status.layers`: the stages
+/// (`(crds)`, `(prune)`) at the top level where they run, before or after the layers; the layers
+/// under their chart, each chart's own layers first, then its subcharts, in deploy order. Each
+/// layer has a bar of ready (or, while deleting, deleted) resources, its phase, and on the line
+/// below what it waits for or why it failed.
+pub fn format_status(release: &SequencedRelease, style: Style) -> String {
+    let mut out = String::new();
+    let namespace = release.metadata.namespace.as_deref().unwrap_or("");
+    let name = release.metadata.name.as_deref().unwrap_or("");
+    let _ = writeln!(out, "SequencedRelease {namespace}/{name}");
+    let field = |out: &mut String, key: &str, value: &str| {
+        let _ = writeln!(out, "{key:<KEY_WIDTH$}{value}");
+    };
+    let Some(status) = &release.status else {
+        field(
+            &mut out,
+            "PHASE",
+            "- (no status yet: is the operator running?)",
+        );
+        return out;
+    };
+    let phase = match status.phase {
+        Some(phase) => paint(release_phase(phase), release_colour(phase), style),
+        None => "-".to_string(),
+    };
+    field(&mut out, "PHASE", &phase);
+    let revision = status
+        .revision
+        .map_or_else(|| "-".to_string(), |r| r.to_string());
+    field(&mut out, "REVISION", &revision);
+    if let Some(generation) = release.metadata.generation
+        && let Some(observed) = status.observed_generation
+        && observed < generation
+    {
+        field(
+            &mut out,
+            "OBSERVED",
+            &format!(
+                "generation {observed} of {generation}: the operator has not acted on the newest spec yet"
+            ),
+        );
+    }
+    let condition = |type_: &str| status.conditions.iter().find(|c| c.type_ == type_);
+    let ready = match condition(READY) {
+        Some(c) if c.reason.is_empty() => c.status.clone(),
+        Some(c) => format!("{} ({})", c.status, c.reason),
+        None => "Unknown".to_string(),
+    };
+    field(&mut out, "READY", &ready);
+    if let Some(c) = condition(STALLED).filter(|c| c.status == "True") {
+        let stalled = if c.reason.is_empty() {
+            "True".to_string()
+        } else {
+            format!("True ({})", c.reason)
+        };
+        field(&mut out, "STALLED", &stalled);
+    }
+    let progress = status
+        .progress
+        .as_deref()
+        .map_or_else(|| "-".to_string(), |p| format!("{p} layers ready"));
+    field(&mut out, "PROGRESS", &progress);
+    if let Some(message) = status.message.as_deref().filter(|m| !m.is_empty()) {
+        field(&mut out, "MESSAGE", &one_line(message));
+    }
+    if let Some(lock) = &status.lock {
+        if let Some(holder) = lock.holder.as_deref().filter(|h| !h.is_empty()) {
+            let holder = match lock.session_id.as_deref().filter(|s| !s.is_empty()) {
+                Some(session) => format!("{holder} (session {session})"),
+                None => holder.to_string(),
+            };
+            field(&mut out, "LOCK HOLDER", &holder);
+        }
+        if let Some(until) = &lock.locked_until {
+            field(&mut out, "LOCKED TILL", &until.0.to_string());
+        }
+    }
+    if status.layers.is_empty() {
+        field(&mut out, "LAYERS", "none yet");
+        return out;
+    }
+    out.push('\n');
+    draw_layers(&mut out, &status.layers, style);
+    out
+}
+
+/// One line of the layer tree.
+enum Row<'a> {
+    /// A chart: its tree prefix and name.
+    Chart(String),
+    /// A layer or stage: its tree prefix and name, the entry, and the prefix of the line below
+    /// it that tells what it waits for.
+    Layer {
+        label: String,
+        layer: &'a LayerStatus,
+        note_prefix: String,
+    },
+}
+
+/// A chart of the tree: its own layers, then its subcharts.
+struct ChartNode<'a> {
+    name: &'a str,
+    layers: Vec<&'a LayerStatus>,
+    children: Vec<usize>,
+}
+
+/// Whether a `status.layers` entry is a stage (`(crds)`, `(prune)`) rather than a layer of a chart.
+fn is_stage(layer: &LayerStatus) -> bool {
+    layer.name.starts_with('(') && layer.name.ends_with(')') && layer.name != DEFAULT_LAYER
+}
+
+fn draw_layers(out: &mut String, layers: &[LayerStatus], style: Style) {
+    let first_layer = layers
+        .iter()
+        .position(|l| !is_stage(l))
+        .unwrap_or(layers.len());
+    let mut rows: Vec<Row> = layers[..first_layer].iter().map(stage_row).collect();
+
+    let mut nodes: Vec<ChartNode> = Vec::new();
+    let mut roots: Vec<usize> = Vec::new();
+    for layer in layers[first_layer..].iter().filter(|l| !is_stage(l)) {
+        let mut parent: Option<usize> = None;
+        for segment in layer.chart.split('/') {
+            let siblings = parent.map_or(&roots, |p| &nodes[p].children);
+            let found = siblings.iter().copied().find(|&i| nodes[i].name == segment);
+            let index = found.unwrap_or_else(|| {
+                nodes.push(ChartNode {
+                    name: segment,
+                    layers: Vec::new(),
+                    children: Vec::new(),
+                });
+                let index = nodes.len() - 1;
+                match parent {
+                    Some(p) => nodes[p].children.push(index),
+                    None => roots.push(index),
+                }
+                index
+            });
+            parent = Some(index);
+        }
+        if let Some(index) = parent {
+            nodes[index].layers.push(layer);
+        }
+    }
+    for &root in &roots {
+        chart_rows(&nodes, root, "", "", &mut rows);
+    }
+    rows.extend(
+        layers[first_layer..]
+            .iter()
+            .filter(|l| is_stage(l))
+            .map(stage_row),
+    );
+
+    let width = |row: &Row| match row {
+        Row::Layer { label, .. } => label.chars().count(),
+        Row::Chart(_) => 0,
+    };
+    let label_width = rows.iter().map(width).max().unwrap_or(0);
+    let count_width = rows
+        .iter()
+        .map(|row| match row {
+            Row::Layer { layer, .. } => count(layer).len(),
+            Row::Chart(_) => 0,
+        })
+        .max()
+        .unwrap_or(0);
+    for row in &rows {
+        match row {
+            Row::Chart(label) => {
+                let _ = writeln!(out, "{label}");
+            }
+            Row::Layer {
+                label,
+                layer,
+                note_prefix,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "{label:<label_width$}  {} {:>count_width$}  {}",
+                    bar(layer),
+                    count(layer),
+                    paint(layer_phase(layer.phase), layer_colour(layer.phase), style),
+                );
+                if let Some(message) = layer.message.as_deref().filter(|m| !m.is_empty()) {
+                    let _ = writeln!(out, "{note_prefix}{}", one_line(message));
+                }
+            }
+        }
+    }
+}
+
+/// A stage's row: at the top level, not under a chart.
+fn stage_row(layer: &LayerStatus) -> Row<'_> {
+    Row::Layer {
+        label: layer.name.clone(),
+        layer,
+        note_prefix: "  ".to_string(),
+    }
+}
+
+/// Adds the rows of chart `index` and everything below it. `prefix` and `connector` draw the
+/// chart's own line; `child_prefix` starts the lines of its layers and subcharts.
+fn chart_rows<'a>(
+    nodes: &[ChartNode<'a>],
+    index: usize,
+    prefix: &str,
+    connector: &str,
+    rows: &mut Vec<Row<'a>>,
+) {
+    let node = &nodes[index];
+    rows.push(Row::Chart(format!("{prefix}{connector}{}", node.name)));
+    let child_prefix = match connector {
+        "" => prefix.to_string(),
+        "└── " => format!("{prefix}    "),
+        _ => format!("{prefix}│   "),
+    };
+    let items = node.layers.len() + node.children.len();
+    for position in 0..items {
+        let last = position + 1 == items;
+        let (connector, continuation) = if last {
+            ("└── ", "    ")
+        } else {
+            ("├── ", "│   ")
+        };
+        if let Some(layer) = node.layers.get(position) {
+            rows.push(Row::Layer {
+                label: format!("{child_prefix}{connector}{}", layer.name),
+                layer,
+                note_prefix: format!("{child_prefix}{continuation}  "),
+            });
+        } else if let Some(&child) = node.children.get(position - node.layers.len()) {
+            chart_rows(nodes, child, &child_prefix, connector, rows);
+        }
+    }
+}
+
+/// `[████░░░░]`: the share of the layer's resources that are ready (deleted, while deleting),
+/// rounded down so that a full bar means all of them.
+fn bar(layer: &LayerStatus) -> String {
+    let filled = if layer.resources <= 0 {
+        if matches!(layer.phase, LayerPhase::Ready | LayerPhase::Deleted) {
+            BAR_CELLS
+        } else {
+            0
+        }
+    } else {
+        let resources = usize::try_from(layer.resources).unwrap_or(0);
+        let ready = usize::try_from(layer.ready.clamp(0, layer.resources)).unwrap_or(0);
+        ready * BAR_CELLS / resources
+    };
+    format!("[{}{}]", "█".repeat(filled), "░".repeat(BAR_CELLS - filled))
+}
+
+fn count(layer: &LayerStatus) -> String {
+    format!("{}/{}", layer.ready, layer.resources)
+}
+
+/// Messages are shown on one line each.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn release_phase(phase: ReleasePhase) -> &'static str {
+    match phase {
+        ReleasePhase::Pending => "Pending",
+        ReleasePhase::Rendering => "Rendering",
+        ReleasePhase::Deploying => "Deploying",
+        ReleasePhase::Ready => "Ready",
+        ReleasePhase::Failed => "Failed",
+        ReleasePhase::RollingBack => "RollingBack",
+        ReleasePhase::Uninstalling => "Uninstalling",
+    }
+}
+
+fn layer_phase(phase: LayerPhase) -> &'static str {
+    match phase {
+        LayerPhase::Pending => "Pending",
+        LayerPhase::Applying => "Applying",
+        LayerPhase::Waiting => "Waiting",
+        LayerPhase::Ready => "Ready",
+        LayerPhase::Failed => "Failed",
+        LayerPhase::Deleting => "Deleting",
+        LayerPhase::Deleted => "Deleted",
+    }
+}
+
+/// ANSI SGR codes.
+const GREEN: &str = "32";
+const YELLOW: &str = "33";
+const RED: &str = "31";
+const DIM: &str = "2";
+
+fn release_colour(phase: ReleasePhase) -> &'static str {
+    match phase {
+        ReleasePhase::Ready => GREEN,
+        ReleasePhase::Failed => RED,
+        ReleasePhase::Pending => DIM,
+        _ => YELLOW,
+    }
+}
+
+fn layer_colour(phase: LayerPhase) -> &'static str {
+    match phase {
+        LayerPhase::Ready | LayerPhase::Deleted => GREEN,
+        LayerPhase::Failed => RED,
+        LayerPhase::Pending => DIM,
+        LayerPhase::Applying | LayerPhase::Waiting | LayerPhase::Deleting => YELLOW,
+    }
+}
+
+fn paint(text: &str, colour: &str, style: Style) -> String {
+    if style.colour {
+        format!("\x1b[{colour}m{text}\x1b[0m")
+    } else {
+        text.to_string()
+    }
+}
+
+/// Runs the command: prints the release, and with `--watch` every change of it until it is Ready
+/// (exit 0) or Failed (exit 1). Errors: one line, exit 2.
+pub fn run(args: &StatusArgs) -> ExitCode {
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(StatusError::Runtime)
+        .and_then(|runtime| runtime.block_on(show(args)));
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => fail(&one_line(&e.to_string())),
+    }
+}
+
+/// The release the command looks at, and where.
+struct Target {
+    namespace: String,
+    name: String,
+    url: String,
+}
+
+async fn show(args: &StatusArgs) -> Result<u8, StatusError> {
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| StatusError::NoCluster(error_chain(&e)))?;
+    let target = Target {
+        namespace: args
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone()),
+        name: args.name.clone(),
+        url: config.cluster_url.to_string(),
+    };
+    let client =
+        kube::Client::try_from(config).map_err(|e| StatusError::NoCluster(error_chain(&e)))?;
+    let api: Api<SequencedRelease> = Api::namespaced(client, &target.namespace);
+    let release = get(&api, &target).await?;
+
+    let terminal = std::io::stdout().is_terminal();
+    let mut printer = Printer {
+        output: args.output,
+        colour: terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        clear: args.watch && terminal,
+        last: None,
+    };
+    printer.print(&release)?;
+    if !args.watch {
+        return Ok(0);
+    }
+    if let Some(outcome) = outcome(&release) {
+        return Ok(outcome.exit_code());
+    }
+    watch(api, &target, &mut printer).await
+}
+
+async fn get(
+    api: &Api<SequencedRelease>,
+    target: &Target,
+) -> Result<SequencedRelease, StatusError> {
+    match api.get(&target.name).await {
+        Ok(release) => Ok(release),
+        Err(kube::Error::Api(status)) if status.is_not_found() => {
+            // A missing object names itself in the details; a missing resource type does not.
+            let named = status.details.as_ref().is_some_and(|d| !d.name.is_empty());
+            if named {
+                Err(StatusError::NotFound {
+                    namespace: target.namespace.clone(),
+                    name: target.name.clone(),
+                })
+            } else {
+                Err(StatusError::CrdMissing {
+                    url: target.url.clone(),
+                })
+            }
+        }
+        Err(e) => Err(StatusError::Read {
+            namespace: target.namespace.clone(),
+            name: target.name.clone(),
+            url: target.url.clone(),
+            message: error_chain(&e),
+        }),
+    }
+}
+
+/// Follows the one object until it is Ready or Failed.
+async fn watch(
+    api: Api<SequencedRelease>,
+    target: &Target,
+    printer: &mut Printer,
+) -> Result<u8, StatusError> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", target.name));
+    let mut events = watcher(api, config).default_backoff().boxed();
+    let deleted = || StatusError::Deleted {
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+    };
+    let watch_failed = |message: String| StatusError::Watch {
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+        url: target.url.clone(),
+        message,
+    };
+    let mut listed = false;
+    let mut failures = 0;
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(Event::Init) => listed = false,
+            Ok(Event::InitApply(release) | Event::Apply(release)) => {
+                failures = 0;
+                listed = true;
+                printer.print(&release)?;
+                if let Some(outcome) = outcome(&release) {
+                    return Ok(outcome.exit_code());
+                }
+            }
+            Ok(Event::InitDone) => {
+                failures = 0;
+                if !listed {
+                    return Err(deleted());
+                }
+            }
+            Ok(Event::Delete(_)) => return Err(deleted()),
+            Err(e) => {
+                failures += 1;
+                if failures >= WATCH_ATTEMPTS {
+                    return Err(watch_failed(error_chain(&e)));
+                }
+            }
+        }
+    }
+    Err(watch_failed("the watch ended".to_string()))
+}
+
+/// Prints each new look of the release: cleared and redrawn on a terminal in `--watch`, else
+/// separated by a blank line. A look identical to the last one is not printed again.
+struct Printer {
+    output: StatusOutput,
+    colour: bool,
+    clear: bool,
+    last: Option<String>,
+}
+
+impl Printer {
+    fn print(&mut self, release: &SequencedRelease) -> Result<(), StatusError> {
+        let text = match self.output {
+            StatusOutput::Tree => format_status(
+                release,
+                Style {
+                    colour: self.colour,
+                },
+            ),
+            StatusOutput::Json => format_json(release),
+        };
+        if self.last.as_deref() == Some(text.as_str()) {
+            return Ok(());
+        }
+        let mut stdout = std::io::stdout().lock();
+        let separator = if self.clear {
+            "\x1b[H\x1b[2J"
+        } else if self.last.is_some() {
+            "\n"
+        } else {
+            ""
+        };
+        stdout
+            .write_all(separator.as_bytes())
+            .and_then(|()| stdout.write_all(text.as_bytes()))
+            .and_then(|()| stdout.flush())
+            .map_err(StatusError::Output)?;
+        self.last = Some(text);
+        Ok(())
+    }
+}
+
+/// An error and its sources, `: `-separated, without repeating a source that its parent already
+/// quoted.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    one_line(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::v1alpha1::{LockStatus, SequencedReleaseStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn time(text: &str) -> Time {
+        Time(text.parse().expect("timestamp"))
+    }
+
+    fn condition(type_: &str, status: &str, reason: &str) -> Condition {
+        Condition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            reason: reason.to_string(),
+            message: String::new(),
+            last_transition_time: time("2025-06-01T12:00:00Z"),
+            observed_generation: None,
+        }
+    }
+
+    fn layer(
+        chart: &str,
+        name: &str,
+        phase: LayerPhase,
+        ready: i32,
+        resources: i32,
+    ) -> LayerStatus {
+        LayerStatus {
+            chart: chart.to_string(),
+            name: name.to_string(),
+            phase,
+            resources,
+            ready,
+            ..LayerStatus::default()
+        }
+    }
+
+    fn waiting(mut layer: LayerStatus, message: &str) -> LayerStatus {
+        layer.message = Some(message.to_string());
+        layer
+    }
+
+    fn release(generation: i64, status: Option<SequencedReleaseStatus>) -> SequencedRelease {
+        let mut release = SequencedRelease::new(
+            "web",
+            serde_json::from_value(serde_json::json!({"chart": {"path": "/charts/shop"}}))
+                .expect("spec"),
+        );
+        release.metadata.namespace = Some("apps".to_string());
+        release.metadata.generation = Some(generation);
+        release.status = status;
+        release
+    }
+
+    fn deploying() -> SequencedReleaseStatus {
+        SequencedReleaseStatus {
+            observed_generation: Some(2),
+            phase: Some(ReleasePhase::Deploying),
+            revision: Some(2),
+            message: Some("deploying revision 2".to_string()),
+            progress: Some("3/6".to_string()),
+            conditions: vec![
+                condition("Ready", "False", "Progressing"),
+                condition("Reconciling", "True", "Progressing"),
+                condition("Stalled", "False", "Progressing"),
+            ],
+            layers: vec![
+                layer("shop", "(crds)", LayerPhase::Ready, 1, 1),
+                layer("shop/postgres", DEFAULT_LAYER, LayerPhase::Ready, 2, 2),
+                layer(
+                    "shop/payments/ledger",
+                    DEFAULT_LAYER,
+                    LayerPhase::Ready,
+                    1,
+                    1,
+                ),
+                waiting(
+                    layer("shop/payments", "api", LayerPhase::Waiting, 1, 3),
+                    "waiting for Deployment payments-api: 0 of 2 replicas available",
+                ),
+                layer("shop", "database", LayerPhase::Ready, 2, 2),
+                waiting(
+                    layer("shop", "queue", LayerPhase::Waiting, 2, 4),
+                    "waiting for Deployment queue-processor: 0 of 1 replicas available",
+                ),
+                waiting(
+                    layer("shop", "app", LayerPhase::Pending, 0, 2),
+                    "waiting for layer queue of chart shop",
+                ),
+                layer("shop", "(prune)", LayerPhase::Pending, 0, 3),
+            ],
+            lock: Some(LockStatus {
+                holder: Some("sequenced-6d8f9".to_string()),
+                session_id: Some("4c1e0a".to_string()),
+                locked_until: Some(time("2025-06-01T12:05:00Z")),
+            }),
+            ..SequencedReleaseStatus::default()
+        }
+    }
+
+    #[test]
+    fn draws_charts_as_a_tree_with_stages_around_it() {
+        let text = format_status(&release(2, Some(deploying())), Style::default());
+        assert_eq!(
+            text,
+            "SequencedRelease apps/web
+PHASE        Deploying
+REVISION     2
+READY        False (Progressing)
+PROGRESS     3/6 layers ready
+MESSAGE      deploying revision 2
+LOCK HOLDER  sequenced-6d8f9 (session 4c1e0a)
+LOCKED TILL  2025-06-01T12:05:00Z
+
+(crds)                 [████████] 1/1  Ready
+shop
+├── database           [████████] 2/2  Ready
+├── queue              [████░░░░] 2/4  Waiting
+│     waiting for Deployment queue-processor: 0 of 1 replicas available
+├── app                [░░░░░░░░] 0/2  Pending
+│     waiting for layer queue of chart shop
+├── postgres
+│   └── (default)      [████████] 2/2  Ready
+└── payments
+    ├── api            [██░░░░░░] 1/3  Waiting
+    │     waiting for Deployment payments-api: 0 of 2 replicas available
+    └── ledger
+        └── (default)  [████████] 1/1  Ready
+(prune)                [░░░░░░░░] 0/3  Pending
+"
+        );
+    }
+
+    #[test]
+    fn a_failed_layer_shows_why_and_a_stalled_release_says_so() {
+        let mut status = deploying();
+        status.phase = Some(ReleasePhase::Failed);
+        status.lock = None;
+        status.conditions = vec![
+            condition("Ready", "False", "ReadinessFailed"),
+            condition("Stalled", "True", "ReadinessFailed"),
+        ];
+        status.message = Some(
+            "layer migrate of chart shop failed: Job migrate: failed (BackoffLimitExceeded)"
+                .to_string(),
+        );
+        status.layers = vec![waiting(
+            layer("shop", "migrate", LayerPhase::Failed, 0, 1),
+            "Job migrate: failed (BackoffLimitExceeded)",
+        )];
+        let text = format_status(&release(2, Some(status)), Style::default());
+        assert_eq!(
+            text,
+            "SequencedRelease apps/web
+PHASE        Failed
+REVISION     2
+READY        False (ReadinessFailed)
+STALLED      True (ReadinessFailed)
+PROGRESS     3/6 layers ready
+MESSAGE      layer migrate of chart shop failed: Job migrate: failed (BackoffLimitExceeded)
+
+shop
+└── migrate  [░░░░░░░░] 0/1  Failed
+      Job migrate: failed (BackoffLimitExceeded)
+"
+        );
+    }
+
+    #[test]
+    fn a_release_without_status_says_the_operator_has_not_written_one() {
+        let text = format_status(&release(1, None), Style::default());
+        assert_eq!(
+            text,
+            "SequencedRelease apps/web\nPHASE        - (no status yet: is the operator running?)\n"
+        );
+        assert_eq!(format_json(&release(1, None)), "{}\n");
+    }
+
+    #[test]
+    fn a_status_of_an_older_generation_is_marked_and_has_not_ended() {
+        let mut status = deploying();
+        status.phase = Some(ReleasePhase::Ready);
+        status.layers.clear();
+        status.lock = None;
+        let old = release(3, Some(status.clone()));
+        let text = format_status(&old, Style::default());
+        assert!(
+            text.contains(
+                "OBSERVED     generation 2 of 3: the operator has not acted on the newest spec yet\n"
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with("LAYERS       none yet\n"), "{text}");
+        assert_eq!(outcome(&old), None);
+        assert_eq!(
+            outcome(&release(2, Some(status.clone()))),
+            Some(Outcome::Ready)
+        );
+        status.phase = Some(ReleasePhase::Failed);
+        assert_eq!(
+            outcome(&release(2, Some(status.clone()))),
+            Some(Outcome::Failed)
+        );
+        status.phase = Some(ReleasePhase::Uninstalling);
+        assert_eq!(outcome(&release(2, Some(status))), None);
+        assert_eq!(outcome(&release(1, None)), None);
+    }
+
+    #[test]
+    fn bars_fill_only_when_every_resource_is_ready() {
+        let bar_of = |ready, resources, phase| bar(&layer("c", "l", phase, ready, resources));
+        assert_eq!(bar_of(0, 4, LayerPhase::Waiting), "[░░░░░░░░]");
+        assert_eq!(bar_of(2, 4, LayerPhase::Waiting), "[████░░░░]");
+        assert_eq!(bar_of(2, 3, LayerPhase::Waiting), "[█████░░░]");
+        assert_eq!(bar_of(99, 100, LayerPhase::Waiting), "[███████░]");
+        assert_eq!(bar_of(4, 4, LayerPhase::Ready), "[████████]");
+        assert_eq!(bar_of(7, 4, LayerPhase::Ready), "[████████]");
+        assert_eq!(bar_of(-1, 4, LayerPhase::Waiting), "[░░░░░░░░]");
+        assert_eq!(bar_of(0, 0, LayerPhase::Ready), "[████████]");
+        assert_eq!(bar_of(0, 0, LayerPhase::Pending), "[░░░░░░░░]");
+    }
+
+    #[test]
+    fn a_parent_chart_without_layers_of_its_own_still_holds_its_subcharts() {
+        let mut status = deploying();
+        status.lock = None;
+        status.layers = vec![
+            layer("foo/nginx", DEFAULT_LAYER, LayerPhase::Deleting, 1, 2),
+            layer("foo/rabbitmq", DEFAULT_LAYER, LayerPhase::Deleted, 2, 2),
+        ];
+        let text = format_status(&release(2, Some(status)), Style::default());
+        assert!(
+            text.ends_with(
+                "\nfoo\n├── nginx\n│   └── (default)  [████░░░░] 1/2  Deleting\n└── rabbitmq\n    └── (default)  [████████] 2/2  Deleted\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn colours_only_the_phases_and_only_when_asked() {
+        let plain = format_status(&release(2, Some(deploying())), Style::default());
+        assert!(!plain.contains('\x1b'));
+        let coloured = format_status(&release(2, Some(deploying())), Style { colour: true });
+        assert!(
+            coloured.contains("PHASE        \x1b[33mDeploying\x1b[0m\n"),
+            "{coloured}"
+        );
+        assert!(
+            coloured.contains("1/1  \x1b[32mReady\x1b[0m\n"),
+            "{coloured}"
+        );
+        assert!(
+            coloured.contains("0/2  \x1b[2mPending\x1b[0m\n"),
+            "{coloured}"
+        );
+        // Without the escapes the text is the same.
+        let stripped = coloured
+            .replace("\x1b[33m", "")
+            .replace("\x1b[32m", "")
+            .replace("\x1b[2m", "")
+            .replace("\x1b[0m", "");
+        assert_eq!(stripped, plain);
+    }
+
+    #[test]
+    fn messages_stay_on_one_line() {
+        let mut status = deploying();
+        status.message = Some("two\nlines".to_string());
+        let text = format_status(&release(2, Some(status)), Style::default());
+        assert!(text.contains("MESSAGE      two lines\n"), "{text}");
+    }
+
+    #[test]
+    fn json_is_the_status_as_written() {
+        let status = deploying();
+        let json = format_json(&release(2, Some(status.clone())));
+        let parsed: SequencedReleaseStatus = serde_json::from_str(&json).expect("JSON");
+        assert_eq!(parsed, status);
+        assert!(json.contains("\n  \"phase\": \"Deploying\",\n"), "{json}");
+    }
+}
