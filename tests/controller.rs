@@ -166,20 +166,29 @@ async fn shop_applies_app_only_after_database_and_queue_are_ready() {
             apply.query
         );
 
-        // Events on the release.
+        // Events on the release; the last one is published right after the status that says Ready.
         let events: Api<k8s_openapi::api::events::v1::Event> =
             Api::namespaced(op.client.clone(), "default");
-        let reasons: std::collections::BTreeSet<String> = events
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("shop"))
-            .filter_map(|e| e.reason)
-            .collect();
-        for reason in ["LayerStarted", "LayerReady", "ReleaseReady"] {
-            assert!(reasons.contains(reason), "{reason} in {reasons:?}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let reasons: std::collections::BTreeSet<String> = events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("shop"))
+                .filter_map(|e| e.reason)
+                .collect();
+            let wanted = ["LayerStarted", "LayerReady", "ReleaseReady"];
+            if wanted.iter().all(|r| reasons.contains(*r)) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "events {reasons:?}, wanted {wanted:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         op.stop().await;
     })
@@ -801,8 +810,20 @@ async fn metrics_and_health_follow_what_the_controller_does() {
         })
         .await;
 
-        let (status, text) = scrape(addr, "/metrics").await;
-        assert_eq!(status, 200);
+        // The gauge reads the controller's cache and the counters move when a reconcile returns,
+        // both a moment after the status a test can read.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let text = loop {
+            let (status, text) = scrape(addr, "/metrics").await;
+            assert_eq!(status, 200);
+            let settled = sample(&text, "sequenced_releases{phase=\"Ready\"}") == 1.0
+                && sample(&text, "sequenced_releases{phase=\"Failed\"}") == 1.0
+                && sample(&text, "sequenced_reconcile_total{result=\"success\"}") >= 3.0;
+            if settled || Instant::now() > deadline {
+                break text;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
         assert!(sample(&text, "sequenced_reconcile_total{result=\"success\"}") >= 3.0, "{text}");
         assert!(sample(&text, "sequenced_reconcile_total{result=\"error\"}") >= 1.0, "{text}");
         assert!(sample(&text, "sequenced_reconcile_errors_total{category=\"server\"}") >= 1.0, "{text}");
