@@ -750,58 +750,37 @@ fn check_structural(node: &Value, path: &str, root: bool, errs: &mut Vec<FieldEr
         n.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
             || n.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
     };
+    // A child schema is checked like its parent and must say its type.
+    let mut child = |schema: &Value, child_path: String, what: &str| {
+        check_structural(schema, &child_path, false, errs);
+        let untyped = schema
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty();
+        if untyped && !exempt(schema) {
+            errs.push(FieldError::required(
+                format!("{child_path}.type"),
+                format!("must not be empty for specified {what}"),
+            ));
+        }
+    };
     if let Some(props) = node.get("properties").and_then(Value::as_object) {
         let mut names: Vec<&String> = props.keys().collect();
         names.sort();
         for name in names {
-            let child = &props[name];
-            let cp = format!("{path}.properties[{name}]");
-            check_structural(child, &cp, false, errs);
-            if child
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .is_empty()
-                && !exempt(child)
-            {
-                errs.push(FieldError::required(
-                    format!("{cp}.type"),
-                    "must not be empty for specified object fields",
-                ));
-            }
+            child(
+                &props[name],
+                format!("{path}.properties[{name}]"),
+                "object fields",
+            );
         }
     }
     if let Some(items) = node.get("items").filter(|i| i.is_object()) {
-        let cp = format!("{path}.items");
-        check_structural(items, &cp, false, errs);
-        if items
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .is_empty()
-            && !exempt(items)
-        {
-            errs.push(FieldError::required(
-                format!("{cp}.type"),
-                "must not be empty for specified array items",
-            ));
-        }
+        child(items, format!("{path}.items"), "array items");
     }
     if let Some(ap) = node.get("additionalProperties").filter(|i| i.is_object()) {
-        let cp = format!("{path}.additionalProperties");
-        check_structural(ap, &cp, false, errs);
-        if ap
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .is_empty()
-            && !exempt(ap)
-        {
-            errs.push(FieldError::required(
-                format!("{cp}.type"),
-                "must not be empty for specified object fields",
-            ));
-        }
+        child(ap, format!("{path}.additionalProperties"), "object fields");
     }
 }
 

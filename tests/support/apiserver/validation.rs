@@ -1072,35 +1072,17 @@ pub fn validate_event(ev: &Value, core: bool, create: bool, errs: &mut Vec<Field
             msg,
         ));
     }
-    if s("reportingInstance").is_empty() {
-        errs.push(FieldError::required("reportingInstance", ""));
-    }
-    if s("reportingInstance").len() > 128 {
-        errs.push(FieldError::invalid(
-            "reportingInstance",
-            "",
-            "can have at most 128 characters",
-        ));
-    }
-    if s("action").is_empty() {
-        errs.push(FieldError::required("action", ""));
-    }
-    if s("action").len() > 128 {
-        errs.push(FieldError::invalid(
-            "action",
-            "",
-            "can have at most 128 characters",
-        ));
-    }
-    if s("reason").is_empty() {
-        errs.push(FieldError::required("reason", ""));
-    }
-    if s("reason").len() > 128 {
-        errs.push(FieldError::invalid(
-            "reason",
-            "",
-            "can have at most 128 characters",
-        ));
+    for field in ["reportingInstance", "action", "reason"] {
+        if s(field).is_empty() {
+            errs.push(FieldError::required(field, ""));
+        }
+        if s(field).len() > 128 {
+            errs.push(FieldError::invalid(
+                field,
+                "",
+                "can have at most 128 characters",
+            ));
+        }
     }
     if s("note").len() > 1024 {
         errs.push(FieldError::invalid(
