@@ -116,10 +116,6 @@ impl Cluster {
         }
     }
 
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
     /// Reads discovery and the server version again.
     pub async fn refresh(&self) -> Result<(), ClusterError> {
         let discovery = Discovery::new(self.client.clone())
@@ -287,12 +283,12 @@ impl Cluster {
         }
     }
 
-    /// Whether the object exists (an unknown kind has none).
-    pub async fn exists(&self, key: &ObjectKey) -> Result<bool, ClusterError> {
+    /// The object, or None when it does not exist or the server does not serve its kind (an
+    /// unknown kind has no objects).
+    pub async fn find(&self, key: &ObjectKey) -> Result<Option<Value>, ClusterError> {
         match self.get(key).await {
-            Ok(found) => Ok(found.is_some()),
-            Err(ClusterError::UnknownKind { .. }) => Ok(false),
-            Err(e) => Err(e),
+            Err(ClusterError::UnknownKind { .. }) => Ok(None),
+            found => found,
         }
     }
 }

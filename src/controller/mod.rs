@@ -1052,7 +1052,6 @@ impl<'a> Reconcile<'a> {
             return Ok(observed);
         }
         let cluster = &self.ctx.cluster;
-        let get = |key: &ObjectKey| fetch(cluster, key.clone());
         let pending: Vec<(usize, ObjectKey)> = wanted
             .resources
             .iter()
@@ -1060,7 +1059,8 @@ impl<'a> Reconcile<'a> {
             .collect();
         let mut resources = Vec::with_capacity(pending.len());
         for chunk in pending.chunks(16) {
-            let found = futures::future::join_all(chunk.iter().map(|(_, key)| get(key))).await;
+            let found =
+                futures::future::join_all(chunk.iter().map(|(_, key)| cluster.find(key))).await;
             for ((r, _), found) in chunk.iter().zip(found) {
                 resources.push((*r, found?));
             }
@@ -1068,7 +1068,7 @@ impl<'a> Reconcile<'a> {
         observed.resources.extend(resources);
         if wanted.crds {
             for (i, key) in resolved.crd_keys.iter().enumerate() {
-                observed.crds.insert(i, get(key).await?);
+                observed.crds.insert(i, cluster.find(key).await?);
             }
         }
         for &(layer, index) in &wanted.external {
@@ -1113,16 +1113,11 @@ impl<'a> Reconcile<'a> {
                 namespace,
                 name: external.name.clone(),
             };
-            observed.external.insert((layer, index), get(&key).await?);
+            observed
+                .external
+                .insert((layer, index), cluster.find(&key).await?);
         }
-        for key in &wanted.exists {
-            let exists = match get(key).await? {
-                // An object that is not ours is not ours to wait for.
-                Some(object) => self.owner_of(&object) == Owner::Us,
-                None => false,
-            };
-            observed.exists.insert(key.clone(), exists);
-        }
+        observed.exists = self.ours_existing(&wanted.exists).await?;
         Ok(observed)
     }
 
@@ -1212,12 +1207,7 @@ impl<'a> Reconcile<'a> {
     /// Deletes the objects that are ours, in order.
     async fn delete_all(&self, keys: &[ObjectKey]) -> Result<(), ActionError> {
         for key in keys {
-            let existing = match self.ctx.cluster.get(key).await {
-                Ok(found) => found,
-                Err(ClusterError::UnknownKind { .. }) => None,
-                Err(e) => return Err(e.into()),
-            };
-            if let Some(existing) = existing
+            if let Some(existing) = self.ctx.cluster.find(key).await?
                 && self.owner_of(&existing) == Owner::Us
             {
                 if let Ok(kind) = self.ctx.cluster.kind(&key.api_version, &key.kind).await {
@@ -1243,7 +1233,10 @@ impl<'a> Reconcile<'a> {
         };
         let inventory = record.uninstall_inventory();
         let wanted = rollout::wanted_for_uninstall(&inventory, &status);
-        let observed = self.observe_exists(&wanted).await?;
+        let observed = Observations {
+            exists: self.ours_existing(&wanted.exists).await?,
+            ..Observations::default()
+        };
         let decision =
             rollout::uninstall_step(&inventory, record.sequenced, &status, &observed, &self.now);
         for action in &decision.actions {
@@ -1284,17 +1277,16 @@ impl<'a> Reconcile<'a> {
         Ok(Action::requeue(FALLBACK_REQUEUE))
     }
 
-    async fn observe_exists(&self, wanted: &Wanted) -> Result<Observations, Error> {
-        let mut observed = Observations::default();
-        for key in &wanted.exists {
-            let exists = match self.ctx.cluster.get(key).await {
-                Ok(Some(object)) => self.owner_of(&object) == Owner::Us,
-                Ok(None) | Err(ClusterError::UnknownKind { .. }) => false,
-                Err(e) => return Err(e.into()),
-            };
-            observed.exists.insert(key.clone(), exists);
+    /// Whether each object still exists as ours: an object that is not ours is not ours to
+    /// wait for.
+    async fn ours_existing(&self, keys: &[ObjectKey]) -> Result<HashMap<ObjectKey, bool>, Error> {
+        let mut exists = HashMap::with_capacity(keys.len());
+        for key in keys {
+            let found = self.ctx.cluster.find(key).await?;
+            let ours = found.is_some_and(|object| self.owner_of(&object) == Owner::Us);
+            exists.insert(key.clone(), ours);
         }
-        Ok(observed)
+        Ok(exists)
     }
 
     /// Everything is gone: drop the records (unless kept) and the finalizer.
@@ -1356,15 +1348,6 @@ fn observe_waits(
                 .layer_wait_duration
                 .observe(waited.as_secs_f64().max(0.0));
         }
-    }
-}
-
-/// The object, or None when it or its kind does not exist.
-async fn fetch(cluster: &Cluster, key: ObjectKey) -> Result<Option<Value>, ClusterError> {
-    match cluster.get(&key).await {
-        Ok(found) => Ok(found),
-        Err(ClusterError::UnknownKind { .. }) => Ok(None),
-        Err(e) => Err(e),
     }
 }
 
