@@ -160,39 +160,7 @@ impl Operator {
 
     /// Plays the Deployment controller and the kubelet: the Deployment's Pods are all available.
     pub fn deployment_ready(&self, namespace: &str, name: &str) -> bool {
-        let Some(object) = self
-            .server
-            .object("apps/v1", "Deployment", Some(namespace), name)
-        else {
-            return false;
-        };
-        let generation = object
-            .pointer("/metadata/generation")
-            .and_then(Value::as_i64)
-            .unwrap_or(1);
-        let replicas = object
-            .pointer("/spec/replicas")
-            .and_then(Value::as_i64)
-            .unwrap_or(1);
-        self.server.set_status(
-            "apps/v1",
-            "Deployment",
-            Some(namespace),
-            name,
-            json!({
-                "observedGeneration": generation,
-                "replicas": replicas,
-                "updatedReplicas": replicas,
-                "readyReplicas": replicas,
-                "availableReplicas": replicas,
-                "conditions": [
-                    {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
-                     "message": "Deployment has minimum availability."},
-                    {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
-                     "message": format!("ReplicaSet \"{name}-5d4f8c\" has successfully progressed.")}
-                ]
-            }),
-        )
+        mark_deployment_ready(&self.server, namespace, name)
     }
 
     /// Marks every Deployment the server holds ready, every 20 ms, until the returned guard drops.
@@ -222,24 +190,9 @@ impl Operator {
                     else {
                         continue;
                     };
-                    let generation = object
-                        .pointer("/metadata/generation")
-                        .and_then(Value::as_i64);
-                    let observed = object
-                        .pointer("/status/observedGeneration")
-                        .and_then(Value::as_i64);
-                    if generation != observed {
-                        let replicas = object
-                            .pointer("/spec/replicas")
-                            .and_then(Value::as_i64)
-                            .unwrap_or(1);
-                        server.set_status("apps/v1", "Deployment", Some(&namespace), &name, json!({
-                            "observedGeneration": generation, "replicas": replicas,
-                            "updatedReplicas": replicas, "readyReplicas": replicas,
-                            "availableReplicas": replicas,
-                            "conditions": [{"type": "Available", "status": "True"},
-                                           {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]
-                        }));
+                    let generation = object.pointer("/metadata/generation");
+                    if generation != object.pointer("/status/observedGeneration") {
+                        mark_deployment_ready(&server, &namespace, &name);
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -282,6 +235,41 @@ impl Operator {
             })
             .map(|r| r.at)
     }
+}
+
+/// Writes the status the Deployment controller writes once all of a Deployment's Pods are
+/// available; false when the Deployment does not exist.
+fn mark_deployment_ready(server: &TestApiServer, namespace: &str, name: &str) -> bool {
+    let Some(object) = server.object("apps/v1", "Deployment", Some(namespace), name) else {
+        return false;
+    };
+    let generation = object
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let replicas = object
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    server.set_status(
+        "apps/v1",
+        "Deployment",
+        Some(namespace),
+        name,
+        json!({
+            "observedGeneration": generation,
+            "replicas": replicas,
+            "updatedReplicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+            "conditions": [
+                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                 "message": "Deployment has minimum availability."},
+                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
+                 "message": format!("ReplicaSet \"{name}-5d4f8c\" has successfully progressed.")}
+            ]
+        }),
+    )
 }
 
 /// Whether a request writes.
