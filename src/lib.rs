@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod controller;
 pub mod helm;
 pub mod history;
+pub mod lock;
 pub mod metrics;
 pub mod plan;
 pub mod readiness;

@@ -19,7 +19,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use sequenced::api::v1alpha1::{LayerStatus, ReleasePhase, SequencedRelease};
+use sequenced::api::v1alpha1::{LayerPhase, LayerStatus, ReleasePhase, SequencedRelease};
 use sequenced::chart::source::ChartCache;
 use sequenced::controller::{self, Options};
 use sequenced::helm::Helm;
@@ -32,9 +32,54 @@ use tokio::sync::oneshot;
 struct E2e {
     client: Client,
     namespace: String,
+    controller: Option<Running>,
+}
+
+/// A controller running in-process.
+struct Running {
+    identity: String,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
     _cache: tempfile::TempDir,
+}
+
+impl Running {
+    fn start(client: &Client, identity: String) -> Running {
+        let cache = tempfile::tempdir().unwrap();
+        let options = Options {
+            helm: Helm::at(support::helm()),
+            cache: ChartCache::new(cache.path()),
+            concurrency: 8,
+            identity: identity.clone(),
+            metrics: std::sync::Arc::new(sequenced::metrics::Metrics::new().unwrap()),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let controller_client = client.clone();
+        let task = tokio::spawn(async move {
+            let _ = controller::run(controller_client, options, async move {
+                let _ = stopped.await;
+            })
+            .await;
+        });
+        Running {
+            identity,
+            stop: Some(stop),
+            task: Some(task),
+            _cache: cache,
+        }
+    }
+
+    /// Stops it as SIGTERM does; how long it took to exit.
+    async fn stop(mut self) -> Duration {
+        let started = Instant::now();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
+        }
+        started.elapsed()
+    }
 }
 
 /// The cluster of `SEQUENCED_E2E_KUBECONFIG`, a fresh namespace and a running controller; None
@@ -63,28 +108,11 @@ async fn setup() -> Option<E2e> {
         .create(&PostParams::default(), &ns)
         .await
         .expect("namespace");
-    let cache = tempfile::tempdir().unwrap();
-    let options = Options {
-        helm: Helm::at(support::helm()),
-        cache: ChartCache::new(cache.path()),
-        concurrency: 8,
-        identity: format!("e2e-{namespace}"),
-        metrics: std::sync::Arc::new(sequenced::metrics::Metrics::new().unwrap()),
-    };
-    let (stop, stopped) = oneshot::channel::<()>();
-    let controller_client = client.clone();
-    let task = tokio::spawn(async move {
-        let _ = controller::run(controller_client, options, async move {
-            let _ = stopped.await;
-        })
-        .await;
-    });
+    let controller = Running::start(&client, format!("e2e-{namespace}"));
     Some(E2e {
         client,
         namespace,
-        stop: Some(stop),
-        task: Some(task),
-        _cache: cache,
+        controller: Some(controller),
     })
 }
 
@@ -122,11 +150,8 @@ impl E2e {
     }
 
     async fn finish(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        if let Some(controller) = self.controller.take() {
+            controller.stop().await;
         }
         let _ = Api::<Namespace>::all(self.client.clone())
             .delete(&self.namespace, &DeleteParams::default())
@@ -359,5 +384,119 @@ async fn e2e_depends_on_and_twenty_releases() {
     for i in 0..20 {
         e2e.wait(&format!("many-{i}"), "Ready", is_ready).await;
     }
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_two_controllers_share_releases_and_a_stopped_one_hands_over() {
+    let Some(mut e2e) = setup().await else { return };
+    let first = e2e.controller.take().unwrap();
+    let second = Running::start(&e2e.client, format!("e2e-{}-b", e2e.namespace));
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    let holder = |name: String| {
+        let leases = leases.clone();
+        async move {
+            leases
+                .get_opt(&format!("sequenced.lock.{name}"))
+                .await
+                .unwrap()
+                .and_then(|l| l.spec?.holder_identity)
+                .filter(|h| !h.is_empty())
+        }
+    };
+    let pair = chart(
+        "pair",
+        &[
+            (
+                "templates/a.yaml",
+                &config_map("{{ .Release.Name }}-a", "helm.sh/layer: a"),
+            ),
+            (
+                "templates/b.yaml",
+                &config_map(
+                    "{{ .Release.Name }}-b",
+                    "helm.sh/layer: b\n    helm.sh/depends-on/layers: a",
+                ),
+            ),
+        ],
+    );
+    for i in 0..10 {
+        e2e.create(release(
+            &format!("pair-{i}"),
+            &pair.path().join("pair"),
+            json!({}),
+        ))
+        .await;
+    }
+    for i in 0..10 {
+        let sr = e2e.wait(&format!("pair-{i}"), "Ready", is_ready).await;
+        let status = sr.status.unwrap();
+        assert_eq!(status.revision, Some(1), "pair-{i} installed once");
+        assert_eq!(status.history.len(), 1);
+        assert_eq!(status.lock, None);
+        assert_eq!(holder(format!("pair-{i}")).await, None);
+    }
+
+    // A layer that takes a while: whichever controller holds the release is stopped, and the
+    // other goes on at once.
+    let slow = chart(
+        "slow",
+        &[
+            (
+                "templates/db.yaml",
+                &deployment("slow-db", "helm.sh/layer: db").replace(
+                    "image: registry.k8s.io/pause:3.10\n",
+                    "image: registry.k8s.io/pause:3.10\n          readinessProbe:\n            tcpSocket:\n              port: 1\n            initialDelaySeconds: 1\n            periodSeconds: 1\n",
+                ),
+            ),
+            (
+                "templates/app.yaml",
+                &config_map("slow-app", "helm.sh/layer: app\n    helm.sh/depends-on/layers: db"),
+            ),
+        ],
+    );
+    e2e.create(release(
+        "slow",
+        &slow.path().join("slow"),
+        json!({"readinessTimeout": "10m"}),
+    ))
+    .await;
+    let sr = e2e
+        .wait("slow", "layer db waiting", |sr| {
+            sr.status.as_ref().is_some_and(|s| {
+                s.lock.is_some()
+                    && s.layers
+                        .iter()
+                        .any(|l| l.name == "db" && l.phase == LayerPhase::Waiting)
+            })
+        })
+        .await;
+    let holding = sr.status.unwrap().lock.unwrap().holder.unwrap();
+    let (stopped, running) = if holding == first.identity {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    let took = stopped.stop().await;
+    assert!(took < Duration::from_secs(10), "stopping took {took:?}");
+    let sr = e2e.releases().get("slow").await.unwrap();
+    assert_eq!(condition(&sr, "Reconciling").unwrap().1, "Interrupted");
+    assert_eq!(holder("slow".to_string()).await, None);
+    // The probe never succeeds: make it succeed (a fix outside the spec of the release).
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "readinessProbe": null}]}}}});
+    deployments
+        .patch(
+            "slow-db",
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+        .unwrap();
+    let sr = e2e.wait("slow", "Ready", is_ready).await;
+    assert_eq!(sr.status.unwrap().revision, Some(1));
+    e2e.controller = Some(running);
     e2e.finish().await;
 }

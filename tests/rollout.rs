@@ -30,6 +30,7 @@ fn settings() -> Settings {
         wait: true,
         readiness_timeout: Duration::from_secs(300),
         max_history: 10,
+        retries: 0,
     }
 }
 
@@ -252,31 +253,12 @@ fn the_same_inputs_give_the_same_decision() {
 
 #[test]
 fn a_readiness_failure_fails_the_release_naming_the_object() {
-    let plan = plan_of(&[(
-        "templates/job.yaml",
-        object("Job", "migrate", &[("helm.sh/layer", "db")]),
-    )]);
+    let (plan, d2) = failed_job_release(0);
     let revision = Revision {
         plan: &plan,
         prune: &[],
         settings: settings(),
     };
-    let d1 = step(
-        &revision,
-        &started(&revision),
-        &Observations::default(),
-        &at(1),
-    );
-    let failed_job = json!({
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate"},
-        "status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]}
-    });
-    let d2 = step(
-        &revision,
-        &d1.status,
-        &observe(&plan, &[("migrate", failed_job)]),
-        &at(2),
-    );
     assert!(d2.finished);
     assert_eq!(d2.status.phase, Some(ReleasePhase::Failed));
     let message = d2.status.message.clone().unwrap();
@@ -662,4 +644,119 @@ fn conditions_keep_their_transition_time_while_unchanged() {
             .clone()
     };
     assert_eq!(time(&d2.status), at(0));
+}
+
+/// A one-layer release whose Job failed at second 2, with `retries`.
+fn failed_job_release(retries: u32) -> (Plan, Decision) {
+    let plan = plan_of(&[(
+        "templates/job.yaml",
+        object("Job", "migrate", &[("helm.sh/layer", "db")]),
+    )]);
+    let revision = Revision {
+        plan: &plan,
+        prune: &[],
+        settings: Settings {
+            retries,
+            ..settings()
+        },
+    };
+    let d1 = step(
+        &revision,
+        &started(&revision),
+        &Observations::default(),
+        &at(1),
+    );
+    let failed_job = json!({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate"},
+        "status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]}
+    });
+    let d2 = step(
+        &revision,
+        &d1.status,
+        &observe(&plan, &[("migrate", failed_job)]),
+        &at(2),
+    );
+    (plan, d2)
+}
+
+#[test]
+fn a_failure_with_retries_left_schedules_a_retry_instead_of_stalling() {
+    let (_, failed) = failed_job_release(2);
+    let status = &failed.status;
+    assert_eq!(status.phase, Some(ReleasePhase::Failed));
+    assert_eq!(status.failures, Some(1));
+    assert_eq!(condition(status, "Stalled").0, "False");
+    assert_eq!(
+        condition(status, "Reconciling"),
+        ("True".into(), "RetryScheduled".into())
+    );
+    assert!(
+        status
+            .message
+            .as_deref()
+            .unwrap()
+            .ends_with("; retry 1 of 2 in 5s"),
+        "{:?}",
+        status.message
+    );
+    assert_eq!(failed.requeue_after, Some(Duration::from_secs(5)));
+    // Due five seconds after the failure, not before.
+    assert_eq!(
+        rollout::retry_due(status, 2, &at(4)),
+        Some(Duration::from_secs(3))
+    );
+    assert_eq!(rollout::retry_due(status, 2, &at(7)), Some(Duration::ZERO));
+    // Without retries the same failure stalls and nothing is scheduled.
+    let (_, stalled) = failed_job_release(0);
+    assert_eq!(condition(&stalled.status, "Stalled").0, "True");
+    assert_eq!(stalled.requeue_after, None);
+    assert_eq!(rollout::retry_due(&stalled.status, 0, &at(100)), None);
+}
+
+#[test]
+fn retries_count_up_with_doubling_delays_until_they_run_out() {
+    let (plan, first) = failed_job_release(2);
+    let revision = Revision {
+        plan: &plan,
+        prune: &[],
+        settings: Settings {
+            retries: 2,
+            ..settings()
+        },
+    };
+    // The retry is a new revision of the same spec: the count goes on.
+    let retry = begin(&revision, &first.status, Some(1), "sha256:1", None, &at(10));
+    assert_eq!(retry.revision, Some(2));
+    assert_eq!(retry.failures, Some(1));
+    let (second, delay) = rollout::failed(&retry, Some(1), "ReadinessFailed", "again", 2, &at(20));
+    assert_eq!(second.failures, Some(2));
+    assert_eq!(delay, Some(Duration::from_secs(10)));
+    let (third, delay) = rollout::failed(&second, Some(1), "ReadinessFailed", "again", 2, &at(40));
+    assert_eq!(third.failures, Some(3));
+    assert_eq!(delay, None);
+    assert_eq!(condition(&third, "Stalled").0, "True");
+    assert_eq!(rollout::retry_due(&third, 2, &at(1000)), None);
+    // A new generation (or digest) starts counting again.
+    let changed = begin(&revision, &third, Some(2), "sha256:1", None, &at(50));
+    assert_eq!(changed.failures, None);
+    assert_eq!(
+        [1, 2, 3, 7, 30].map(rollout::retry_delay),
+        [5, 10, 20, 300, 300].map(Duration::from_secs)
+    );
+}
+
+#[test]
+fn an_interrupted_operation_is_reconciling_and_keeps_its_layers() {
+    let (_, failed) = failed_job_release(0);
+    let mut status = failed.status;
+    status.phase = Some(ReleasePhase::Deploying);
+    let interrupted = rollout::interrupted(&status, "interrupted: controller a stopped", &at(9));
+    assert_eq!(
+        condition(&interrupted, "Reconciling"),
+        ("True".into(), "Interrupted".into())
+    );
+    assert_eq!(condition(&interrupted, "Stalled").0, "False");
+    assert_eq!(interrupted.phase, Some(ReleasePhase::Deploying));
+    assert_eq!(interrupted.layers, status.layers);
+    assert_eq!(interrupted.lock, None);
 }

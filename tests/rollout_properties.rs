@@ -88,7 +88,7 @@ proptest! {
         (layers, edges, sizes, delays) in dag()
     ) {
         let plan = plan_dag(layers, &edges, &sizes);
-        let settings = Settings { sequenced: true, wait: true, readiness_timeout: Duration::from_secs(3600), max_history: 10 };
+        let settings = Settings { sequenced: true, wait: true, readiness_timeout: Duration::from_secs(3600), max_history: 10, retries: 0 };
         let revision = Revision { plan: &plan, prune: &[], settings };
         let at = |s: i64| Time(Timestamp::from_second(1_800_000_000 + s).unwrap());
         let mut status = begin(&revision, &SequencedReleaseStatus::default(), Some(1), "d", None, &at(0));

@@ -15,6 +15,7 @@ use sequenced::api::v1alpha1::{LayerPhase, SequencedRelease};
 use serde_json::{Value, json};
 use support::apiserver::TestApiServer;
 use support::charts::{layer_phase, release};
+use support::kubeconfig;
 use support::operator::{Operator, install_crd, repo};
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
@@ -26,21 +27,6 @@ async fn within<F: Future<Output = ()>>(test: F) {
     tokio::time::timeout(Duration::from_secs(120), test)
         .await
         .expect("the test did not finish in time");
-}
-
-/// A kubeconfig for `url` (plain HTTP, no credentials) whose context's namespace is `namespace`.
-fn kubeconfig(dir: &TempDir, url: &str, namespace: &str) -> PathBuf {
-    let path = dir.path().join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\n\
-             users:\n- name: test\n  user: {{}}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    \
-             user: test\n    namespace: {namespace}\ncurrent-context: test\n"
-        ),
-    )
-    .expect("write kubeconfig");
-    path
 }
 
 /// Starts `sequenced status ARGS` with this kubeconfig, stdout and stderr captured, and nothing

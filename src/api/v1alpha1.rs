@@ -375,6 +375,10 @@ pub struct SequencedReleaseStatus {
     /// The release's lock, mirrored from its Lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<LockStatus>,
+    /// Consecutive failed operations at the current spec; `spec.retries` bounds how many are
+    /// tried again. Reset when the spec or the chart changes and when a revision is Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures: Option<i32>,
     /// The last revisions, newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<HistoryEntry>,

@@ -69,6 +69,8 @@ pub fn run(args: &RunArgs) -> ExitCode {
             .await
             .map_err(|e| e.to_string())
     });
+    // A chart render still running in a blocking thread must not hold the exit back.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
@@ -95,7 +97,9 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = interrupt.await;
-    tracing::info!("shutting down: finishing the reconciles in flight");
+    tracing::info!(
+        "shutting down: no new steps; the API calls in flight finish, then every lease held is released"
+    );
 }
 
 /// Logs to stderr: human-readable on a terminal, one JSON object a line elsewhere (in a pod);

@@ -12,6 +12,7 @@ pub mod watches;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,6 +36,7 @@ use crate::chart::source::ChartCache;
 use crate::cluster::{Cluster, ClusterError};
 use crate::helm::Helm;
 use crate::history::{Inventory, ObjectKey, RECORD_KEY, RECORD_TYPE, Record, RecordError};
+use crate::lock::{Acquired, LockError, Locks};
 use crate::plan::Plan;
 use crate::readiness::parse_duration;
 use crate::rollout::{self, Action as Step, Observations, Revision, Settings, Wanted};
@@ -53,6 +55,12 @@ const FALLBACK_REQUEUE: Duration = Duration::from_secs(60);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// The longest status message; longer ones (many planner errors) are cut.
 const MAX_MESSAGE: usize = 8 * 1024;
+/// After SIGTERM, how long the reconciles in flight may take to finish their current API call.
+const IN_FLIGHT_BOUND: Duration = Duration::from_secs(5);
+/// After SIGTERM, how long releasing the leases may take.
+const RELEASE_BOUND: Duration = Duration::from_secs(3);
+/// `spec.timeout` when it cannot be read.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How the controller runs.
 #[derive(Debug, Clone)]
@@ -82,6 +90,17 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Another session holds the release's lock, this controller lost it, or the Lease could not
+    /// be written.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// The controller is shutting down: no new step starts.
+    #[error("the controller is shutting down")]
+    Interrupted,
+    /// The lock was just taken and the release had changed since it was read: start again from
+    /// the object as it is now.
+    #[error("the release changed before its lock was taken")]
+    Restart(Box<SequencedRelease>),
 }
 
 impl Error {
@@ -91,7 +110,9 @@ impl Error {
             Error::Cluster(e) => e.category(),
             Error::Prepare(_) => "spec_read",
             Error::Plan(_) => "chart",
-            Error::Kube { .. } => "api",
+            Error::Kube { .. } | Error::Lock(_) => "api",
+            Error::Interrupted => "api",
+            Error::Restart(_) => "conflict",
         }
     }
 }
@@ -134,6 +155,15 @@ pub struct Context {
     plans: Mutex<HashMap<ObjectRef<SequencedRelease>, Arc<Cached>>>,
     records: Mutex<RecordCache>,
     failures: Mutex<HashMap<ObjectRef<SequencedRelease>, u32>>,
+    locks: Arc<Locks>,
+    /// Set on SIGTERM: no new step starts.
+    stopping: AtomicBool,
+}
+
+impl Context {
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
 }
 
 /// Runs the controller until `shutdown` resolves and the reconciles in flight have finished.
@@ -181,6 +211,8 @@ pub async fn run(
             }
         }
     });
+    let locks = Arc::new(Locks::new(client.clone(), options.identity.clone()));
+    locks.watch(trigger.clone());
     let context = Arc::new(Context {
         cluster: Cluster::new(client.clone()),
         watches: Watches::new(client.clone(), trigger),
@@ -191,8 +223,26 @@ pub async fn run(
         plans: Mutex::new(HashMap::new()),
         records: Mutex::new(HashMap::new()),
         failures: Mutex::new(HashMap::new()),
+        locks,
+        stopping: AtomicBool::new(false),
     });
-    controller
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let signal = {
+        let context = Arc::clone(&context);
+        async move {
+            shutdown.await;
+            context.stopping.store(true, Ordering::SeqCst);
+            let _ = stop.send(true);
+        }
+    };
+    let signal = tokio::spawn(signal);
+    let graceful = {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    };
+    let controller = controller
         .watches(
             api,
             watcher::Config::default().any_semantic(),
@@ -200,15 +250,81 @@ pub async fn run(
         )
         .reconcile_on(triggers)
         .with_config(controller::Config::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, context)
+        .graceful_shutdown_on(graceful)
+        .run(reconcile, error_policy, Arc::clone(&context))
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile");
             }
-        })
-        .await;
+        });
+    // After the signal, the reconciles in flight get IN_FLIGHT_BOUND to finish.
+    let bound = {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+            tokio::time::sleep(IN_FLIGHT_BOUND).await;
+        }
+    };
+    tokio::select! {
+        () = controller => {}
+        () = bound => {
+            tracing::warn!("reconciles still in flight {}s after the signal: abandoning them", IN_FLIGHT_BOUND.as_secs());
+        }
+    }
+    signal.abort();
+    if *stopped.borrow() {
+        let held = context.locks.held();
+        if tokio::time::timeout(RELEASE_BOUND, interrupt_all(&context, &held))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "could not release every lease within {}s; they expire by themselves",
+                RELEASE_BOUND.as_secs()
+            );
+        }
+    }
     Ok(())
+}
+
+/// After SIGTERM: every release whose lock this controller holds is marked Reconciling with
+/// reason Interrupted, and its lease is released, so that the next controller resumes at once.
+async fn interrupt_all(context: &Context, held: &[ObjectRef<SequencedRelease>]) {
+    let identity = &context.options.identity;
+    let now = &rollout::seconds(Time(k8s_openapi::jiff::Timestamp::now()));
+    futures::future::join_all(held.iter().map(|release| async move {
+        let namespace = release.namespace.as_deref().unwrap_or("default");
+        let api: Api<SequencedRelease> = Api::namespaced(context.client.clone(), namespace);
+        for _ in 0..2 {
+            let Ok(Some(mut sr)) = api.get_opt(&release.name).await else {
+                break;
+            };
+            let message = format!(
+                "interrupted: controller {identity} stopped during the operation; the next controller resumes it"
+            );
+            sr.status = Some(rollout::interrupted(
+                &sr.status.clone().unwrap_or_default(),
+                &message,
+                now,
+            ));
+            sr.metadata.managed_fields = None;
+            match api
+                .replace_status(&release.name, &PostParams::default(), &sr)
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => {
+                    tracing::warn!(release = %release, error = %e, "marking the release Interrupted");
+                    break;
+                }
+                Ok(_) => break,
+            }
+        }
+        if let Err(e) = context.locks.release(release).await {
+            tracing::warn!(release = %release, error = %e, "releasing the lease");
+        }
+    }))
+    .await;
 }
 
 /// The `sequenced_releases` label of a phase.
@@ -273,8 +389,38 @@ async fn reconcile(sr: Arc<SequencedRelease>, ctx: Arc<Context>) -> Result<Actio
     let release = format!("{}/{}", sr.namespace().unwrap_or_default(), sr.name_any());
     let span = tracing::info_span!("reconcile", release = %release);
     let started = std::time::Instant::now();
-    let timed = stats::CpuTimed::new(Reconcile::new(&sr, &ctx).run());
-    let (result, cpu) = tracing::Instrument::instrument(timed, span).await;
+    let mut current = sr;
+    let mut cpu = Duration::ZERO;
+    let mut restarts = 0;
+    let result = loop {
+        let timed = stats::CpuTimed::new(Reconcile::new(&current, &ctx).run());
+        let (result, spent) = tracing::Instrument::instrument(timed, span.clone()).await;
+        cpu += spent;
+        match result {
+            // The lock was just taken and the cached object was behind: go on from the fresh one.
+            Err(Error::Restart(fresh)) if restarts < 3 => {
+                restarts += 1;
+                current = Arc::new(*fresh);
+            }
+            other => break other,
+        }
+    };
+    let result = match result {
+        Err(Error::Lock(LockError::Busy {
+            holder,
+            retry_after,
+        })) => {
+            tracing::debug!(%holder, retry_in_ms = retry_after.as_millis() as u64, "locked by another session");
+            Ok(Action::requeue(retry_after + Duration::from_millis(50)))
+        }
+        Err(Error::Lock(LockError::Lost { holder })) => {
+            tracing::warn!(%holder, "lost the release's lock; its new holder goes on");
+            Ok(Action::requeue(Duration::from_secs(1)))
+        }
+        Err(Error::Interrupted) => Ok(Action::await_change()),
+        Err(Error::Restart(_)) => Ok(Action::requeue(Duration::from_millis(100))),
+        other => other,
+    };
     ctx.options.metrics.reconciled(
         result.as_ref().err().map(Error::category),
         started.elapsed(),
@@ -307,6 +453,8 @@ struct Reconcile<'a> {
     release_name: String,
     target_namespace: String,
     now: Time,
+    /// Whether the lock was taken or checked in this reconcile.
+    locked: AtomicBool,
 }
 
 impl<'a> Reconcile<'a> {
@@ -327,6 +475,7 @@ impl<'a> Reconcile<'a> {
             sr,
             ctx,
             now: rollout::seconds(Time(k8s_openapi::jiff::Timestamp::now())),
+            locked: AtomicBool::new(false),
         }
     }
 
@@ -339,10 +488,20 @@ impl<'a> Reconcile<'a> {
     }
 
     async fn run(self) -> Result<Action, Error> {
+        if self.ctx.stopping() {
+            return Ok(Action::await_change());
+        }
+        // Another session holds the release's lock: do not touch it until the lease is
+        // released (the lease watch wakes the release) or may have expired.
+        if let Some((holder, remaining)) = self.ctx.locks.blocked(&self.key()) {
+            tracing::debug!(%holder, retry_in_ms = remaining.as_millis() as u64, "locked by another session");
+            return Ok(Action::requeue(remaining + Duration::from_millis(50)));
+        }
         if self.sr.metadata.deletion_timestamp.is_some() {
             return self.uninstall().await;
         }
         if !self.sr.finalizers().iter().any(|f| f == FINALIZER) {
+            self.lock(false).await?;
             let mut finalizers = self.sr.finalizers().to_vec();
             finalizers.push(FINALIZER.to_string());
             self.patch_finalizers(finalizers).await?;
@@ -350,6 +509,13 @@ impl<'a> Reconcile<'a> {
             return Ok(Action::await_change());
         }
         if self.sr.spec.suspend {
+            if self.ctx.locks.holds(&self.key()) {
+                let mut status = self.status();
+                status.lock = None;
+                status.message = Some("suspended: spec.suspend is true".to_string());
+                self.write_status_as_is(&status).await?;
+                self.unlock().await;
+            }
             return Ok(Action::await_change());
         }
         self.deploy().await
@@ -377,12 +543,17 @@ impl<'a> Reconcile<'a> {
         }
     }
 
-    /// Writes `status` unless it is what the object already has.
+    /// Writes `status` unless it is what the object already has, under the release's lock.
+    /// While an operation is in progress the status mirrors the lock (renewed when due); once it
+    /// has ended, the lock is released after the write.
     async fn write_status(&self, status: &SequencedReleaseStatus) -> Result<(), Error> {
-        if self.sr.status.as_ref() == Some(status) {
-            return Ok(());
+        let key = self.key();
+        let keep = in_progress(status.phase);
+        if keep && self.ctx.locks.holds(&key) {
+            self.lock(false).await?;
         }
         let mut status = status.clone();
+        status.lock = keep.then(|| self.ctx.locks.mirror(&key)).flatten();
         if let Some(message) = status.message.as_mut() {
             cut(message);
         }
@@ -391,9 +562,22 @@ impl<'a> Reconcile<'a> {
                 cut(message);
             }
         }
+        if self.sr.status.as_ref() != Some(&status) {
+            self.lock(false).await?;
+            status.lock = keep.then(|| self.ctx.locks.mirror(&key)).flatten();
+            self.write_status_as_is(&status).await?;
+        }
+        if !keep {
+            self.unlock().await;
+        }
+        Ok(())
+    }
+
+    /// Replaces the status (a 409 is left for the newer object's own reconcile).
+    async fn write_status_as_is(&self, status: &SequencedReleaseStatus) -> Result<(), Error> {
         let mut object = self.sr.clone();
         object.metadata.managed_fields = None;
-        object.status = Some(status);
+        object.status = Some(status.clone());
         match self
             .api
             .replace_status(&self.name, &PostParams::default(), &object)
@@ -405,6 +589,82 @@ impl<'a> Reconcile<'a> {
             Err(e) => Err(kube_error(format!("writing the status of {}", self.owner))(
                 e,
             )),
+        }
+    }
+
+    /// The lease duration: `spec.timeout`.
+    fn lock_duration(&self) -> Duration {
+        parse_duration(&self.sr.spec.timeout).unwrap_or(DEFAULT_TIMEOUT)
+    }
+
+    /// Takes the release's lock before a write, or makes sure it is still held. `step` renews it
+    /// (once per reconcile): a step of the operation is about to apply or delete. A lock taken
+    /// fresh, or taken over, is followed by a fresh read of the release: when it changed since the
+    /// cached copy, the reconcile starts again from it ([`Error::Restart`]).
+    async fn lock(&self, step: bool) -> Result<(), Error> {
+        let key = self.key();
+        let checked = self.locked.load(Ordering::SeqCst);
+        if checked && self.ctx.locks.safely_held(&key) {
+            return Ok(());
+        }
+        let acquired = self
+            .ctx
+            .locks
+            .acquire(self.sr, self.lock_duration(), step || checked)
+            .await?;
+        self.locked.store(true, Ordering::SeqCst);
+        match acquired {
+            Acquired::Kept | Acquired::Renewed => Ok(()),
+            Acquired::Fresh => self.read_fresh().await,
+            Acquired::TakenOver {
+                previous,
+                unchanged_for,
+            } => {
+                self.ctx.options.metrics.lock_takeovers.inc();
+                let message = format!(
+                    "took over the lock from {previous}: its lease was not renewed for {}s; resuming from the status",
+                    unchanged_for.as_secs()
+                );
+                tracing::warn!(%previous, "took over an expired lock");
+                self.publish(&[rollout::Note {
+                    warning: true,
+                    reason: "LockTakenOver",
+                    message,
+                }])
+                .await;
+                self.read_fresh().await
+            }
+        }
+    }
+
+    /// After taking the lock: the release as the API server has it now, so that the operation
+    /// goes on from where the previous holder left it.
+    async fn read_fresh(&self) -> Result<(), Error> {
+        let fresh = self
+            .api
+            .get(&self.name)
+            .await
+            .map_err(kube_error(format!("reading {}", self.owner)))?;
+        if fresh.resource_version() == self.sr.resource_version() {
+            Ok(())
+        } else {
+            Err(Error::Restart(Box::new(fresh)))
+        }
+    }
+
+    /// Before each write of a step: stop when the controller is shutting down, and renew the
+    /// lock unless it is held with time to spare.
+    async fn still_held(&self) -> Result<(), Error> {
+        if self.ctx.stopping() {
+            return Err(Error::Interrupted);
+        }
+        self.lock(false).await
+    }
+
+    /// Releases the lock (the operation is over); a failure leaves the lease to expire.
+    async fn unlock(&self) {
+        if let Err(e) = self.ctx.locks.release(&self.key()).await {
+            tracing::warn!(error = %e, "releasing the release's lease; it expires by itself");
         }
     }
 
@@ -490,6 +750,7 @@ impl<'a> Reconcile<'a> {
             wait: spec.wait,
             readiness_timeout,
             max_history: usize::try_from(spec.max_history).unwrap_or(0),
+            retries: u32::try_from(spec.retries).unwrap_or(0),
         })
     }
 
@@ -509,8 +770,11 @@ impl<'a> Reconcile<'a> {
         };
         let status = self.status();
         let generation = self.sr.metadata.generation;
+        let retry_now =
+            rollout::retry_due(&status, settings.retries, &self.now) == Some(Duration::ZERO);
         let new_revision = status.observed_generation != generation
-            || status.last_applied_digest.as_deref() != Some(prepared.digest.as_str());
+            || status.last_applied_digest.as_deref() != Some(prepared.digest.as_str())
+            || retry_now;
         if new_revision {
             match self.dependencies().await? {
                 Dependencies::Ready => {}
@@ -628,13 +892,20 @@ impl<'a> Reconcile<'a> {
         let wanted = rollout::wanted(&revision, &status);
         let observed = self.observe(&resolved, &wanted).await?;
         let decision = rollout::step(&revision, &status, &observed, &self.now);
-        let mut next = decision.status.clone();
+        let next = decision.status.clone();
         let metrics = &self.ctx.options.metrics;
         metrics
             .readiness_timeouts
             .inc_by(u64::try_from(decision.timeouts).unwrap_or(0));
         observe_waits(metrics, &status, &decision.status);
+        if !decision.actions.is_empty() {
+            // A step of the operation: renew the lock (or take it) before the first write.
+            self.lock(true).await?;
+        }
         for (done, action) in decision.actions.iter().enumerate() {
+            if let Err(e) = self.still_held().await {
+                return self.cut_short(&revision, &decision, done, e).await;
+            }
             let applying = std::time::Instant::now();
             let result = self.execute(&resolved, &record, action).await;
             metrics
@@ -647,20 +918,51 @@ impl<'a> Reconcile<'a> {
                     .await;
             }
         }
-        if decision.finished && next.phase == Some(ReleasePhase::Ready) {
-            next.lock = None;
-        }
         self.write_status(&next).await?;
         self.publish(&decision.events).await;
-        Ok(match next.phase {
+        Ok(self.next_look(&next, decision.requeue_after))
+    }
+
+    /// When to look at the release again without an event: at `interval` once Ready, when the
+    /// retry of a failure is due, and while in progress at the next readiness timeout, within
+    /// a minute and within a third of the lease duration (so that the lock is renewed).
+    fn next_look(
+        &self,
+        status: &SequencedReleaseStatus,
+        requeue_after: Option<Duration>,
+    ) -> Action {
+        match status.phase {
             Some(ReleasePhase::Ready) => Action::requeue(self.interval()),
-            Some(ReleasePhase::Failed) => Action::await_change(),
-            _ => Action::requeue(
-                decision
-                    .requeue_after
-                    .map_or(FALLBACK_REQUEUE, |d| d.min(FALLBACK_REQUEUE)),
-            ),
-        })
+            Some(ReleasePhase::Failed) => {
+                let retries = u32::try_from(self.sr.spec.retries).unwrap_or(0);
+                match rollout::retry_due(status, retries, &self.now) {
+                    Some(due) => Action::requeue(due + Duration::from_millis(100)),
+                    None => Action::await_change(),
+                }
+            }
+            _ => {
+                let limit = FALLBACK_REQUEUE.min(self.lock_duration() / 3);
+                Action::requeue(requeue_after.map_or(limit, |d| d.min(limit)))
+            }
+        }
+    }
+
+    /// The controller is stopping (or lost the lock) before action `done` of the decision: the
+    /// status keeps what was done, and the layers not reached go back to Pending.
+    async fn cut_short(
+        &self,
+        revision: &Revision<'_>,
+        decision: &rollout::Decision,
+        done: usize,
+        error: Error,
+    ) -> Result<Action, Error> {
+        if done > 0 && matches!(error, Error::Interrupted) {
+            let mut status = decision.status.clone();
+            unreached(revision, decision, done, &mut status);
+            status.lock = self.ctx.locks.mirror(&self.key());
+            self.write_status_as_is(&status).await?;
+        }
+        Err(error)
     }
 
     /// An action failed after `done` actions of the decision succeeded: the status says which
@@ -674,17 +976,11 @@ impl<'a> Reconcile<'a> {
         failure: ActionError,
     ) -> Result<Action, Error> {
         let mut status = decision.status.clone();
-        let slot_of = |action: &Step| -> Option<usize> {
-            let crds = usize::from(!revision.plan.crds.is_empty());
-            match action {
-                Step::ApplyCrds => Some(0),
-                Step::ApplyLayer(i) => Some(crds + i),
-                Step::Prune => Some(crds + revision.plan.layers.len()),
-                Step::DeleteStep(i) => Some(*i),
-            }
-        };
         let message = failure.to_string();
-        if let Some(slot) = decision.actions.get(done).and_then(slot_of)
+        if let Some(slot) = decision
+            .actions
+            .get(done)
+            .and_then(|a| slot_of(revision, a))
             && let Some(layer) = status.layers.get_mut(slot)
         {
             layer.phase = if failure.is_transient() {
@@ -694,21 +990,15 @@ impl<'a> Reconcile<'a> {
             };
             layer.message = Some(message.clone());
         }
-        for action in decision.actions.iter().skip(done + 1) {
-            if let Some(layer) = slot_of(action).and_then(|s| status.layers.get_mut(s))
-                && layer.phase == LayerPhase::Waiting
-            {
-                layer.phase = LayerPhase::Pending;
-                layer.started_at = None;
-            }
-        }
+        unreached(revision, decision, done + 1, &mut status);
         match failure {
             ActionError::Refused { reason, .. } => {
-                let status = rollout::stalled(
+                let (status, _) = rollout::failed(
                     &status,
                     self.sr.metadata.generation,
                     reason,
                     &message,
+                    u32::try_from(self.sr.spec.retries).unwrap_or(0),
                     &self.now,
                 );
                 self.write_status(&status).await?;
@@ -718,7 +1008,7 @@ impl<'a> Reconcile<'a> {
                     message: message.clone(),
                 }])
                 .await;
-                Ok(Action::await_change())
+                Ok(self.next_look(&status, None))
             }
             ActionError::Transient(error) => {
                 status.message = Some(message);
@@ -860,6 +1150,7 @@ impl<'a> Reconcile<'a> {
 
     /// `createNamespace`: the target namespace, unless it exists.
     async fn create_namespace(&self) -> Result<(), Error> {
+        self.lock(false).await?;
         let key = ObjectKey {
             api_version: "v1".to_string(),
             kind: "Namespace".to_string(),
@@ -926,6 +1217,7 @@ impl<'a> Reconcile<'a> {
 
     /// Writes the record of a new revision and drops the one that falls out of `maxHistory`.
     async fn write_record(&self, record: &Record, max_history: usize) -> Result<(), Error> {
+        self.lock(false).await?;
         let name = Record::secret_name(&self.name, record.revision);
         let secret = json!({
             "apiVersion": "v1",
@@ -962,6 +1254,7 @@ impl<'a> Reconcile<'a> {
     }
 
     async fn delete_record(&self, revision: i64) -> Result<(), Error> {
+        self.lock(false).await?;
         let name = Record::secret_name(&self.name, revision);
         match self
             .record_secrets()
@@ -1239,10 +1532,14 @@ impl<'a> Reconcile<'a> {
         };
         let decision =
             rollout::uninstall_step(&inventory, record.sequenced, &status, &observed, &self.now);
+        if !decision.actions.is_empty() {
+            self.lock(true).await?;
+        }
         for action in &decision.actions {
             let Step::DeleteStep(i) = action else {
                 continue;
             };
+            self.still_held().await?;
             let Some(step) = inventory.steps.get(*i) else {
                 continue;
             };
@@ -1274,7 +1571,7 @@ impl<'a> Reconcile<'a> {
         }
         self.write_status(&decision.status).await?;
         self.publish(&decision.events).await;
-        Ok(Action::requeue(FALLBACK_REQUEUE))
+        Ok(self.next_look(&decision.status, None))
     }
 
     /// Whether each object still exists as ours: an object that is not ours is not ours to
@@ -1291,6 +1588,7 @@ impl<'a> Reconcile<'a> {
 
     /// Everything is gone: drop the records (unless kept) and the finalizer.
     async fn finish_uninstall(&self, status: &SequencedReleaseStatus) -> Result<Action, Error> {
+        self.lock(false).await?;
         let keep = self
             .sr
             .spec
@@ -1318,7 +1616,51 @@ impl<'a> Reconcile<'a> {
             .cloned()
             .collect();
         self.patch_finalizers(finalizers).await?;
+        if let Err(e) = self.ctx.locks.remove(&self.key()).await {
+            tracing::warn!(error = %e, "deleting the release's lease");
+        }
         Ok(Action::await_change())
+    }
+}
+
+/// Whether an operation is under way in this phase: the release's lock is held through it.
+fn in_progress(phase: Option<ReleasePhase>) -> bool {
+    matches!(
+        phase,
+        Some(
+            ReleasePhase::Deploying
+                | ReleasePhase::Rendering
+                | ReleasePhase::RollingBack
+                | ReleasePhase::Uninstalling
+        )
+    )
+}
+
+/// The entry in `status.layers` of an action.
+fn slot_of(revision: &Revision, action: &Step) -> Option<usize> {
+    let crds = usize::from(!revision.plan.crds.is_empty());
+    match action {
+        Step::ApplyCrds => Some(0),
+        Step::ApplyLayer(i) => Some(crds + i),
+        Step::Prune => Some(crds + revision.plan.layers.len()),
+        Step::DeleteStep(i) => Some(*i),
+    }
+}
+
+/// The layers of the decision's actions from `from` on were not reached: back to Pending.
+fn unreached(
+    revision: &Revision,
+    decision: &rollout::Decision,
+    from: usize,
+    status: &mut SequencedReleaseStatus,
+) {
+    for action in decision.actions.iter().skip(from) {
+        if let Some(layer) = slot_of(revision, action).and_then(|s| status.layers.get_mut(s))
+            && matches!(layer.phase, LayerPhase::Waiting | LayerPhase::Deleting)
+        {
+            layer.phase = LayerPhase::Pending;
+            layer.started_at = None;
+        }
     }
 }
 

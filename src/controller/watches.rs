@@ -43,6 +43,18 @@ pub struct Watches {
     trigger: Trigger,
     kinds: Mutex<HashSet<(String, String)>>,
     external: Arc<Mutex<HashMap<ExternalKey, HashSet<ObjectRef<SequencedRelease>>>>>,
+    /// The watch tasks, stopped when the controller goes away.
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        if let Ok(tasks) = self.tasks.get_mut() {
+            for task in tasks.drain(..) {
+                task.abort();
+            }
+        }
+    }
 }
 
 impl Watches {
@@ -52,6 +64,13 @@ impl Watches {
             trigger,
             kinds: Mutex::new(HashSet::new()),
             external: Arc::new(Mutex::new(HashMap::new())),
+            tasks: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn keep(&self, task: tokio::task::JoinHandle<()>) {
+        if let Ok(mut tasks) = self.tasks.lock() {
+            tasks.push(task.abort_handle());
         }
     }
 
@@ -76,7 +95,7 @@ impl Watches {
             .any_semantic();
         let trigger = self.trigger.clone();
         let what = format!("{}/{}", kind.resource.api_version, kind.resource.kind);
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             tracing::debug!(kind = %what, "watching managed objects");
             let mut events = watcher(api, config).default_backoff().boxed();
             while let Some(event) = events.next().await {
@@ -95,6 +114,7 @@ impl Watches {
                 }
             }
         });
+        self.keep(task);
     }
 
     /// Wakes `owner` when the external object changes (werf's external dependencies).
@@ -131,7 +151,7 @@ impl Watches {
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let trigger = self.trigger.clone();
         let registry = Arc::clone(&self.external);
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let mut events = watcher(api, config).default_backoff().boxed();
             while let Some(event) = events.next().await {
                 if !matches!(
@@ -151,5 +171,6 @@ impl Watches {
                 }
             }
         });
+        self.keep(task);
     }
 }

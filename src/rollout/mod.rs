@@ -47,6 +47,8 @@ pub struct Settings {
     pub readiness_timeout: Duration,
     /// `maxHistory` (0 keeps every entry).
     pub max_history: usize,
+    /// `retries`: how many times a failed operation is tried again.
+    pub retries: u32,
 }
 
 /// What the current revision deploys.
@@ -296,6 +298,99 @@ pub fn stalled(
     status
 }
 
+/// The delay before retry `n` (from 1): 5 s, doubling up to 5 min.
+pub fn retry_delay(n: u32) -> Duration {
+    let exponent = n.saturating_sub(1).min(16);
+    Duration::from_secs(5)
+        .saturating_mul(1 << exponent)
+        .min(Duration::from_secs(300))
+}
+
+/// An operation failed (`reason`, `message`): phase Failed, and one more consecutive failure.
+/// While `retries` are left the release is Reconciling with a retry scheduled, and the delay
+/// before it is returned; otherwise it is Stalled until the spec changes.
+pub fn failed(
+    status: &SequencedReleaseStatus,
+    generation: Option<i64>,
+    reason: &str,
+    message: &str,
+    retries: u32,
+    now: &Time,
+) -> (SequencedReleaseStatus, Option<Duration>) {
+    let mut status = stalled(status, generation, reason, message, now);
+    let failures = status.failures.unwrap_or(0).saturating_add(1);
+    status.failures = Some(failures);
+    let n = u32::try_from(failures).unwrap_or(u32::MAX);
+    if n > retries {
+        return (status, None);
+    }
+    let delay = retry_delay(n);
+    let retrying = format!("{message}; retry {n} of {retries} in {}s", delay.as_secs());
+    status.message = Some(retrying.clone());
+    let generation = status.observed_generation;
+    set_condition(
+        &mut status.conditions,
+        READY,
+        false,
+        reason,
+        &retrying,
+        generation,
+        now,
+    );
+    set_condition(
+        &mut status.conditions,
+        RECONCILING,
+        true,
+        "RetryScheduled",
+        &retrying,
+        generation,
+        now,
+    );
+    set_condition(
+        &mut status.conditions,
+        STALLED,
+        false,
+        reason,
+        "",
+        generation,
+        now,
+    );
+    (status, Some(delay))
+}
+
+/// For a Failed release with retries left: how long until the next retry is due (zero when it
+/// is due now). None when no retry is scheduled.
+pub fn retry_due(status: &SequencedReleaseStatus, retries: u32, now: &Time) -> Option<Duration> {
+    if status.phase != Some(ReleasePhase::Failed) {
+        return None;
+    }
+    let n = u32::try_from(status.failures?).ok()?;
+    if n == 0 || n > retries {
+        return None;
+    }
+    let failed_at = status
+        .history
+        .first()
+        .filter(|h| Some(h.revision) == status.revision)
+        .and_then(|h| h.finished_at.as_ref());
+    let waited = elapsed(failed_at, now).unwrap_or(Duration::MAX);
+    Some(retry_delay(n).saturating_sub(waited))
+}
+
+/// The controller stopped (SIGTERM) in the middle of an operation: Reconciling with reason
+/// `Interrupted`; the next controller resumes from the layers' phases.
+pub fn interrupted(
+    status: &SequencedReleaseStatus,
+    message: &str,
+    now: &Time,
+) -> SequencedReleaseStatus {
+    let mut status = status.clone();
+    status.message = Some(message.to_string());
+    status.lock = None;
+    progressing(&mut status, "Interrupted", message, now);
+    status
+}
+
 /// A release waiting for something outside it (another release, a lock): phase Pending.
 pub fn pending(
     status: &SequencedReleaseStatus,
@@ -322,6 +417,12 @@ pub fn begin(
     now: &Time,
 ) -> SequencedReleaseStatus {
     let mut status = status.clone();
+    // A retry keeps counting; a changed spec or chart starts again.
+    if status.observed_generation != generation
+        || status.last_applied_digest.as_deref() != Some(digest)
+    {
+        status.failures = None;
+    }
     let number = status.revision.unwrap_or(0) + 1;
     status.revision = Some(number);
     status.observed_generation = generation;
@@ -671,12 +772,21 @@ pub fn step(
         st.phase = Some(ReleasePhase::Failed);
         st.message = Some(reason.clone());
         let generation = st.observed_generation;
-        let mut failed = stalled(&st, generation, "ReadinessFailed", &reason, now);
+        let (mut failed, retry) = self::failed(
+            &st,
+            generation,
+            "ReadinessFailed",
+            &reason,
+            settings.retries,
+            now,
+        );
         failed.progress = st.progress.clone();
         st = failed;
+        requeue_after = retry;
     } else if crds_done && main_ready && pruned {
         finished = true;
         st.phase = Some(ReleasePhase::Ready);
+        st.failures = None;
         let number = st.revision.unwrap_or(0);
         let message = format!(
             "revision {number} is ready: {} layers, {} resources",

@@ -89,7 +89,12 @@ pub struct RecordedRequest {
     pub name: Option<String>,
     /// "status" for /status.
     pub subresource: Option<String>,
+    /// Which test client sent it (the `x-test-client` header of [`TestApiServer::client_as`]).
+    pub client: Option<String>,
 }
+
+/// The header that names a test client.
+const CLIENT_HEADER: &str = "x-test-client";
 
 struct Inner {
     addr: SocketAddr,
@@ -169,6 +174,19 @@ impl TestApiServer {
         let uri: http::Uri = self.url().parse().expect("server url");
         let mut config = kube::Config::new(uri);
         config.default_namespace = "default".into();
+        kube::Client::try_from(config).expect("kube client")
+    }
+
+    /// A client whose requests are recorded as sent by `name` ([`RecordedRequest::client`]), to
+    /// tell several controllers apart.
+    pub fn client_as(&self, name: &str) -> kube::Client {
+        let uri: http::Uri = self.url().parse().expect("server url");
+        let mut config = kube::Config::new(uri);
+        config.default_namespace = "default".into();
+        config.headers.push((
+            http::HeaderName::from_static(CLIENT_HEADER),
+            http::HeaderValue::from_str(name).expect("client name"),
+        ));
         kube::Client::try_from(config).expect("kube client")
     }
 
@@ -585,6 +603,7 @@ fn dispatch(inner: &Inner, req: &Req) -> Reply {
             .filter(|t| !t.name.is_empty())
             .map(|t| t.name.clone()),
         subresource: target.filter(|t| !t.sub.is_empty()).map(|t| t.sub.clone()),
+        client: req.header(CLIENT_HEADER).map(String::from),
     });
     let full_path = if req.query.is_empty() {
         req.path.clone()

@@ -23,6 +23,22 @@ pub mod operator;
 use std::path::Path;
 use std::process::Command;
 
+/// A kubeconfig in `dir` for `url` (plain HTTP, no credentials) whose context's namespace is
+/// `namespace`.
+pub fn kubeconfig(dir: &tempfile::TempDir, url: &str, namespace: &str) -> PathBuf {
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\n\
+             users:\n- name: test\n  user: {{}}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    \
+             user: test\n    namespace: {namespace}\ncurrent-context: test\n"
+        ),
+    )
+    .expect("write kubeconfig");
+    path
+}
+
 /// Writes `content` to `dir/relative`, creating directories.
 pub fn write(dir: &Path, relative: &str, content: &str) {
     let path = dir.join(relative);

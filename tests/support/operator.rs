@@ -23,9 +23,79 @@ pub struct Operator {
     pub client: Client,
     /// The controller's metrics.
     pub metrics: std::sync::Arc<sequenced::metrics::Metrics>,
+    controller: Option<Controller>,
+}
+
+/// One controller process, run in-process: its requests are recorded as sent by its identity.
+pub struct Controller {
+    pub identity: String,
+    pub metrics: std::sync::Arc<sequenced::metrics::Metrics>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
     _cache: tempfile::TempDir,
+}
+
+impl Controller {
+    /// Starts a controller named `identity` against `server`.
+    pub fn start(server: &TestApiServer, identity: &str, concurrency: u16) -> Controller {
+        let cache = tempfile::tempdir().expect("cache dir");
+        let options = Options {
+            helm: Helm::at(super::helm()),
+            cache: ChartCache::new(cache.path()),
+            concurrency,
+            identity: identity.to_string(),
+            metrics: std::sync::Arc::new(sequenced::metrics::Metrics::new().unwrap()),
+        };
+        let metrics = options.metrics.clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let client = server.client_as(identity);
+        let task = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            if let Err(e) = controller::run(client, options, shutdown).await {
+                panic!("the controller stopped: {e}");
+            }
+        });
+        Controller {
+            identity: identity.to_string(),
+            metrics,
+            stop: Some(stop),
+            task: Some(task),
+            _cache: cache,
+        }
+    }
+
+    /// Stops the controller as SIGTERM does, and waits until it has exited; how long that took.
+    pub async fn stop(mut self) -> Duration {
+        let started = Instant::now();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(30), task)
+                .await
+                .expect("the controller exits after the signal")
+                .expect("the controller task");
+        }
+        started.elapsed()
+    }
+
+    /// Kills the controller: it stops wherever it is, releases nothing and writes nothing more.
+    pub async fn kill(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
 }
 
 /// Installs the SequencedRelease CRD from crds/ and waits until it is served.
@@ -48,45 +118,40 @@ pub async fn install_crd(client: &Client) {
 impl Operator {
     /// A fresh server, the CRD, and a controller reconciling `concurrency` releases at once.
     pub async fn start(concurrency: u16) -> Operator {
+        let mut operator = Operator::without_controller().await;
+        let controller = operator.spawn("test-controller", concurrency);
+        operator.metrics = controller.metrics.clone();
+        operator.controller = Some(controller);
+        operator
+    }
+
+    /// A fresh server with the CRD, and no controller yet.
+    pub async fn without_controller() -> Operator {
         let server = TestApiServer::start().await;
         let client = server.client();
         install_crd(&client).await;
-        let cache = tempfile::tempdir().expect("cache dir");
-        let options = Options {
-            helm: Helm::at(super::helm()),
-            cache: ChartCache::new(cache.path()),
-            concurrency,
-            identity: "test-controller".to_string(),
-            metrics: std::sync::Arc::new(sequenced::metrics::Metrics::new().unwrap()),
-        };
-        let metrics = options.metrics.clone();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let controller_client = server.client();
-        let task = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.await;
-            };
-            if let Err(e) = controller::run(controller_client, options, shutdown).await {
-                panic!("the controller stopped: {e}");
-            }
-        });
         Operator {
             server,
             client,
-            metrics,
-            stop: Some(stop),
-            task: Some(task),
-            _cache: cache,
+            metrics: std::sync::Arc::new(sequenced::metrics::Metrics::new().unwrap()),
+            controller: None,
         }
+    }
+
+    /// Another controller process against the same server.
+    pub fn spawn(&self, identity: &str, concurrency: u16) -> Controller {
+        Controller::start(&self.server, identity, concurrency)
+    }
+
+    /// The controller [`Operator::start`] started, for a test to stop or kill.
+    pub fn take_controller(&mut self) -> Controller {
+        self.controller.take().expect("a controller")
     }
 
     /// Stops the controller and waits for it.
     pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        if let Some(controller) = self.controller.take() {
+            controller.stop().await;
         }
     }
 
@@ -135,6 +200,33 @@ impl Operator {
             "{namespace}/{name} never got {what}; last status: {}",
             serde_json::to_string_pretty(&last.and_then(|s| s.status)).unwrap_or_default()
         );
+    }
+
+    /// Waits until an event with `reason` about release `namespace/name` is recorded; its note.
+    pub async fn wait_event(&self, namespace: &str, name: &str, reason: &str) -> String {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.client.clone(), namespace);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let found = events
+                .list(&Default::default())
+                .await
+                .expect("list events")
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && e.reason.as_deref() == Some(reason)
+                });
+            if let Some(event) = found {
+                return event.note.unwrap_or_default();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {reason} event about {namespace}/{name}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Waits until the server holds `kind/name`, or panics.
