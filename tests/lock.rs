@@ -302,6 +302,66 @@ async fn the_holder_renews_its_lease_while_a_layer_waits_longer_than_the_timeout
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_with_a_stale_cache_reads_the_release_again_after_taking_the_lock() {
+    within(async {
+        let op = Operator::without_controller().await;
+        let dir = duo();
+        let a = op.spawn("controller-a", 4);
+        op.create(
+            "default",
+            duo_release("duo", &dir, json!({"timeout": "2s"})),
+        )
+        .await;
+        op.wait_release("default", "duo", "layer db waiting", |sr| {
+            layer_phase(sr, "db") == Some(LayerPhase::Waiting)
+        })
+        .await;
+        let b = op.spawn("controller-b", 4);
+        let synced = op
+            .server
+            .wait_until(Duration::from_secs(10), |_| b.metrics.is_synced())
+            .await;
+        assert!(synced);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // b's watches stall: its cache keeps db waiting and app pending, and its sighting of the
+        // lease stops moving, so the lease looks expired to it after 2 s.
+        op.server.pause_watches("controller-b");
+        let _kubelet = op.kubelet();
+        op.wait_release("default", "duo", "Ready", is_ready).await;
+        released_lease(&op, "default", "duo").await;
+        // b wakes (its requeue at the lease's possible expiry), takes the free lock, and must
+        // read the release again instead of going on from its stale copy.
+        let took_lock = op
+            .server
+            .wait_until(Duration::from_secs(20), |server| {
+                server.requests().iter().any(|r| {
+                    r.client.as_deref() == Some("controller-b")
+                        && r.kind.as_deref() == Some("Lease")
+                        && matches!(r.verb, "create" | "update")
+                        && r.status < 300
+                })
+            })
+            .await;
+        assert!(took_lock, "controller-b never took the lock");
+        released_lease(&op, "default", "duo").await;
+        for name in ["db", "app"] {
+            assert_eq!(
+                appliers(&op, "Deployment", "default", name),
+                BTreeSet::from(["controller-a".to_string()]),
+                "Deployment {name}"
+            );
+        }
+        let sr = op.releases("default").get("duo").await.unwrap();
+        assert!(is_ready(&sr));
+        assert_eq!(sr.status.unwrap().revision, Some(1));
+        op.server.resume_watches("controller-b");
+        a.stop().await;
+        b.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_controller_is_taken_over_after_its_lease_expires() {
     within(async {
         let op = Operator::without_controller().await;

@@ -101,6 +101,8 @@ struct Inner {
     state: Mutex<State>,
     /// The latest resourceVersion, for watches to wait on.
     rv_tx: tokio::sync::watch::Sender<u64>,
+    /// Clients whose watch streams deliver nothing for now ([`TestApiServer::pause_watches`]).
+    paused: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Inner {
@@ -142,6 +144,7 @@ impl TestApiServer {
             addr,
             state: Mutex::new(state),
             rv_tx,
+            paused: Mutex::new(std::collections::HashSet::new()),
         });
         let server = inner.clone();
         tokio::spawn(async move {
@@ -188,6 +191,27 @@ impl TestApiServer {
             http::HeaderValue::from_str(name).expect("client name"),
         ));
         kube::Client::try_from(config).expect("kube client")
+    }
+
+    /// Holds back every watch event for `client` (as a slow or partitioned watch connection
+    /// would) until [`TestApiServer::resume_watches`]: its caches go stale while its requests
+    /// are still answered.
+    pub fn pause_watches(&self, client: &str) {
+        self.inner
+            .paused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(client.to_string());
+    }
+
+    /// Delivers the events held back for `client`, and the ones after them.
+    pub fn resume_watches(&self, client: &str) {
+        self.inner
+            .paused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(client);
+        self.inner.rv_tx.send_modify(|_| {});
     }
 
     /// Every request so far, in arrival order.
@@ -398,6 +422,8 @@ struct WatchPlan {
     deadline: Option<tokio::time::Instant>,
     /// The stream ends after `first` (an ERROR event).
     finished: bool,
+    /// The client that asked ([`CLIENT_HEADER`]).
+    client: Option<String>,
 }
 
 async fn serve(inner: Arc<Inner>, req: http::Request<Incoming>) -> Response<Body> {
@@ -1249,6 +1275,7 @@ fn watch(state: &mut State, req: &Req, t: &Target) -> Result<Reply, ApiError> {
         from: state.rv,
         deadline,
         finished: false,
+        client: req.header(CLIENT_HEADER).map(String::from),
     };
     let initial = send_initial == Some(true);
     match state.watch_start(&t.rt, &t.version, &t.namespace, &sel, requested, initial) {
@@ -1357,8 +1384,24 @@ impl WatchStream {
         self.last = self.last.max(state.rv);
     }
 
+    fn paused(&self) -> bool {
+        self.plan.client.as_ref().is_some_and(|c| {
+            self.inner
+                .paused
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(c)
+        })
+    }
+
     async fn next(mut self) -> Option<(Result<Frame<Bytes>, Infallible>, WatchStream)> {
         loop {
+            if self.paused() {
+                if self.rx.changed().await.is_err() {
+                    return None;
+                }
+                continue;
+            }
             if let Some(b) = self.pending.pop_front() {
                 return Some((Ok(Frame::data(b)), self));
             }
