@@ -445,6 +445,7 @@ impl Locks {
     ) -> Result<Acquired, LockError> {
         let sent = Instant::now();
         let mut lease = held.lease.clone();
+        lease.metadata.managed_fields = None;
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         spec.renew_time = Some(micro_now());
         spec.lease_duration_seconds = Some(seconds_i32(duration));
@@ -548,6 +549,7 @@ impl Locks {
             return Ok(());
         };
         let mut lease = held.lease;
+        lease.metadata.managed_fields = None;
         if let Some(spec) = lease.spec.as_mut() {
             spec.holder_identity = None;
             spec.renew_time = Some(micro_now());
