@@ -750,8 +750,13 @@ impl<'a> Reconcile<'a> {
             wait: spec.wait,
             readiness_timeout,
             max_history: usize::try_from(spec.max_history).unwrap_or(0),
-            retries: u32::try_from(spec.retries).unwrap_or(0),
+            retries: self.retries(),
         })
+    }
+
+    /// `spec.retries` (a negative number, which the CRD refuses, counts as none).
+    fn retries(&self) -> u32 {
+        u32::try_from(self.sr.spec.retries).unwrap_or(0)
     }
 
     fn interval(&self) -> Duration {
@@ -934,8 +939,7 @@ impl<'a> Reconcile<'a> {
         match status.phase {
             Some(ReleasePhase::Ready) => Action::requeue(self.interval()),
             Some(ReleasePhase::Failed) => {
-                let retries = u32::try_from(self.sr.spec.retries).unwrap_or(0);
-                match rollout::retry_due(status, retries, &self.now) {
+                match rollout::retry_due(status, self.retries(), &self.now) {
                     Some(due) => Action::requeue(due + Duration::from_millis(100)),
                     None => Action::await_change(),
                 }
@@ -998,7 +1002,7 @@ impl<'a> Reconcile<'a> {
                     self.sr.metadata.generation,
                     reason,
                     &message,
-                    u32::try_from(self.sr.spec.retries).unwrap_or(0),
+                    self.retries(),
                     &self.now,
                 );
                 self.write_status(&status).await?;

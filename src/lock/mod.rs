@@ -14,7 +14,7 @@
 //! - A watch on the leases keeps those sightings current and wakes a release whose lease another
 //!   controller has just released.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -196,7 +196,7 @@ pub struct Locks {
     held: Mutex<HashMap<Release, Held>>,
     seen: Mutex<HashMap<Release, Sighting>>,
     /// Releases blocked by another session's lease, to wake when it is released.
-    waiting: Mutex<HashMap<Release, ()>>,
+    waiting: Mutex<HashSet<Release>>,
     watch: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
@@ -237,16 +237,13 @@ impl Locks {
             identity,
             held: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
-            waiting: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(HashSet::new()),
             watch: Mutex::new(None),
         }
     }
 
     fn api(&self, release: &Release) -> Api<Lease> {
-        Api::namespaced(
-            self.client.clone(),
-            release.namespace.as_deref().unwrap_or("default"),
-        )
+        Api::namespaced(self.client.clone(), api_namespace(release))
     }
 
     /// Watches every lease the controllers made, to keep the sightings current and to wake, via
@@ -277,7 +274,7 @@ impl Locks {
                 };
                 let free = deleted || locks.saw(&release, &lease) == Standing::Free;
                 if free
-                    && guard(&locks.waiting).remove(&release).is_some()
+                    && guard(&locks.waiting).remove(&release)
                     && trigger.unbounded_send(release).is_err()
                 {
                     return;
@@ -289,9 +286,10 @@ impl Locks {
 
     /// Records a sighting of `lease` and judges it.
     fn saw(&self, release: &Release, lease: &Lease) -> Standing {
+        let now = Instant::now();
         let mut seen = guard(&self.seen);
-        let sighting = Sighting::of(lease, seen.get(release), Instant::now());
-        let verdict = standing(&sighting, Instant::now());
+        let sighting = Sighting::of(lease, seen.get(release), now);
+        let verdict = standing(&sighting, now);
         seen.insert(release.clone(), sighting);
         verdict
     }
@@ -311,7 +309,7 @@ impl Locks {
         let sighting = guard(&self.seen).get(release).cloned()?;
         match standing(&sighting, Instant::now()) {
             Standing::Held { holder, remaining } => {
-                guard(&self.waiting).insert(release.clone(), ());
+                guard(&self.waiting).insert(release.clone());
                 Some((holder, remaining))
             }
             _ => None,
@@ -359,11 +357,12 @@ impl Locks {
         }
         let api = self.api(&release);
         let name = lease_name(&release.name);
-        let current = api.get_opt(&name).await.map_err(|source| LockError::Api {
-            what: format!("reading Lease {}/{name}", api_namespace(&release)),
-            source,
-        })?;
+        let current = api
+            .get_opt(&name)
+            .await
+            .map_err(api_error("reading", &release))?;
         let session = new_session();
+        let sent = Instant::now();
         let (outcome, lease) = match current {
             None => {
                 let lease = self.lease(sr, &name, &session, duration, None);
@@ -374,7 +373,7 @@ impl Locks {
                 let outcome = match self.saw(&release, &current) {
                     Standing::Free => Acquired::Fresh,
                     Standing::Held { holder, remaining } => {
-                        guard(&self.waiting).insert(release.clone(), ());
+                        guard(&self.waiting).insert(release.clone());
                         return Err(LockError::Busy {
                             holder,
                             retry_after: remaining,
@@ -394,7 +393,7 @@ impl Locks {
             }
         };
         guard(&self.waiting).remove(&release);
-        self.keep(&release, session, lease, duration);
+        self.keep(&release, session, lease, duration, sent);
         Ok(outcome)
     }
 
@@ -404,33 +403,33 @@ impl Locks {
         match answer {
             Ok(lease) => Ok(lease),
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                guard(&self.waiting).insert(release.clone(), ());
+                guard(&self.waiting).insert(release.clone());
                 Err(LockError::Busy {
                     holder: "another controller".to_string(),
                     // Its lease is new: it lasts at least until the next sighting expires.
                     retry_after: Duration::from_millis(500),
                 })
             }
-            Err(source) => Err(LockError::Api {
-                what: format!(
-                    "writing Lease {}/{}",
-                    api_namespace(release),
-                    lease_name(&release.name)
-                ),
-                source,
-            }),
+            Err(source) => Err(api_error("writing", release)(source)),
         }
     }
 
-    fn keep(&self, release: &Release, session: String, lease: Lease, duration: Duration) {
-        let written = Instant::now();
-        guard(&self.seen).insert(release.clone(), Sighting::of(&lease, None, written));
+    /// Records a lease this controller has just written; `sent` is when the write was sent.
+    fn keep(
+        &self,
+        release: &Release,
+        session: String,
+        lease: Lease,
+        duration: Duration,
+        sent: Instant,
+    ) {
+        guard(&self.seen).insert(release.clone(), Sighting::of(&lease, None, sent));
         guard(&self.held).insert(
             release.clone(),
             Held {
                 session,
                 lease,
-                renewed: written,
+                renewed: sent,
                 duration,
                 locked_until: until(duration),
             },
@@ -456,10 +455,7 @@ impl Locks {
             .await
         {
             Ok(lease) => {
-                self.keep(release, held.session, lease, duration);
-                if let Some(h) = guard(&self.held).get_mut(release) {
-                    h.renewed = sent;
-                }
+                self.keep(release, held.session, lease, duration, sent);
                 Ok(Acquired::Renewed)
             }
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
@@ -476,10 +472,7 @@ impl Locks {
                 };
                 Err(LockError::Lost { holder })
             }
-            Err(source) => Err(LockError::Api {
-                what: format!("renewing Lease {}/{name}", api_namespace(release)),
-                source,
-            }),
+            Err(source) => Err(api_error("renewing", release)(source)),
         }
     }
 
@@ -565,10 +558,7 @@ impl Locks {
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(()),
-            Err(source) => Err(LockError::Api {
-                what: format!("releasing Lease {}/{name}", api_namespace(release)),
-                source,
-            }),
+            Err(source) => Err(api_error("releasing", release)(source)),
         }
     }
 
@@ -592,16 +582,23 @@ impl Locks {
         match self.api(release).delete(&name, &params).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(()),
-            Err(source) => Err(LockError::Api {
-                what: format!("deleting Lease {}/{name}", api_namespace(release)),
-                source,
-            }),
+            Err(source) => Err(api_error("deleting", release)(source)),
         }
     }
 }
 
 fn api_namespace(release: &Release) -> &str {
     release.namespace.as_deref().unwrap_or("default")
+}
+
+/// A failed API call on the release's lease: `<doing> Lease <namespace>/<name>: <error>`.
+fn api_error(doing: &str, release: &Release) -> impl FnOnce(kube::Error) -> LockError {
+    let what = format!(
+        "{doing} Lease {}/{}",
+        api_namespace(release),
+        lease_name(&release.name)
+    );
+    move |source| LockError::Api { what, source }
 }
 
 #[cfg(test)]

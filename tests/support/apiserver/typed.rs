@@ -244,6 +244,15 @@ fn drop_invented(input: &Value, output: &mut Value) {
     }
 }
 
+/// The entries of `ports` (a container's or a Service's) that are objects.
+fn ports(m: &mut Map<String, Value>) -> impl Iterator<Item = &mut Map<String, Value>> {
+    m.get_mut("ports")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+}
+
 fn set_default(m: &mut Map<String, Value>, k: &str, v: Value) {
     if m.get(k).is_none_or(Value::is_null) {
         m.insert(k.to_string(), v);
@@ -284,15 +293,8 @@ fn default_pod_spec(spec: &mut Value, is_pod: bool) {
             set_default(c, "terminationMessagePath", json!("/dev/termination-log"));
             set_default(c, "terminationMessagePolicy", json!("File"));
             set_default(c, "resources", json!({}));
-            for p in c
-                .get_mut("ports")
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                if let Value::Object(p) = p {
-                    set_default(p, "protocol", json!("TCP"));
-                }
+            for p in ports(c) {
+                set_default(p, "protocol", json!("TCP"));
             }
         }
     }
@@ -348,17 +350,10 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
             if type_ == "NodePort" || type_ == "LoadBalancer" {
                 set_default(spec, "externalTrafficPolicy", json!("Cluster"));
             }
-            for p in spec
-                .get_mut("ports")
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                if let Value::Object(p) = p {
-                    set_default(p, "protocol", json!("TCP"));
-                    if let Some(port) = p.get("port").cloned() {
-                        set_default(p, "targetPort", port);
-                    }
+            for p in ports(spec) {
+                set_default(p, "protocol", json!("TCP"));
+                if let Some(port) = p.get("port").cloned() {
+                    set_default(p, "targetPort", port);
                 }
             }
         }

@@ -290,35 +290,24 @@ pub fn validate_meta(rt: &ResourceType, obj: &Value, errs: &mut Vec<FieldError>)
     if let Some(refs) = meta.get("ownerReferences").and_then(Value::as_array) {
         let mut controllers = 0;
         for r in refs {
-            let f = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
-            let base = "metadata.ownerReferences";
-            if f("apiVersion").is_empty() {
-                errs.push(FieldError::invalid(
-                    format!("{base}.apiVersion"),
-                    "",
-                    "version must not be empty",
-                ));
-            }
-            if f("kind").is_empty() {
-                errs.push(FieldError::invalid(
-                    format!("{base}.kind"),
-                    "",
-                    "kind must not be empty",
-                ));
-            }
-            if f("name").is_empty() {
-                errs.push(FieldError::invalid(
-                    format!("{base}.name"),
-                    "",
-                    "name must not be empty",
-                ));
-            }
-            if f("uid").is_empty() {
-                errs.push(FieldError::invalid(
-                    format!("{base}.uid"),
-                    "",
-                    "uid must not be empty",
-                ));
+            let required = [
+                ("apiVersion", "version"),
+                ("kind", "kind"),
+                ("name", "name"),
+                ("uid", "uid"),
+            ];
+            for (field, what) in required {
+                if r.get(field)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .is_empty()
+                {
+                    errs.push(FieldError::invalid(
+                        format!("metadata.ownerReferences.{field}"),
+                        "",
+                        format!("{what} must not be empty"),
+                    ));
+                }
             }
             if r.get("controller").and_then(Value::as_bool) == Some(true) {
                 controllers += 1;
