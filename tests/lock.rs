@@ -625,7 +625,30 @@ async fn a_failed_first_install_succeeds_once_the_spec_fixes_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_install_is_retried_with_backoff_up_to_spec_retries() {
     within(async {
-        let (op, _dir) = failing_release(2).await;
+        let op = Operator::start(4).await;
+        let dir = duo();
+        // A Deployment db that no release owns is in the way: applying layer db fails. (The
+        // readiness failures that are retried are in retries_run_out_and_the_release_stalls;
+        // this cause can be removed without racing a readiness timeout.)
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(op.client.clone(), "default");
+        let squatter: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "db"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": {
+                    "metadata": {"labels": {"app": "db"}},
+                    "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}
+                }
+            }
+        }))
+        .unwrap();
+        deployments
+            .create(&PostParams::default(), &squatter)
+            .await
+            .unwrap();
+        op.create("default", duo_release("duo", &dir, json!({"retries": 2})))
+            .await;
         // The first attempt fails; a retry is scheduled, so the release is not Stalled.
         let sr = op
             .wait_release("default", "duo", "Failed with a retry scheduled", |sr| {
@@ -638,10 +661,15 @@ async fn a_failed_install_is_retried_with_backoff_up_to_spec_retries() {
             ("True", "RetryScheduled")
         );
         assert!(text.contains("retry 1 of 2 in 5s"), "{text}");
+        assert!(text.contains("belongs to no release"), "{text}");
         assert_eq!(condition(&sr, "Stalled").unwrap().0, "False");
 
-        // Whatever held db back is fixed outside the spec (the kubelet starts its Pods): the
-        // retry, a new revision of the same spec, succeeds.
+        // The cause is removed outside the spec: the retry, a new revision of the same spec,
+        // succeeds.
+        deployments
+            .delete("db", &Default::default())
+            .await
+            .unwrap();
         let _kubelet = op.kubelet();
         let sr = op.wait_release("default", "duo", "Ready", is_ready).await;
         let status = sr.status.unwrap();
