@@ -47,6 +47,12 @@ impl HelmError {
             HelmError::Failed { .. } => "helm_failed",
         }
     }
+
+    /// Whether running helm again later may succeed: a helm that could not be found or started
+    /// may be there next time; a helm that ran and failed says something about its input.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, HelmError::Failed { .. })
+    }
 }
 
 impl Helm {

@@ -1,6 +1,7 @@
 //! sequenced: deploys Helm charts in dependency order.
 //!
-//! The data flow (DESIGN.md): chart source -> chart tree -> render -> plan -> rollout -> cluster.
+//! The data flow (DESIGN.md): chart source -> resolve -> render -> plan ([`pipeline`]) ->
+//! lifecycle ([`rollout`], pure) -> cluster, executed by the [`controller`].
 //! This crate holds every stage; `main.rs` only parses the command line.
 
 pub mod api;
@@ -12,6 +13,7 @@ pub mod helm;
 pub mod history;
 pub mod lock;
 pub mod metrics;
+pub mod pipeline;
 pub mod plan;
 pub mod readiness;
 pub mod render;

@@ -1,19 +1,21 @@
-//! The rollout state machine, step by step, without a cluster: what each step applies, what it
-//! waits for and what the status says. Time is passed in; nothing here reads a clock.
+//! The rollout of one revision, step by step, without a cluster: what each step applies, what
+//! it waits for and what the status says. Time is passed in; nothing here reads a clock.
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use sequenced::api::v1alpha1::{LayerPhase, ReleasePhase, SequencedReleaseStatus};
-use sequenced::history::{Inventory, ObjectKey};
-use sequenced::plan::{self, Plan};
-use sequenced::rollout::{
-    self, Action, Decision, Observations, Revision, Settings, begin, step, uninstall_step,
+use sequenced::api::{
+    CRD_LAYER, Claim, EventReason, Identity, LayerPhase, ObjectKey, PRUNE_LAYER, Reason,
+    ReleasePhase, SequencedReleaseStatus,
 };
+use sequenced::history::Inventory;
+use sequenced::plan::{self, Plan};
+use sequenced::rollout::install::{self, InstallAction, InstallStep};
+use sequenced::rollout::uninstall::UninstallStep;
+use sequenced::rollout::{self, ActionFailure, Observations, Outcome, Revision, Settings, begin};
 use serde_json::{Value, json};
 use support::{chart_tree, object, rendered};
 use tempfile::TempDir;
@@ -31,6 +33,9 @@ fn settings() -> Settings {
         readiness_timeout: Duration::from_secs(300),
         max_history: 10,
         retries: 0,
+        adopt: false,
+        timeout: Duration::from_secs(300),
+        interval: Duration::from_secs(600),
     }
 }
 
@@ -45,9 +50,134 @@ fn plan_of(documents: &[(&str, String)]) -> Plan {
     plan::plan(&tree, rendered(&tree, &docs)).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A plan with what a revision needs around it: every resource's identity (in namespace shop),
+/// the release, the prune list and the settings.
+struct Fixture {
+    plan: Plan,
+    keys: Vec<ObjectKey>,
+    prune: Vec<ObjectKey>,
+    settings: Settings,
+    me: Identity,
+}
+
+impl Fixture {
+    fn new(plan: Plan) -> Fixture {
+        let keys = plan
+            .resources
+            .iter()
+            .map(|r| ObjectKey {
+                api_version: r.api_version.clone(),
+                kind: r.kind.clone(),
+                namespace: Some("shop".into()),
+                name: r.name.clone(),
+            })
+            .collect();
+        Fixture {
+            plan,
+            keys,
+            prune: Vec::new(),
+            settings: settings(),
+            me: me(),
+        }
+    }
+
+    fn with(mut self, settings: Settings) -> Fixture {
+        self.settings = settings;
+        self
+    }
+
+    fn revision(&self) -> Revision<'_> {
+        Revision {
+            plan: &self.plan,
+            keys: &self.keys,
+            prune: &self.prune,
+            settings: self.settings,
+            me: &self.me,
+        }
+    }
+
+    /// One step. What the step asks to see first and the test did not give is absent: nothing
+    /// of the release exists yet, or it is gone.
+    fn step(
+        &self,
+        status: &SequencedReleaseStatus,
+        observed: &Observations,
+        now: Time,
+    ) -> InstallStep {
+        let mut observed = observed.clone();
+        for _ in 0..4 {
+            match install::step(&self.revision(), status, &observed, &now) {
+                Outcome::Decided(step) => return step,
+                Outcome::Need(wanted) => absent(&mut observed, &wanted),
+            }
+        }
+        panic!("the step keeps asking for observations");
+    }
+
+    fn started(&self) -> SequencedReleaseStatus {
+        begin(
+            &self.revision(),
+            &SequencedReleaseStatus::default(),
+            Some(1),
+            "sha256:1",
+            Some("0.1.0"),
+            &at(0),
+        )
+    }
+
+    fn index(&self, name: &str) -> usize {
+        self.plan
+            .resources
+            .iter()
+            .position(|r| r.name == name)
+            .unwrap()
+    }
+
+    fn observe(&self, objects: &[(&str, Value)]) -> Observations {
+        let mut observed = Observations::default();
+        for (name, object) in objects {
+            observed
+                .resources
+                .insert(self.index(name), Some(object.clone()));
+        }
+        observed
+    }
+
+    fn applied_layers(&self, step: &InstallStep) -> Vec<String> {
+        step.actions
+            .iter()
+            .map(|a| match a {
+                InstallAction::ApplyLayer(i) => self.plan.layers[*i].name.clone(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+}
+
+/// Marks everything `wanted` names that `observed` lacks as absent.
+fn absent(observed: &mut Observations, wanted: &rollout::Wanted) {
+    for &r in &wanted.resources {
+        observed.resources.entry(r).or_insert(None);
+    }
+    for e in &wanted.external {
+        observed.external.entry(*e).or_insert(None);
+    }
+    for k in &wanted.present {
+        observed.present.entry(k.clone()).or_insert(None);
+    }
+}
+
+fn me() -> Identity {
+    Identity {
+        owner: "shop/shop".into(),
+        release_name: "shop".into(),
+        target_namespace: "shop".into(),
+    }
+}
+
 /// The seed's example: database and queue, then app.
-fn shop() -> Plan {
-    plan_of(&[
+fn shop() -> Fixture {
+    Fixture::new(plan_of(&[
         (
             "templates/db.yaml",
             object("Deployment", "db", &[("helm.sh/layer", "database")]),
@@ -67,18 +197,14 @@ fn shop() -> Plan {
                 ],
             ),
         ),
-    ])
-}
-
-fn index(plan: &Plan, name: &str) -> usize {
-    plan.resources.iter().position(|r| r.name == name).unwrap()
+    ]))
 }
 
 fn deployment(name: &str, ready: bool) -> Value {
     let available = if ready { 1 } else { 0 };
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "generation": 1},
+        "metadata": {"name": name, "generation": 1, "annotations": {"sequenced.dev/owner": "shop/shop"}},
         "spec": {"replicas": 1},
         "status": {
             "observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
@@ -95,42 +221,10 @@ fn config_map(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}})
 }
 
-fn started(revision: &Revision) -> SequencedReleaseStatus {
-    begin(
-        revision,
-        &SequencedReleaseStatus::default(),
-        Some(1),
-        "sha256:1",
-        Some("0.1.0"),
-        &at(0),
-    )
-}
-
-fn observe(plan: &Plan, objects: &[(&str, Value)]) -> Observations {
-    let mut observed = Observations::default();
-    for (name, object) in objects {
-        observed
-            .resources
-            .insert(index(plan, name), Some(object.clone()));
-    }
-    observed
-}
-
-fn applied_layers(plan: &Plan, decision: &Decision) -> Vec<String> {
-    decision
-        .actions
-        .iter()
-        .map(|a| match a {
-            Action::ApplyLayer(i) => plan.layers[*i].name.clone(),
-            other => format!("{other:?}"),
-        })
-        .collect()
-}
-
 fn layer_status<'a>(
     status: &'a SequencedReleaseStatus,
     name: &str,
-) -> &'a sequenced::api::v1alpha1::LayerStatus {
+) -> &'a sequenced::api::LayerStatus {
     status.layers.iter().find(|l| l.name == name).unwrap()
 }
 
@@ -139,40 +233,36 @@ fn condition(status: &SequencedReleaseStatus, type_: &str) -> (String, String) {
     (c.status.clone(), c.reason.clone())
 }
 
+fn reasons(step: &InstallStep) -> Vec<EventReason> {
+    step.events.iter().map(|e| e.reason).collect()
+}
+
 #[test]
 fn database_and_queue_start_together_and_app_waits_until_both_are_ready() {
-    let plan = shop();
-    let revision = Revision {
-        plan: &plan,
-        prune: &[],
-        settings: settings(),
-    };
-    let status = started(&revision);
+    let fx = shop();
+    let status = fx.started();
     assert_eq!(status.revision, Some(1));
     assert_eq!(status.phase, Some(ReleasePhase::Deploying));
     assert_eq!(status.progress.as_deref(), Some("0/3"));
     assert_eq!(condition(&status, "Reconciling").0, "True");
 
     // Step 1: nothing applied yet; both independent layers start.
-    assert!(rollout::wanted(&revision, &status).is_empty());
-    let d1 = step(&revision, &status, &Observations::default(), &at(1));
-    let mut first = applied_layers(&plan, &d1);
+    assert!(install::wanted(&fx.revision(), &status).is_empty());
+    let d1 = fx.step(&status, &Observations::default(), at(1));
+    let mut first = fx.applied_layers(&d1);
     first.sort();
     assert_eq!(first, ["database", "queue"]);
     assert_eq!(layer_status(&d1.status, "app").phase, LayerPhase::Pending);
     assert!(!d1.finished);
 
     // Step 2: the queue exists (ready), the database is not ready yet: app waits, naming db.
-    let wanted = rollout::wanted(&revision, &d1.status);
+    let wanted = install::wanted(&fx.revision(), &d1.status);
     assert_eq!(wanted.resources.len(), 2);
-    let observed = observe(
-        &plan,
-        &[
-            ("db", deployment("db", false)),
-            ("queue", config_map("queue")),
-        ],
-    );
-    let d2 = step(&revision, &d1.status, &observed, &at(2));
+    let observed = fx.observe(&[
+        ("db", deployment("db", false)),
+        ("queue", config_map("queue")),
+    ]);
+    let d2 = fx.step(&d1.status, &observed, at(2));
     assert!(d2.actions.is_empty(), "{:?}", d2.actions);
     assert_eq!(layer_status(&d2.status, "queue").phase, LayerPhase::Ready);
     assert_eq!(
@@ -196,19 +286,19 @@ fn database_and_queue_start_together_and_app_waits_until_both_are_ready() {
     assert_eq!(d2.status.progress.as_deref(), Some("1/3"));
     assert_eq!(
         d2.events.iter().map(|e| e.reason).collect::<Vec<_>>(),
-        ["LayerReady"]
+        [EventReason::LayerReady]
     );
     // The next timeout is when db's readiness timeout falls.
     assert_eq!(d2.requeue_after, Some(Duration::from_secs(299)));
 
     // Step 3: db ready: app is applied in the same step.
-    let observed = observe(&plan, &[("db", deployment("db", true))]);
-    let d3 = step(&revision, &d2.status, &observed, &at(3));
-    assert_eq!(applied_layers(&plan, &d3), ["app"]);
+    let observed = fx.observe(&[("db", deployment("db", true))]);
+    let d3 = fx.step(&d2.status, &observed, at(3));
+    assert_eq!(fx.applied_layers(&d3), ["app"]);
 
     // Step 4: app ready: the release is Ready.
-    let observed = observe(&plan, &[("app", deployment("app", true))]);
-    let d4 = step(&revision, &d3.status, &observed, &at(4));
+    let observed = fx.observe(&[("app", deployment("app", true))]);
+    let d4 = fx.step(&d3.status, &observed, at(4));
     assert!(d4.finished);
     assert_eq!(d4.status.phase, Some(ReleasePhase::Ready));
     assert_eq!(d4.status.progress.as_deref(), Some("3/3"));
@@ -219,46 +309,37 @@ fn database_and_queue_start_together_and_app_waits_until_both_are_ready() {
     assert_eq!(condition(&d4.status, "Reconciling").0, "False");
     assert_eq!(d4.status.history[0].phase, ReleasePhase::Ready);
     assert_eq!(d4.status.history[0].finished_at, Some(at(4)));
-    assert!(d4.events.iter().any(|e| e.reason == "ReleaseReady"));
+    assert!(
+        d4.events
+            .iter()
+            .any(|e| e.reason == EventReason::ReleaseReady)
+    );
 
     // Step 5: nothing left to do, nothing to read.
-    assert!(rollout::wanted(&revision, &d4.status).is_empty());
-    let d5 = step(&revision, &d4.status, &Observations::default(), &at(5));
+    assert!(install::wanted(&fx.revision(), &d4.status).is_empty());
+    let d5 = fx.step(&d4.status, &Observations::default(), at(5));
     assert!(d5.actions.is_empty() && d5.events.is_empty());
     assert_eq!(d5.status, d4.status);
 }
 
 #[test]
 fn the_same_inputs_give_the_same_decision() {
-    let plan = shop();
-    let revision = Revision {
-        plan: &plan,
-        prune: &[],
-        settings: settings(),
-    };
-    let status = started(&revision);
-    let d1 = step(&revision, &status, &Observations::default(), &at(1));
-    let observed = observe(
-        &plan,
-        &[
-            ("db", deployment("db", false)),
-            ("queue", config_map("queue")),
-        ],
-    );
+    let fx = shop();
+    let status = fx.started();
+    let d1 = fx.step(&status, &Observations::default(), at(1));
+    let observed = fx.observe(&[
+        ("db", deployment("db", false)),
+        ("queue", config_map("queue")),
+    ]);
     assert_eq!(
-        step(&revision, &d1.status, &observed, &at(7)),
-        step(&revision, &d1.status, &observed, &at(7))
+        fx.step(&d1.status, &observed, at(7)),
+        fx.step(&d1.status, &observed, at(7))
     );
 }
 
 #[test]
 fn a_readiness_failure_fails_the_release_naming_the_object() {
-    let (plan, d2) = failed_job_release(0);
-    let revision = Revision {
-        plan: &plan,
-        prune: &[],
-        settings: settings(),
-    };
+    let (fx, d2) = failed_job_release(0);
     assert!(d2.finished);
     assert_eq!(d2.status.phase, Some(ReleasePhase::Failed));
     let message = d2.status.message.clone().unwrap();
@@ -276,10 +357,10 @@ fn a_readiness_failure_fails_the_release_naming_the_object() {
     assert!(
         d2.events
             .iter()
-            .any(|e| e.warning && e.reason == "LayerFailed")
+            .any(|e| e.warning && e.reason == EventReason::LayerFailed)
     );
     // A failed release does nothing more until its spec changes.
-    let d3 = step(&revision, &d2.status, &Observations::default(), &at(3));
+    let d3 = fx.step(&d2.status, &Observations::default(), at(3));
     assert!(d3.actions.is_empty());
     assert_eq!(d3.status, d2.status);
 }
@@ -297,23 +378,14 @@ fn a_resource_that_stays_in_progress_times_out_with_its_reason() {
             ],
         ),
     )]);
-    let revision = Revision {
-        plan: &plan,
-        prune: &[],
-        settings: settings(),
-    };
-    let d1 = step(
-        &revision,
-        &started(&revision),
-        &Observations::default(),
-        &at(0),
-    );
-    let slow = observe(&plan, &[("db", deployment("db", false))]);
-    let d2 = step(&revision, &d1.status, &slow, &at(5));
+    let fx = Fixture::new(plan);
+    let d1 = fx.step(&fx.started(), &Observations::default(), at(0));
+    let slow = fx.observe(&[("db", deployment("db", false))]);
+    let d2 = fx.step(&d1.status, &slow, at(5));
     assert_eq!(d2.status.phase, Some(ReleasePhase::Deploying));
     assert_eq!(d2.requeue_after, Some(Duration::from_secs(15)));
     assert_eq!(d2.timeouts, 0);
-    let d3 = step(&revision, &d2.status, &slow, &at(21));
+    let d3 = fx.step(&d2.status, &slow, at(21));
     assert_eq!(d3.status.phase, Some(ReleasePhase::Failed));
     assert_eq!(d3.timeouts, 1);
     let message = d3.status.message.unwrap();
@@ -325,21 +397,11 @@ fn a_resource_that_stays_in_progress_times_out_with_its_reason() {
 
 #[test]
 fn an_object_that_disappears_keeps_its_layer_waiting() {
-    let plan = shop();
-    let revision = Revision {
-        plan: &plan,
-        prune: &[],
-        settings: settings(),
-    };
-    let d1 = step(
-        &revision,
-        &started(&revision),
-        &Observations::default(),
-        &at(1),
-    );
-    let mut observed = observe(&plan, &[("queue", config_map("queue"))]);
-    observed.resources.insert(index(&plan, "db"), None);
-    let d2 = step(&revision, &d1.status, &observed, &at(2));
+    let fx = shop();
+    let d1 = fx.step(&fx.started(), &Observations::default(), at(1));
+    let mut observed = fx.observe(&[("queue", config_map("queue"))]);
+    observed.resources.insert(fx.index("db"), None);
+    let d2 = fx.step(&d1.status, &observed, at(2));
     let message = layer_status(&d2.status, "database")
         .message
         .clone()
@@ -349,54 +411,35 @@ fn an_object_that_disappears_keeps_its_layer_waiting() {
 
 #[test]
 fn sequencing_none_applies_every_layer_at_once() {
-    let plan = shop();
-    let revision = Revision {
-        plan: &plan,
-        prune: &[],
-        settings: Settings {
-            sequenced: false,
-            ..settings()
-        },
-    };
-    let d1 = step(
-        &revision,
-        &started(&revision),
-        &Observations::default(),
-        &at(1),
-    );
+    let fx = shop().with(Settings {
+        sequenced: false,
+        ..settings()
+    });
+    let d1 = fx.step(&fx.started(), &Observations::default(), at(1));
     assert_eq!(d1.actions.len(), 3);
     assert!(!d1.status.history[0].sequenced);
 }
 
 #[test]
 fn without_wait_only_what_something_waits_on_is_checked() {
-    let plan = shop();
-    let revision = Revision {
-        plan: &plan,
-        prune: &[],
-        settings: Settings {
-            wait: false,
-            ..settings()
-        },
-    };
-    let d1 = step(
-        &revision,
-        &started(&revision),
-        &Observations::default(),
-        &at(1),
-    );
-    let observed = observe(
-        &plan,
-        &[
-            ("db", deployment("db", true)),
-            ("queue", config_map("queue")),
-        ],
-    );
-    let d2 = step(&revision, &d1.status, &observed, &at(2));
-    assert_eq!(applied_layers(&plan, &d2), ["app"]);
+    let fx = shop().with(Settings {
+        wait: false,
+        ..settings()
+    });
+    let d1 = fx.step(&fx.started(), &Observations::default(), at(1));
+    let observed = fx.observe(&[
+        ("db", deployment("db", true)),
+        ("queue", config_map("queue")),
+    ]);
+    let d2 = fx.step(&d1.status, &observed, at(2));
+    assert_eq!(fx.applied_layers(&d2), ["app"]);
     // Nothing waits on app: it is not read, and the release is Ready once it is applied.
-    assert!(rollout::wanted(&revision, &d2.status).resources.is_empty());
-    let d3 = step(&revision, &d2.status, &Observations::default(), &at(3));
+    assert!(
+        install::wanted(&fx.revision(), &d2.status)
+            .resources
+            .is_empty()
+    );
+    let d3 = fx.step(&d2.status, &Observations::default(), at(3));
     assert_eq!(d3.status.phase, Some(ReleasePhase::Ready));
 }
 
@@ -412,29 +455,25 @@ fn crds_come_first_and_must_be_established() {
         ("crds/widgets.yaml", crd.to_string()),
         ("templates/widget.yaml", object("Widget", "w", &[])),
     ]);
-    let revision = Revision {
-        plan: &plan,
-        prune: &[],
-        settings: settings(),
-    };
-    let status = started(&revision);
-    assert_eq!(status.layers[0].name, rollout::CRD_LAYER);
-    let d1 = step(&revision, &status, &Observations::default(), &at(1));
-    assert_eq!(d1.actions, [Action::ApplyCrds]);
-    assert!(rollout::wanted(&revision, &d1.status).crds);
+    let fx = Fixture::new(plan);
+    let status = fx.started();
+    assert_eq!(status.layers[0].name, CRD_LAYER);
+    let d1 = fx.step(&status, &Observations::default(), at(1));
+    assert_eq!(d1.actions, [InstallAction::ApplyCrds]);
+    assert!(install::wanted(&fx.revision(), &d1.status).crds);
     let mut observed = Observations::default();
     let mut established = crd.clone();
     established["status"] = json!({"conditions": [{"type": "Established", "status": "True"}, {"type": "NamesAccepted", "status": "True"}]});
     observed.crds.insert(0, Some(crd.clone()));
-    let d2 = step(&revision, &d1.status, &observed, &at(2));
+    let d2 = fx.step(&d1.status, &observed, at(2));
     assert!(
         d2.actions.is_empty(),
         "not Established yet: {:?}",
         d2.actions
     );
     observed.crds.insert(0, Some(established));
-    let d3 = step(&revision, &d2.status, &observed, &at(3));
-    assert_eq!(d3.actions, [Action::ApplyLayer(0)]);
+    let d3 = fx.step(&d2.status, &observed, at(3));
+    assert_eq!(d3.actions, [InstallAction::ApplyLayer(0)]);
     assert_eq!(
         d3.status.progress.as_deref(),
         Some("0/1"),
@@ -451,73 +490,226 @@ fn key(kind: &str, name: &str) -> ObjectKey {
     }
 }
 
+/// Whose an object says it is: the release's own, or someone else's.
+fn claim(owner: &str) -> Option<Claim> {
+    Some(Claim {
+        owner: Some(owner.to_string()),
+        ..Claim::default()
+    })
+}
+
 #[test]
 fn an_upgrade_prunes_what_the_previous_revision_had_after_its_layers_are_ready() {
-    let plan = plan_of(&[(
+    let mut fx = Fixture::new(plan_of(&[(
         "templates/queue.yaml",
         object("ConfigMap", "queue", &[("helm.sh/layer", "queue")]),
-    )]);
-    let prune = vec![key("ConfigMap", "old-b"), key("ConfigMap", "old-a")];
-    let revision = Revision {
-        plan: &plan,
-        prune: &prune,
-        settings: settings(),
-    };
+    )]));
+    let old = [
+        key("ConfigMap", "old-b"),
+        key("ConfigMap", "old-a"),
+        key("ConfigMap", "theirs"),
+    ];
+    fx.prune = old.to_vec();
     let previous = SequencedReleaseStatus {
         revision: Some(1),
         ..SequencedReleaseStatus::default()
     };
-    let status = begin(&revision, &previous, Some(2), "sha256:2", None, &at(0));
+    let status = begin(&fx.revision(), &previous, Some(2), "sha256:2", None, &at(0));
     assert_eq!(status.revision, Some(2));
-    assert_eq!(status.layers.last().unwrap().name, rollout::PRUNE_LAYER);
-    let d1 = step(&revision, &status, &Observations::default(), &at(1));
+    assert_eq!(status.layers.last().unwrap().name, PRUNE_LAYER);
+    let d1 = fx.step(&status, &Observations::default(), at(1));
     assert_eq!(
         d1.actions,
-        [Action::ApplyLayer(0)],
+        [InstallAction::ApplyLayer(0)],
         "prune waits for the layers"
     );
-    let d2 = step(
-        &revision,
-        &d1.status,
-        &observe(&plan, &[("queue", config_map("queue"))]),
-        &at(2),
-    );
-    assert_eq!(d2.actions, [Action::Prune]);
-    let wanted = rollout::wanted(&revision, &d2.status);
-    assert_eq!(wanted.exists, prune);
-    let mut observed = Observations {
-        exists: HashMap::from([(prune[0].clone(), false), (prune[1].clone(), true)]),
-        ..Observations::default()
+    // Before pruning, the objects are looked at: only those that are still there and ours go.
+    let queue_ready = fx.observe(&[("queue", config_map("queue"))]);
+    let Outcome::Need(wanted) = install::step(&fx.revision(), &d1.status, &queue_ready, &at(2))
+    else {
+        panic!("the prune objects are observed first");
     };
-    let d3 = step(&revision, &d2.status, &observed, &at(3));
+    assert_eq!(wanted.present, old);
+    let mut observed = queue_ready.clone();
+    observed.present.insert(old[0].clone(), None);
+    observed.present.insert(old[1].clone(), claim("shop/shop"));
+    observed.present.insert(old[2].clone(), claim("shop/other"));
+    let d2 = fx.step(&d1.status, &observed, at(2));
+    assert_eq!(d2.actions, [InstallAction::Prune(vec![old[1].clone()])]);
+    assert_eq!(install::wanted(&fx.revision(), &d2.status).present, old);
+    let d3 = fx.step(&d2.status, &observed, at(3));
     assert_eq!(d3.status.phase, Some(ReleasePhase::Deploying));
     assert_eq!(
-        layer_status(&d3.status, rollout::PRUNE_LAYER)
-            .message
-            .as_deref(),
+        layer_status(&d3.status, PRUNE_LAYER).message.as_deref(),
         Some("waiting for ConfigMap shop/old-a to be deleted")
     );
-    observed.exists.insert(prune[1].clone(), false);
-    let d4 = step(&revision, &d3.status, &observed, &at(4));
+    observed.present.insert(old[1].clone(), None);
+    let d4 = fx.step(&d3.status, &observed, at(4));
     assert_eq!(d4.status.phase, Some(ReleasePhase::Ready));
     assert_eq!(d4.status.history.len(), 1);
 }
 
 #[test]
+fn an_object_of_someone_else_fails_the_step_before_anything_is_written() {
+    let fx = shop();
+    // database and queue would start together; queue's object belongs to another release.
+    let mut theirs = config_map("queue");
+    theirs["metadata"]["annotations"] =
+        json!({"meta.helm.sh/release-name": "other", "meta.helm.sh/release-namespace": "shop"});
+    let observed = fx.observe(&[("queue", theirs)]);
+    let Outcome::Need(wanted) = install::step(&fx.revision(), &fx.started(), &observed, &at(1))
+    else {
+        panic!("the objects of the starting layers are observed first");
+    };
+    assert_eq!(wanted.resources, [fx.index("db")].into());
+    let d1 = fx.step(&fx.started(), &observed, at(1));
+    assert!(
+        d1.actions.is_empty(),
+        "nothing is written: {:?}",
+        d1.actions
+    );
+    assert_eq!(d1.status.phase, Some(ReleasePhase::Failed));
+    assert_eq!(
+        condition(&d1.status, "Stalled"),
+        ("True".into(), "OwnershipConflict".into())
+    );
+    let queue = layer_status(&d1.status, "queue");
+    assert_eq!(queue.phase, LayerPhase::Failed);
+    assert_eq!(
+        queue.message.as_deref(),
+        Some(
+            "ConfigMap shop/queue (chart shop, templates/queue.yaml) belongs to Helm release other in namespace shop; it is left alone"
+        )
+    );
+    assert_eq!(
+        layer_status(&d1.status, "database").phase,
+        LayerPhase::Pending
+    );
+    assert_eq!(reasons(&d1), [EventReason::LayerFailed]);
+
+    // An object nobody owns is taken over only with adopt.
+    let observed = fx.observe(&[("queue", config_map("queue"))]);
+    let refused = fx.step(&fx.started(), &observed, at(1));
+    assert!(refused.actions.is_empty());
+    assert!(
+        refused
+            .status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("set spec.adopt: true"),
+        "{:?}",
+        refused.status.message
+    );
+    let adopting = shop().with(Settings {
+        adopt: true,
+        ..settings()
+    });
+    let d1 = adopting.step(&adopting.started(), &observed, at(1));
+    assert_eq!(d1.actions.len(), 2);
+}
+
+#[test]
+fn a_failed_action_names_its_layer_and_the_layers_after_it_go_back_to_pending() {
+    let fx = shop().with(Settings {
+        retries: 1,
+        ..settings()
+    });
+    let d1 = fx.step(&fx.started(), &Observations::default(), at(1));
+    assert_eq!(d1.actions.len(), 2);
+    let refused = ActionFailure {
+        transient: false,
+        reason: Reason::ApplyFailed,
+        message: "applying Deployment shop/db: invalid (chart shop, templates/db.yaml)".into(),
+    };
+    let (status, events, retry) = install::fail_action(&fx.revision(), &d1, 0, &refused, &at(1));
+    let failed = status
+        .layers
+        .iter()
+        .find(|l| l.phase == LayerPhase::Failed)
+        .unwrap();
+    assert_eq!(failed.message.as_deref(), Some(refused.message.as_str()));
+    assert_eq!(
+        status
+            .layers
+            .iter()
+            .filter(|l| l.phase == LayerPhase::Pending)
+            .count(),
+        2,
+        "the other starting layer and app"
+    );
+    assert_eq!(
+        condition(&status, "Reconciling"),
+        ("True".into(), "RetryScheduled".into())
+    );
+    assert_eq!(retry, Some(Duration::from_secs(5)));
+    assert_eq!(events.len(), 1);
+    // A transient error leaves the layer Applying, to be tried again, and counts no failure.
+    let busy = ActionFailure {
+        transient: true,
+        ..refused
+    };
+    let (status, events, retry) = install::fail_action(&fx.revision(), &d1, 1, &busy, &at(1));
+    assert_eq!(status.phase, Some(ReleasePhase::Deploying));
+    assert_eq!(status.failures, None);
+    assert!(
+        status
+            .layers
+            .iter()
+            .any(|l| l.phase == LayerPhase::Applying)
+    );
+    assert!(events.is_empty() && retry.is_none());
+    // Interrupted after the first action: the second layer was not reached.
+    let cut = install::cut_short(&fx.revision(), &d1, 1);
+    assert_eq!(
+        cut.layers
+            .iter()
+            .filter(|l| l.phase == LayerPhase::Waiting)
+            .count(),
+        1
+    );
+}
+
+/// One uninstall step; what it asks to see and the test did not give is gone.
+fn uninstall(
+    inventory: &Inventory,
+    sequenced: bool,
+    status: &SequencedReleaseStatus,
+    observed: &Observations,
+    now: Time,
+) -> UninstallStep {
+    let mut observed = observed.clone();
+    for _ in 0..4 {
+        match rollout::uninstall_step(inventory, sequenced, status, &observed, &me(), &now) {
+            Outcome::Decided(step) => return step,
+            Outcome::Need(wanted) => absent(&mut observed, &wanted),
+        }
+    }
+    panic!("the uninstall keeps asking for observations");
+}
+
+#[test]
 fn uninstall_deletes_dependents_first_and_waits_for_each_step_to_be_gone() {
-    let plan = shop();
-    let keys: Vec<Option<String>> = plan.resources.iter().map(|_| Some("shop".into())).collect();
-    let inventory = Inventory::from_plan(&plan, |i| keys[i].clone());
+    let fx = shop();
+    let inventory = Inventory::from_plan(&fx.plan, |_| Some("shop".into()));
     let names: Vec<&str> = inventory.steps.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names[0], "app", "app goes first: {names:?}");
-    let d1 = uninstall_step(
+    let ours = |keys: &[ObjectKey]| {
+        let mut observed = Observations::default();
+        for k in keys {
+            observed.present.insert(k.clone(), claim("shop/shop"));
+        }
+        observed
+    };
+    let app = inventory.steps[0].objects.clone();
+    let d1 = uninstall(
         &inventory,
         true,
         &SequencedReleaseStatus::default(),
-        &Observations::default(),
-        &at(1),
+        &ours(&app),
+        at(1),
     );
-    assert_eq!(d1.actions, [Action::DeleteStep(0)]);
+    assert_eq!(d1.deletes, [(0, app.clone())]);
     assert_eq!(d1.status.phase, Some(ReleasePhase::Uninstalling));
     let pending: Vec<_> = d1.status.layers[1..]
         .iter()
@@ -530,36 +722,41 @@ fn uninstall_deletes_dependents_first_and_waits_for_each_step_to_be_gone() {
         "{pending:?}"
     );
     // app still exists: nothing more is deleted.
-    let wanted = rollout::wanted_for_uninstall(&inventory, &d1.status);
+    let d2 = uninstall(&inventory, true, &d1.status, &ours(&app), at(2));
+    assert!(d2.deletes.is_empty());
+    // app is gone: the other two start together; one of their objects is someone else's now,
+    // and is left alone.
     let mut observed = Observations::default();
-    for k in &wanted.exists {
-        observed.exists.insert(k.clone(), true);
-    }
-    let d2 = uninstall_step(&inventory, true, &d1.status, &observed, &at(2));
-    assert!(d2.actions.is_empty());
-    for k in &wanted.exists {
-        observed.exists.insert(k.clone(), false);
-    }
-    let d3 = uninstall_step(&inventory, true, &d2.status, &observed, &at(3));
-    let mut next: Vec<_> = d3.actions.clone();
-    next.sort_by_key(|a| format!("{a:?}"));
-    assert_eq!(next, [Action::DeleteStep(1), Action::DeleteStep(2)]);
-    let mut gone = Observations::default();
     for k in inventory.objects() {
-        gone.exists.insert(k.clone(), false);
+        observed.present.insert(k.clone(), claim("shop/shop"));
     }
-    let d4 = uninstall_step(&inventory, true, &d3.status, &gone, &at(4));
+    for k in &app {
+        observed.present.insert(k.clone(), None);
+    }
+    let theirs = inventory.steps[1].objects[0].clone();
+    observed.present.insert(theirs.clone(), claim("shop/other"));
+    let d3 = uninstall(&inventory, true, &d2.status, &observed, at(3));
+    let started: Vec<usize> = d3.deletes.iter().map(|(i, _)| *i).collect();
+    assert_eq!(started, [1, 2]);
+    assert!(!d3.deletes[0].1.contains(&theirs));
+    let d4 = uninstall(
+        &inventory,
+        true,
+        &d3.status,
+        &Observations::default(),
+        at(4),
+    );
     assert!(d4.finished);
     assert_eq!(d4.status.message.as_deref(), Some("uninstalled"));
     // Unsequenced: everything at once.
-    let all = uninstall_step(
+    let all = uninstall(
         &inventory,
         false,
         &SequencedReleaseStatus::default(),
-        &Observations::default(),
-        &at(1),
+        &observed,
+        at(1),
     );
-    assert_eq!(all.actions.len(), inventory.steps.len());
+    assert_eq!(all.deletes.len(), inventory.steps.len());
 }
 
 #[test]
@@ -589,51 +786,30 @@ fn kots_phases_without_gates_are_applied_in_one_step() {
             object("ConfigMap", "d", &[("kots.io/creation-phase", "3")]),
         ),
     ]);
-    let revision = Revision {
-        plan: &plan,
-        prune: &[],
-        settings: settings(),
-    };
-    let d1 = step(
-        &revision,
-        &started(&revision),
-        &Observations::default(),
-        &at(1),
-    );
+    let fx = Fixture::new(plan);
+    let d1 = fx.step(&fx.started(), &Observations::default(), at(1));
     assert_eq!(
         d1.actions.len(),
         3,
         "phases -1, 1 and 2 go at once; 3 waits for c: {:?}",
         d1.actions
     );
-    let d2 = step(
-        &revision,
+    let d2 = fx.step(
         &d1.status,
-        &observe(&plan, &[("c", deployment("c", true))]),
-        &at(2),
+        &fx.observe(&[("c", deployment("c", true))]),
+        at(2),
     );
     assert_eq!(d2.actions.len(), 1);
 }
 
 #[test]
 fn conditions_keep_their_transition_time_while_unchanged() {
-    let plan = shop();
-    let revision = Revision {
-        plan: &plan,
-        prune: &[],
-        settings: settings(),
-    };
-    let d1 = step(
-        &revision,
-        &started(&revision),
-        &Observations::default(),
-        &at(1),
-    );
-    let d2 = step(
-        &revision,
+    let fx = shop();
+    let d1 = fx.step(&fx.started(), &Observations::default(), at(1));
+    let d2 = fx.step(
         &d1.status,
-        &observe(&plan, &[("queue", config_map("queue"))]),
-        &at(30),
+        &fx.observe(&[("queue", config_map("queue"))]),
+        at(30),
     );
     let time = |s: &SequencedReleaseStatus| {
         s.conditions
@@ -647,36 +823,22 @@ fn conditions_keep_their_transition_time_while_unchanged() {
 }
 
 /// A one-layer release whose Job failed at second 2, with `retries`.
-fn failed_job_release(retries: u32) -> (Plan, Decision) {
+fn failed_job_release(retries: u32) -> (Fixture, InstallStep) {
     let plan = plan_of(&[(
         "templates/job.yaml",
         object("Job", "migrate", &[("helm.sh/layer", "db")]),
     )]);
-    let revision = Revision {
-        plan: &plan,
-        prune: &[],
-        settings: Settings {
-            retries,
-            ..settings()
-        },
-    };
-    let d1 = step(
-        &revision,
-        &started(&revision),
-        &Observations::default(),
-        &at(1),
-    );
+    let fx = Fixture::new(plan).with(Settings {
+        retries,
+        ..settings()
+    });
+    let d1 = fx.step(&fx.started(), &Observations::default(), at(1));
     let failed_job = json!({
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate"},
         "status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]}
     });
-    let d2 = step(
-        &revision,
-        &d1.status,
-        &observe(&plan, &[("migrate", failed_job)]),
-        &at(2),
-    );
-    (plan, d2)
+    let d2 = fx.step(&d1.status, &fx.observe(&[("migrate", failed_job)]), at(2));
+    (fx, d2)
 }
 
 #[test]
@@ -715,23 +877,30 @@ fn a_failure_with_retries_left_schedules_a_retry_instead_of_stalling() {
 
 #[test]
 fn retries_count_up_with_doubling_delays_until_they_run_out() {
-    let (plan, first) = failed_job_release(2);
-    let revision = Revision {
-        plan: &plan,
-        prune: &[],
-        settings: Settings {
-            retries: 2,
-            ..settings()
-        },
-    };
+    let (fx, first) = failed_job_release(2);
+    let revision = fx.revision();
     // The retry is a new revision of the same spec: the count goes on.
     let retry = begin(&revision, &first.status, Some(1), "sha256:1", None, &at(10));
     assert_eq!(retry.revision, Some(2));
     assert_eq!(retry.failures, Some(1));
-    let (second, delay) = rollout::failed(&retry, Some(1), "ReadinessFailed", "again", 2, &at(20));
+    let (second, delay) = rollout::failed(
+        &retry,
+        Some(1),
+        Reason::ReadinessFailed,
+        "again",
+        2,
+        &at(20),
+    );
     assert_eq!(second.failures, Some(2));
     assert_eq!(delay, Some(Duration::from_secs(10)));
-    let (third, delay) = rollout::failed(&second, Some(1), "ReadinessFailed", "again", 2, &at(40));
+    let (third, delay) = rollout::failed(
+        &second,
+        Some(1),
+        Reason::ReadinessFailed,
+        "again",
+        2,
+        &at(40),
+    );
     assert_eq!(third.failures, Some(3));
     assert_eq!(delay, None);
     assert_eq!(condition(&third, "Stalled").0, "True");

@@ -11,9 +11,10 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
-use sequenced::api::v1alpha1::{ReleasePhase, SequencedReleaseStatus};
+use sequenced::api::{Identity, ObjectKey, ReleasePhase, SequencedReleaseStatus};
 use sequenced::plan::{self, Plan};
-use sequenced::rollout::{Action, Observations, Revision, Settings, begin, step, wanted};
+use sequenced::rollout::install::{InstallAction, step, wanted};
+use sequenced::rollout::{Observations, Outcome, Revision, Settings, begin};
 use serde_json::{Value, json};
 use support::{chart_tree, object, rendered};
 use tempfile::TempDir;
@@ -88,8 +89,15 @@ proptest! {
         (layers, edges, sizes, delays) in dag()
     ) {
         let plan = plan_dag(layers, &edges, &sizes);
-        let settings = Settings { sequenced: true, wait: true, readiness_timeout: Duration::from_secs(3600), max_history: 10, retries: 0 };
-        let revision = Revision { plan: &plan, prune: &[], settings };
+        let settings = Settings {
+            sequenced: true, wait: true, readiness_timeout: Duration::from_secs(3600), max_history: 10,
+            retries: 0, adopt: false, timeout: Duration::from_secs(300), interval: Duration::from_secs(600),
+        };
+        let keys: Vec<ObjectKey> = plan.resources.iter().map(|r| ObjectKey {
+            api_version: r.api_version.clone(), kind: r.kind.clone(), namespace: Some("g".into()), name: r.name.clone(),
+        }).collect();
+        let me = Identity { owner: "g/g".into(), release_name: "g".into(), target_namespace: "g".into() };
+        let revision = Revision { plan: &plan, keys: &keys, prune: &[], settings, me: &me };
         let at = |s: i64| Time(Timestamp::from_second(1_800_000_000 + s).unwrap());
         let mut status = begin(&revision, &SequencedReleaseStatus::default(), Some(1), "d", None, &at(0));
         // When each resource was applied and when it becomes ready (in steps).
@@ -108,9 +116,21 @@ proptest! {
                 }
                 observed.resources.insert(r, object);
             }
-            let decision = step(&revision, &status, &observed, &at(s as i64 + 1));
+            // Objects not applied yet do not exist: the layers that start write nothing of others.
+            let decision = match step(&revision, &status, &observed, &at(s as i64 + 1)) {
+                Outcome::Decided(decision) => decision,
+                Outcome::Need(more) => {
+                    for r in more.resources {
+                        observed.resources.entry(r).or_insert(None);
+                    }
+                    match step(&revision, &status, &observed, &at(s as i64 + 1)) {
+                        Outcome::Decided(decision) => decision,
+                        Outcome::Need(again) => panic!("asked again for {again:?}"),
+                    }
+                }
+            };
             for action in &decision.actions {
-                let Action::ApplyLayer(l) = action else { panic!("unexpected {action:?}") };
+                let InstallAction::ApplyLayer(l) = action else { panic!("unexpected {action:?}") };
                 prop_assert!(layer_applied[*l].is_none(), "layer {l} applied twice");
                 layer_applied[*l] = Some(s);
                 for r in plan.must_be_ready(*l) {

@@ -1,10 +1,17 @@
-//! The `SequencedRelease` custom resource (group `sequenced.dev`).
+//! The `SequencedRelease` custom resource (group `sequenced.dev`), and the product's names and
+//! reasons ([`names`], [`Reason`]), which every other module imports from here.
 //!
 //! The Rust types are the source of truth: `sequenced crd` prints the CRD generated from them and
 //! `crds/sequencedrelease.yaml` is that output, checked by a test.
 
+pub mod names;
+mod object;
+mod reason;
 pub mod v1alpha1;
 
+pub use names::*;
+pub use object::ObjectKey;
+pub use reason::{EventReason, Reason};
 pub use v1alpha1::*;
 
 use kube::CustomResourceExt;

@@ -15,8 +15,8 @@ use kube::runtime::watcher::{self, Event, watcher};
 
 use super::{StatusArgs, StatusOutput, fail};
 use crate::api::v1alpha1::{LayerPhase, LayerStatus, ReleasePhase, SequencedRelease};
+use crate::api::{READY, STALLED};
 use crate::plan::DEFAULT_LAYER;
-use crate::rollout::{READY, STALLED};
 
 /// Exit code of `--watch` when the release ends Failed.
 pub const EXIT_FAILED: u8 = 1;

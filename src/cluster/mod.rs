@@ -13,10 +13,7 @@ use kube::discovery::{ApiCapabilities, Discovery, Scope};
 use serde_json::Value;
 use tokio::sync::RwLock;
 
-use crate::history::ObjectKey;
-
-/// The field manager of every write.
-pub const FIELD_MANAGER: &str = "sequenced";
+use crate::api::{FIELD_MANAGER, ObjectKey};
 
 /// Discovery is refreshed on an unknown kind at most this often.
 const REFRESH_EVERY: Duration = Duration::from_secs(2);

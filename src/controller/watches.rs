@@ -14,25 +14,10 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher::watcher};
 use kube::{Client, ResourceExt};
 
-use crate::api::v1alpha1::SequencedRelease;
+use crate::api::{MANAGED_SELECTOR, SequencedRelease, owner_of};
 use crate::cluster::Kind;
 
-/// The label on every object the controller applies.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// Its value.
-pub const MANAGED_BY: &str = "sequenced";
-/// The annotation naming the SequencedRelease (`namespace/name`) that owns an applied object.
-pub const OWNER_ANNOTATION: &str = "sequenced.dev/owner";
-
 type Trigger = UnboundedSender<ObjectRef<SequencedRelease>>;
-
-/// The release an object belongs to, from its owner annotation.
-pub fn owner_of(
-    annotations: &std::collections::BTreeMap<String, String>,
-) -> Option<ObjectRef<SequencedRelease>> {
-    let (namespace, name) = annotations.get(OWNER_ANNOTATION)?.split_once('/')?;
-    Some(ObjectRef::new(name).within(namespace))
-}
 
 /// An external object, by kind, namespace and name.
 type ExternalKey = (String, String, Option<String>, String);
@@ -91,7 +76,7 @@ impl Watches {
         let api: Api<PartialObjectMeta<DynamicObject>> =
             Api::all_with(self.client.clone(), &kind.resource);
         let config = watcher::Config::default()
-            .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"))
+            .labels(MANAGED_SELECTOR)
             .any_semantic();
         let trigger = self.trigger.clone();
         let what = format!("{}/{}", kind.resource.api_version, kind.resource.kind);

@@ -1,8 +1,8 @@
 //! Release records: what each revision deployed, kept in the cluster so that pruning and
 //! uninstalling work from an inventory, never by guessing, even after a restart.
 //!
-//! A record is a Secret `sequenced.release.v1.<release>.v<revision>` in the SequencedRelease's
-//! namespace; its `release` key holds gzip-compressed JSON. Encoding and decoding are pure; the
+//! A record is a Secret [`crate::api::record_name`] in the SequencedRelease's namespace; its
+//! `release` key holds gzip-compressed JSON. Encoding and decoding are pure; the
 //! Secret itself is read and written by the controller.
 
 use std::collections::HashSet;
@@ -10,37 +10,12 @@ use std::io::{Read, Write};
 
 use serde::{Deserialize, Serialize};
 
+use crate::api::ObjectKey;
+use crate::api::PRUNE_LAYER;
 use crate::plan::Plan;
 
-/// The Secret type of release records.
-pub const RECORD_TYPE: &str = "sequenced.dev/release.v1";
-/// The label every record carries with the SequencedRelease's name.
-pub const RECORD_LABEL: &str = "sequenced.dev/release";
-/// The Secret key that holds the encoded record.
-pub const RECORD_KEY: &str = "release";
 /// Records larger than this, decompressed, are refused (a Secret holds at most 1 MiB compressed).
 const MAX_DECODED: u64 = 64 * 1024 * 1024;
-
-/// One object by identity, its namespace resolved (None for cluster-scoped kinds).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ObjectKey {
-    pub api_version: String,
-    pub kind: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    pub name: String,
-}
-
-impl std::fmt::Display for ObjectKey {
-    /// `Deployment shop/db`, `ClusterRole reader`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
-            None => write!(f, "{} {}", self.kind, self.name),
-        }
-    }
-}
 
 /// One uninstall step of a revision: its objects in delete order, and the steps whose objects
 /// must be gone first.
@@ -130,11 +105,6 @@ pub struct RecordError {
 }
 
 impl Record {
-    /// The Secret name of revision `revision` of the SequencedRelease named `release`.
-    pub fn secret_name(release: &str, revision: i64) -> String {
-        format!("sequenced.release.v1.{release}.v{revision}")
-    }
-
     /// What an uninstall deletes: the objects this revision was still pruning first, then the
     /// revision's own inventory.
     pub fn uninstall_inventory(&self) -> Inventory {
@@ -143,7 +113,7 @@ impl Record {
         if !self.prune.is_empty() {
             steps.push(InventoryStep {
                 chart: self.chart.clone(),
-                name: "(prune)".to_string(),
+                name: PRUNE_LAYER.to_string(),
                 objects: self.prune.clone(),
                 after: Vec::new(),
             });

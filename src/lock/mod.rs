@@ -30,8 +30,10 @@ use kube::runtime::{WatchStreamExt, watcher::watcher};
 use kube::{Client, Resource, ResourceExt};
 use sha2::{Digest as _, Sha256};
 
-use crate::api::v1alpha1::{LockStatus, SequencedRelease};
-use crate::controller::watches::{MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION, owner_of};
+use crate::api::{
+    LockStatus, MANAGED_BY, MANAGED_BY_LABEL, MANAGED_SELECTOR, OWNER_ANNOTATION, SequencedRelease,
+    owner_of, owner_value,
+};
 
 /// Lease names: this prefix and the release's name.
 pub const LEASE_PREFIX: &str = "sequenced.lock.";
@@ -141,7 +143,7 @@ pub fn standing(sighting: &Sighting, now: Instant) -> Standing {
     }
 }
 
-/// How the lock was got.
+/// How an attempt to get (or keep) the lock went.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Acquired {
     /// Already held and not due for renewal: nothing written.
@@ -155,20 +157,18 @@ pub enum Acquired {
         previous: String,
         unchanged_for: Duration,
     },
-}
-
-/// Why the lock was not got.
-#[derive(Debug, thiserror::Error)]
-pub enum LockError {
     /// Another session holds it (or won the race for it): try again when it may expire.
-    #[error("the release is locked by {holder}")]
     Busy {
         holder: String,
         retry_after: Duration,
     },
     /// This controller held it, but another session has it now.
-    #[error("lost the release's lock to {holder}")]
     Lost { holder: String },
+}
+
+/// A Lease could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
     #[error("{what}: {source}")]
     Api {
         what: String,
@@ -251,7 +251,7 @@ impl Locks {
     pub fn watch(self: &std::sync::Arc<Self>, trigger: UnboundedSender<Release>) {
         let api: Api<Lease> = Api::all(self.client.clone());
         let config = watcher::Config::default()
-            .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"))
+            .labels(MANAGED_SELECTOR)
             .any_semantic();
         let locks = std::sync::Arc::downgrade(self);
         let task = tokio::spawn(async move {
@@ -367,14 +367,17 @@ impl Locks {
             None => {
                 let lease = self.lease(sr, &name, &session, duration, None);
                 let created = api.create(&PostParams::default(), &lease).await;
-                (Acquired::Fresh, self.won(&release, created)?)
+                match self.won(&release, created)? {
+                    Ok(lease) => (Acquired::Fresh, lease),
+                    Err(busy) => return Ok(busy),
+                }
             }
             Some(current) => {
                 let outcome = match self.saw(&release, &current) {
                     Standing::Free => Acquired::Fresh,
                     Standing::Held { holder, remaining } => {
                         guard(&self.waiting).insert(release.clone());
-                        return Err(LockError::Busy {
+                        return Ok(Acquired::Busy {
                             holder,
                             retry_after: remaining,
                         });
@@ -389,7 +392,10 @@ impl Locks {
                 };
                 let lease = self.lease(sr, &name, &session, duration, Some(&current));
                 let replaced = api.replace(&name, &PostParams::default(), &lease).await;
-                (outcome, self.won(&release, replaced)?)
+                match self.won(&release, replaced)? {
+                    Ok(lease) => (outcome, lease),
+                    Err(busy) => return Ok(busy),
+                }
             }
         };
         guard(&self.waiting).remove(&release);
@@ -397,18 +403,22 @@ impl Locks {
         Ok(outcome)
     }
 
-    /// The answer to a create or replace that tries to take the lease: 409 means another session
-    /// was faster.
-    fn won(&self, release: &Release, answer: kube::Result<Lease>) -> Result<Lease, LockError> {
+    /// The answer to a create or replace that tries to take the lease: the lease written, or
+    /// (on 409) Busy: another session was faster.
+    fn won(
+        &self,
+        release: &Release,
+        answer: kube::Result<Lease>,
+    ) -> Result<Result<Lease, Acquired>, LockError> {
         match answer {
-            Ok(lease) => Ok(lease),
+            Ok(lease) => Ok(Ok(lease)),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 guard(&self.waiting).insert(release.clone());
-                Err(LockError::Busy {
+                Ok(Err(Acquired::Busy {
                     holder: "another controller".to_string(),
                     // Its lease is new: it lasts at least until the next sighting expires.
                     retry_after: Duration::from_millis(500),
-                })
+                }))
             }
             Err(source) => Err(api_error("writing", release)(source)),
         }
@@ -470,7 +480,7 @@ impl Locks {
                     }
                     _ => "another controller".to_string(),
                 };
-                Err(LockError::Lost { holder })
+                Ok(Acquired::Lost { holder })
             }
             Err(source) => Err(api_error("renewing", release)(source)),
         }
@@ -502,7 +512,7 @@ impl Locks {
             .get_or_insert_with(Default::default)
             .insert(
                 OWNER_ANNOTATION.to_string(),
-                format!("{}/{}", api_namespace(&release), release.name),
+                owner_value(api_namespace(&release), &release.name),
             );
         if let Some(uid) = sr.uid() {
             let owner = OwnerReference {

@@ -1,0 +1,200 @@
+//! The product's names on the cluster: the finalizer, labels, annotations, condition types and
+//! the names of what the operator keeps next to a release. Every module imports them from here,
+//! downward, so that no name is spelt twice.
+
+use std::collections::BTreeMap;
+
+use kube::runtime::reflector::ObjectRef;
+use serde_json::Value;
+
+use super::SequencedRelease;
+
+/// The finalizer that makes deleting a SequencedRelease uninstall its chart first.
+pub const FINALIZER: &str = "sequenced.dev/finalizer";
+
+/// The label on every object the operator writes (applied objects, Leases, records).
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Its value.
+pub const MANAGED_BY: &str = "sequenced";
+/// The label selector of everything the operator writes.
+pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=sequenced";
+
+/// The annotation naming the SequencedRelease (`namespace/name`) an object belongs to.
+pub const OWNER_ANNOTATION: &str = "sequenced.dev/owner";
+/// Helm's ownership annotations, on every applied object.
+pub const RELEASE_NAME_ANNOTATION: &str = "meta.helm.sh/release-name";
+pub const RELEASE_NAMESPACE_ANNOTATION: &str = "meta.helm.sh/release-namespace";
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "sequenced";
+
+/// Condition types, with kstatus meanings.
+pub const READY: &str = "Ready";
+pub const RECONCILING: &str = "Reconciling";
+pub const STALLED: &str = "Stalled";
+
+/// The `status.layers` entry of the CRD stage.
+pub const CRD_LAYER: &str = "(crds)";
+/// The `status.layers` entry of the prune stage.
+pub const PRUNE_LAYER: &str = "(prune)";
+
+/// The Secret type of release records.
+pub const RECORD_TYPE: &str = "sequenced.dev/release.v1";
+/// The Secret key that holds an encoded record.
+pub const RECORD_KEY: &str = "release";
+
+/// The Secret name of revision `revision` of the SequencedRelease named `release`.
+pub fn record_name(release: &str, revision: i64) -> String {
+    format!("sequenced.release.v1.{release}.v{revision}")
+}
+
+/// The value of [`OWNER_ANNOTATION`] for a release: `namespace/name`.
+pub fn owner_value(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// The release an object belongs to, read from its [`OWNER_ANNOTATION`].
+pub fn owner_of(annotations: &BTreeMap<String, String>) -> Option<ObjectRef<SequencedRelease>> {
+    let (namespace, name) = annotations.get(OWNER_ANNOTATION)?.split_once('/')?;
+    Some(ObjectRef::new(name).within(namespace))
+}
+
+/// What an object's annotations say about who it belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claim {
+    /// [`OWNER_ANNOTATION`]: a SequencedRelease, `namespace/name`.
+    pub owner: Option<String>,
+    /// Helm's release name annotation.
+    pub release_name: Option<String>,
+    /// Helm's release namespace annotation.
+    pub release_namespace: Option<String>,
+}
+
+/// Whose an existing object is, as seen from one release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// This release's.
+    Us,
+    /// No release's: taken over only with `spec.adopt`.
+    Nobody,
+    /// Another release's, named: `SequencedRelease apps/shop`, `Helm release db in namespace x`.
+    Other(String),
+}
+
+/// Who a release is, for judging claims.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// `namespace/name` of the SequencedRelease.
+    pub owner: String,
+    /// The Helm release name.
+    pub release_name: String,
+    /// The namespace the chart is deployed to.
+    pub target_namespace: String,
+}
+
+impl Identity {
+    /// The identity of `sr`: its `namespace/name`, `releaseName` (default its name) and
+    /// `targetNamespace` (default its namespace).
+    pub fn of(sr: &SequencedRelease) -> Identity {
+        let namespace = sr
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
+        let name = sr.metadata.name.clone().unwrap_or_default();
+        Identity {
+            owner: owner_value(&namespace, &name),
+            release_name: sr.spec.release_name.clone().unwrap_or_else(|| name.clone()),
+            target_namespace: sr.spec.target_namespace.clone().unwrap_or(namespace),
+        }
+    }
+}
+
+impl Claim {
+    /// The claim of an object, from its `metadata.annotations`.
+    pub fn of(object: &Value) -> Claim {
+        let annotation = |key: &str| {
+            object
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(key))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        Claim {
+            owner: annotation(OWNER_ANNOTATION),
+            release_name: annotation(RELEASE_NAME_ANNOTATION),
+            release_namespace: annotation(RELEASE_NAMESPACE_ANNOTATION),
+        }
+    }
+
+    /// Whose the object is for `me`: our owner annotation, or Helm's annotations naming our
+    /// release, is ours; another owner annotation or another Helm release is someone else's.
+    pub fn judge(&self, me: &Identity) -> Owner {
+        if let Some(owner) = &self.owner {
+            return if *owner == me.owner {
+                Owner::Us
+            } else {
+                Owner::Other(format!("SequencedRelease {owner}"))
+            };
+        }
+        match (&self.release_name, &self.release_namespace) {
+            (Some(name), Some(namespace))
+                if *name == me.release_name && *namespace == me.target_namespace =>
+            {
+                Owner::Us
+            }
+            (Some(name), namespace) => Owner::Other(format!(
+                "Helm release {name} in namespace {}",
+                namespace.as_deref().unwrap_or("?")
+            )),
+            _ => Owner::Nobody,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn me() -> Identity {
+        Identity {
+            owner: "apps/shop".into(),
+            release_name: "shop".into(),
+            target_namespace: "apps".into(),
+        }
+    }
+
+    fn claim(annotations: Value) -> Owner {
+        Claim::of(&json!({"metadata": {"annotations": annotations}})).judge(&me())
+    }
+
+    #[test]
+    fn claims_are_judged_by_owner_annotation_then_helm_annotations() {
+        assert_eq!(claim(json!({OWNER_ANNOTATION: "apps/shop"})), Owner::Us);
+        assert_eq!(
+            claim(json!({OWNER_ANNOTATION: "apps/other"})),
+            Owner::Other("SequencedRelease apps/other".into())
+        );
+        assert_eq!(
+            claim(json!({RELEASE_NAME_ANNOTATION: "shop", RELEASE_NAMESPACE_ANNOTATION: "apps"})),
+            Owner::Us
+        );
+        assert_eq!(
+            claim(json!({RELEASE_NAME_ANNOTATION: "db"})),
+            Owner::Other("Helm release db in namespace ?".into())
+        );
+        assert_eq!(claim(json!({})), Owner::Nobody);
+        assert_eq!(Claim::of(&json!({})).judge(&me()), Owner::Nobody);
+    }
+
+    #[test]
+    fn owner_annotations_name_the_release() {
+        let annotations = BTreeMap::from([(OWNER_ANNOTATION.to_string(), "apps/shop".to_string())]);
+        let release = owner_of(&annotations).unwrap();
+        assert_eq!(release.name, "shop");
+        assert_eq!(release.namespace.as_deref(), Some("apps"));
+        assert!(owner_of(&BTreeMap::new()).is_none());
+        assert_eq!(record_name("shop", 3), "sequenced.release.v1.shop.v3");
+    }
+}

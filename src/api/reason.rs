@@ -1,0 +1,120 @@
+//! The reasons users read: in the `Ready`, `Reconciling` and `Stalled` conditions, and on the
+//! Events recorded on a release. One enum each, so that a reason is never a string literal
+//! somewhere in the controller.
+
+use std::fmt;
+
+/// The reason of a release's conditions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    // An operation in progress, or done.
+    /// A revision is being deployed.
+    Progressing,
+    /// The revision is deployed and ready.
+    Succeeded,
+    /// A `dependsOn` release is not Ready yet.
+    DependencyNotReady,
+    /// A failed operation is tried again after a delay (`spec.retries`).
+    RetryScheduled,
+    /// The controller stopped in the middle of an operation; the next one resumes it.
+    Interrupted,
+    /// The release is being uninstalled.
+    Uninstalling,
+
+    // Failures that only a change of the spec (or chart) can fix: never retried.
+    /// The spec cannot be used: a missing chart path, a missing `valuesFrom` object or key.
+    InvalidSpec,
+    /// The chart cannot be loaded.
+    InvalidChart,
+    /// `helm template` failed.
+    RenderFailed,
+    /// The chart's sequencing cannot be planned: a cycle, an unknown layer, a bad annotation.
+    PlanFailed,
+    /// The chart has hooks, which are not executed yet.
+    HooksNotSupported,
+    /// `dependsOn` releases form a cycle.
+    DependencyCycle,
+
+    // Failures of an operation: retried `spec.retries` times.
+    /// A resource failed or was not ready within its readiness timeout.
+    ReadinessFailed,
+    /// An object belongs to another release, or to none without `spec.adopt`.
+    OwnershipConflict,
+    /// The API server refused an object.
+    ApplyFailed,
+    /// The API server refused a deletion.
+    DeleteFailed,
+
+    // Transient: retried with backoff, the status unchanged.
+    /// The chart could not be downloaded.
+    ChartUnavailable,
+    /// The API server's discovery could not be read.
+    DiscoveryFailed,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Progressing => "Progressing",
+            Reason::Succeeded => "Succeeded",
+            Reason::DependencyNotReady => "DependencyNotReady",
+            Reason::RetryScheduled => "RetryScheduled",
+            Reason::Interrupted => "Interrupted",
+            Reason::Uninstalling => "Uninstalling",
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::InvalidChart => "InvalidChart",
+            Reason::RenderFailed => "RenderFailed",
+            Reason::PlanFailed => "PlanFailed",
+            Reason::HooksNotSupported => "HooksNotSupported",
+            Reason::DependencyCycle => "DependencyCycle",
+            Reason::ReadinessFailed => "ReadinessFailed",
+            Reason::OwnershipConflict => "OwnershipConflict",
+            Reason::ApplyFailed => "ApplyFailed",
+            Reason::DeleteFailed => "DeleteFailed",
+            Reason::ChartUnavailable => "ChartUnavailable",
+            Reason::DiscoveryFailed => "DiscoveryFailed",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The reason of an Event recorded on a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventReason {
+    LayerStarted,
+    LayerReady,
+    LayerFailed,
+    ReleaseReady,
+    PruneStarted,
+    LayerDeleting,
+    LayerDeleted,
+    Stalled,
+    LockTakenOver,
+}
+
+impl EventReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventReason::LayerStarted => "LayerStarted",
+            EventReason::LayerReady => "LayerReady",
+            EventReason::LayerFailed => "LayerFailed",
+            EventReason::ReleaseReady => "ReleaseReady",
+            EventReason::PruneStarted => "PruneStarted",
+            EventReason::LayerDeleting => "LayerDeleting",
+            EventReason::LayerDeleted => "LayerDeleted",
+            EventReason::Stalled => "Stalled",
+            EventReason::LockTakenOver => "LockTakenOver",
+        }
+    }
+}
+
+impl fmt::Display for EventReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,273 @@
+//! The release's objects in the cluster: reading what the lifecycle wants to observe, applying
+//! layers and CRDs, deleting what it decided to delete. Every kind written is watched, so that
+//! its changes wake the release.
+
+use kube::runtime::reflector::ObjectRef;
+use serde_json::{Value, json};
+
+use super::Error;
+use super::run::Context;
+use crate::api::{
+    Claim, Identity, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION, ObjectKey,
+    RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, Reason, SequencedRelease,
+};
+use crate::cluster::ClusterError;
+use crate::rollout::{ActionFailure, Deployable, Observations, Wanted};
+
+/// How many objects are read at once.
+const READ_CONCURRENCY: usize = 16;
+
+/// An action that failed: what the status says, and the error itself (for the backoff of a
+/// transient one).
+pub(super) struct Failed {
+    pub failure: ActionFailure,
+    pub error: Error,
+}
+
+impl Failed {
+    fn of(error: ClusterError, reason: Reason, place: Option<(&str, &str)>) -> Failed {
+        let message = match place {
+            Some((chart, template)) if !error.is_transient() => {
+                format!("{error} (chart {chart}, {template})")
+            }
+            _ => error.to_string(),
+        };
+        Failed {
+            failure: ActionFailure {
+                transient: error.is_transient(),
+                reason,
+                message,
+            },
+            error: error.into(),
+        }
+    }
+}
+
+/// The objects of one release.
+pub(super) struct Objects<'a> {
+    pub ctx: &'a Context,
+    pub me: &'a Identity,
+    pub release: ObjectRef<SequencedRelease>,
+}
+
+impl Objects<'_> {
+    /// Reads what the lifecycle wants to see.
+    pub async fn observe(
+        &self,
+        deployable: Option<&Deployable>,
+        wanted: &Wanted,
+    ) -> Result<Observations, Error> {
+        let cluster = &self.ctx.cluster;
+        let mut observed = Observations::default();
+        if let Some(deployable) = deployable {
+            let pending: Vec<(usize, &ObjectKey)> = wanted
+                .resources
+                .iter()
+                .filter_map(|&r| deployable.keys.get(r).map(|k| (r, k)))
+                .collect();
+            for chunk in pending.chunks(READ_CONCURRENCY) {
+                let found =
+                    futures::future::join_all(chunk.iter().map(|(_, key)| cluster.find(key))).await;
+                for ((r, _), found) in chunk.iter().zip(found) {
+                    observed.resources.insert(*r, found?);
+                }
+            }
+            if wanted.crds {
+                for (i, key) in deployable.crd_keys.iter().enumerate() {
+                    observed.crds.insert(i, cluster.find(key).await?);
+                }
+            }
+            for &(layer, index) in &wanted.external {
+                let found = self.external(deployable, layer, index).await?;
+                observed.external.insert((layer, index), found);
+            }
+        }
+        for chunk in wanted.present.chunks(READ_CONCURRENCY) {
+            let found = futures::future::join_all(chunk.iter().map(|key| cluster.find(key))).await;
+            for (key, found) in chunk.iter().zip(found) {
+                observed
+                    .present
+                    .insert(key.clone(), found?.as_ref().map(Claim::of));
+            }
+        }
+        Ok(observed)
+    }
+
+    /// An external dependency of a layer (werf), watched from now on; None when it or its kind
+    /// does not exist.
+    async fn external(
+        &self,
+        deployable: &Deployable,
+        layer: usize,
+        index: usize,
+    ) -> Result<Option<Value>, Error> {
+        let cluster = &self.ctx.cluster;
+        let Some(external) = deployable
+            .plan
+            .layers
+            .get(layer)
+            .and_then(|l| l.external.get(index))
+        else {
+            return Ok(None);
+        };
+        let api_version = match &external.group {
+            Some(group) if !group.is_empty() => match self.preferred_version(group).await {
+                Some(v) => format!("{group}/{v}"),
+                None => return Ok(None),
+            },
+            _ => "v1".to_string(),
+        };
+        let kind = match cluster.kind(&api_version, &external.kind).await {
+            Ok(kind) => kind,
+            Err(ClusterError::UnknownKind { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let namespace = kind.namespaced.then(|| {
+            external
+                .namespace
+                .clone()
+                .unwrap_or_else(|| self.me.target_namespace.clone())
+        });
+        self.ctx.watches.external(
+            &kind,
+            namespace.as_deref(),
+            &external.name,
+            self.release.clone(),
+        );
+        let key = ObjectKey {
+            api_version,
+            kind: external.kind.clone(),
+            namespace,
+            name: external.name.clone(),
+        };
+        Ok(cluster.find(&key).await?)
+    }
+
+    async fn preferred_version(&self, group: &str) -> Option<String> {
+        let (_, api_versions) = self.ctx.cluster.capabilities().await.ok()?;
+        let prefix = format!("{group}/");
+        api_versions
+            .iter()
+            .filter_map(|gv| gv.strip_prefix(&prefix))
+            .find(|v| !v.contains('/'))
+            .map(str::to_string)
+    }
+
+    /// Creates the chart's CRDs that do not exist yet.
+    pub async fn apply_crds(&self, deployable: &Deployable) -> Result<(), Failed> {
+        let cluster = &self.ctx.cluster;
+        for (crd, key) in deployable.plan.crds.iter().zip(&deployable.crd_keys) {
+            let fail = |e| Failed::of(e, Reason::ApplyFailed, Some((&crd.chart, &crd.template)));
+            let kind = cluster
+                .kind(&key.api_version, &key.kind)
+                .await
+                .map_err(fail)?;
+            self.ctx.watches.managed(&kind);
+            let object = self.owned(&crd.object, key);
+            cluster.create_if_absent(key, &object).await.map_err(fail)?;
+        }
+        Ok(())
+    }
+
+    /// Applies every resource of plan layer `layer`, in order. Whose the objects are was
+    /// observed and judged before.
+    pub async fn apply_layer(&self, deployable: &Deployable, layer: usize) -> Result<(), Failed> {
+        let cluster = &self.ctx.cluster;
+        let Some(layer) = deployable.plan.layers.get(layer) else {
+            return Ok(());
+        };
+        for &r in &layer.resources {
+            let (Some(resource), Some(key)) =
+                (deployable.plan.resources.get(r), deployable.keys.get(r))
+            else {
+                continue;
+            };
+            let fail = |e| {
+                Failed::of(
+                    e,
+                    Reason::ApplyFailed,
+                    Some((&resource.chart, &resource.template)),
+                )
+            };
+            let kind = cluster
+                .kind(&key.api_version, &key.kind)
+                .await
+                .map_err(fail)?;
+            self.ctx.watches.managed(&kind);
+            let object = self.owned(&resource.object, key);
+            cluster.apply(key, &object).await.map_err(fail)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes these objects, in order.
+    pub async fn delete(&self, keys: &[ObjectKey]) -> Result<(), Failed> {
+        let cluster = &self.ctx.cluster;
+        for key in keys {
+            if let Ok(kind) = cluster.kind(&key.api_version, &key.kind).await {
+                self.ctx.watches.managed(&kind);
+            }
+            cluster
+                .delete(key)
+                .await
+                .map_err(|e| Failed::of(e, Reason::DeleteFailed, None))?;
+        }
+        Ok(())
+    }
+
+    /// `createNamespace`: the target namespace, unless it exists.
+    pub async fn create_namespace(&self) -> Result<(), Error> {
+        let name = &self.me.target_namespace;
+        let key = ObjectKey {
+            api_version: "v1".to_string(),
+            kind: "Namespace".to_string(),
+            namespace: None,
+            name: name.clone(),
+        };
+        let object = json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+        });
+        self.ctx.cluster.create_if_absent(&key, &object).await?;
+        Ok(())
+    }
+
+    /// The object as it is applied: its namespace, and the ownership labels and annotations.
+    fn owned(&self, object: &Value, key: &ObjectKey) -> Value {
+        let mut object = object.clone();
+        let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+            return object;
+        };
+        if let Some(ns) = &key.namespace {
+            metadata.insert("namespace".into(), Value::String(ns.clone()));
+        }
+        let mut map = |field: &str| {
+            let entry = metadata
+                .entry(field)
+                .or_insert_with(|| Value::Object(Default::default()));
+            if !entry.is_object() {
+                *entry = Value::Object(Default::default());
+            }
+            entry
+                .as_object_mut()
+                .map(std::mem::take)
+                .unwrap_or_default()
+        };
+        let mut labels = map("labels");
+        let mut annotations = map("annotations");
+        labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
+        annotations.insert(
+            RELEASE_NAME_ANNOTATION.into(),
+            self.me.release_name.clone().into(),
+        );
+        annotations.insert(
+            RELEASE_NAMESPACE_ANNOTATION.into(),
+            self.me.target_namespace.clone().into(),
+        );
+        annotations.insert(OWNER_ANNOTATION.into(), self.me.owner.clone().into());
+        metadata.insert("labels".into(), Value::Object(labels));
+        metadata.insert("annotations".into(), Value::Object(annotations));
+        object
+    }
+}

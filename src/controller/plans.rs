@@ -1,0 +1,181 @@
+//! The plan cache: each release's chart is rendered and planned once per digest (and per
+//! install or upgrade), with the cluster's version and API versions, and every planned object's
+//! identity is resolved against the cluster's discovery.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use kube::runtime::reflector::ObjectRef;
+use serde_json::Value;
+
+use super::Error;
+use super::source::Prepared;
+use crate::api::{ObjectKey, SequencedRelease};
+use crate::cluster::Cluster;
+use crate::helm::Helm;
+use crate::history::Inventory;
+use crate::metrics::Metrics;
+use crate::pipeline::{self, RenderRequest};
+use crate::plan::Plan;
+use crate::rollout::Deployable;
+use crate::rollout::lifecycle::{PlanFact, Refusal};
+
+/// The last plan of each release.
+#[derive(Default)]
+pub(super) struct Plans {
+    cached: Mutex<HashMap<ObjectRef<SequencedRelease>, PlanFact>>,
+}
+
+impl Plans {
+    pub fn forget(&self, release: &ObjectRef<SequencedRelease>) {
+        if let Ok(mut cached) = self.cached.lock() {
+            cached.remove(release);
+        }
+    }
+
+    /// The plan for this digest, from the cache or rendered now. A failure that trying again may
+    /// fix (a helm that did not start, discovery) is an error and is not cached; a chart that
+    /// does not render or plan is a refusal, cached with its digest.
+    pub async fn get(
+        &self,
+        release: &ObjectRef<SequencedRelease>,
+        prepared: &Prepared,
+        is_upgrade: bool,
+        cluster: &Cluster,
+        helm: &Helm,
+        metrics: &Metrics,
+    ) -> Result<PlanFact, Error> {
+        let cached = self
+            .cached
+            .lock()
+            .ok()
+            .and_then(|cached| cached.get(release).cloned());
+        if let Some(fact) = cached
+            && fact.digest == prepared.digest
+            && fact.is_upgrade == is_upgrade
+        {
+            return Ok(fact);
+        }
+        let (kube_version, api_versions) = cluster.capabilities().await?;
+        let request = RenderRequest {
+            release_name: prepared.release_name.clone(),
+            namespace: prepared.namespace.clone(),
+            values: prepared.values.clone(),
+            kube_version,
+            api_versions,
+            is_upgrade,
+            ..RenderRequest::default()
+        };
+        let rendering = std::time::Instant::now();
+        let planned = match pipeline::render(helm, &prepared.resolved, &request).await {
+            Ok(rendered) => tokio::task::spawn_blocking(move || pipeline::plan(rendered))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(pipeline::Error::Io {
+                        what: "planning".to_string(),
+                        message: format!("stopped: {e}"),
+                    })
+                }),
+            Err(e) => Err(e),
+        };
+        metrics
+            .render_duration
+            .observe(rendering.elapsed().as_secs_f64());
+        let outcome = match planned {
+            Ok(plan) => {
+                let version = prepared.resolved.version.clone();
+                Ok(Arc::new(
+                    deployable(plan, version, cluster, &prepared.namespace).await,
+                ))
+            }
+            Err(e) if e.is_transient() => return Err(e.into()),
+            Err(e) => Err(Refusal {
+                reason: e.reason(),
+                message: e.to_string(),
+            }),
+        };
+        let fact = PlanFact {
+            digest: prepared.digest.clone(),
+            is_upgrade,
+            outcome,
+        };
+        if let Ok(mut cached) = self.cached.lock() {
+            cached.insert(release.clone(), fact.clone());
+        }
+        Ok(fact)
+    }
+}
+
+/// Gives every planned object its namespace, as the cluster scopes its kind (a kind the cluster
+/// does not serve yet is scoped as the chart's CRDs say, else namespaced).
+async fn deployable(
+    plan: Plan,
+    version: Option<String>,
+    cluster: &Cluster,
+    target_namespace: &str,
+) -> Deployable {
+    let crd_scopes: HashMap<(String, String), bool> = plan
+        .crds
+        .iter()
+        .filter_map(|crd| {
+            let spec = crd.object.get("spec")?;
+            let group = spec.get("group")?.as_str()?;
+            let kind = spec.pointer("/names/kind")?.as_str()?;
+            let namespaced = spec.get("scope").and_then(Value::as_str) != Some("Cluster");
+            Some(
+                spec.get("versions")?
+                    .as_array()?
+                    .iter()
+                    .filter_map(|v| v.get("name")?.as_str())
+                    .map(|v| ((format!("{group}/{v}"), kind.to_string()), namespaced))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .flatten()
+        .collect();
+    let mut keys = Vec::with_capacity(plan.resources.len());
+    for resource in &plan.resources {
+        let namespaced = match cluster.kind(&resource.api_version, &resource.kind).await {
+            Ok(kind) => kind.namespaced,
+            Err(_) => crd_scopes
+                .get(&(resource.api_version.clone(), resource.kind.clone()))
+                .copied()
+                .unwrap_or(true),
+        };
+        keys.push(ObjectKey {
+            api_version: resource.api_version.clone(),
+            kind: resource.kind.clone(),
+            namespace: namespaced.then(|| {
+                resource
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| target_namespace.to_string())
+            }),
+            name: resource.name.clone(),
+        });
+    }
+    let crd_keys = plan
+        .crds
+        .iter()
+        .map(|crd| ObjectKey {
+            api_version: crd.api_version.clone(),
+            kind: crd.kind.clone(),
+            namespace: None,
+            name: crd.name.clone(),
+        })
+        .collect();
+    let inventory = Inventory::from_plan(&plan, |i| keys.get(i).and_then(|k| k.namespace.clone()));
+    let chart_version = version.or_else(|| {
+        plan.charts
+            .first()
+            .map(|c| c.version.clone())
+            .filter(|v| !v.is_empty())
+    });
+    Deployable {
+        plan,
+        chart_version,
+        keys,
+        crd_keys,
+        inventory,
+    }
+}

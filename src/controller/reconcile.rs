@@ -1,0 +1,600 @@
+//! One reconcile of one release: gather the facts the lifecycle asks for, execute the step it
+//! chooses, write the status it hands back. Every write happens under the release's lock,
+//! taken lazily at the first write; a lock taken fresh (or over) is followed by a fresh read of
+//! the release, and the reconcile starts again when it changed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::objects::{Failed, Objects};
+use super::run::Context;
+use super::source::Prepared;
+use super::{Error, Halt, Stop, kube_error};
+use crate::api::{
+    EventReason, FINALIZER, Identity, LayerPhase, SequencedRelease, SequencedReleaseStatus,
+};
+use crate::lock::Acquired;
+use crate::rollout::dependencies::{self, DependencyFacts, DependencyState};
+use crate::rollout::install::{self, InstallAction, InstallStep};
+use crate::rollout::lifecycle::{Begin, Facts, LockView, Need, Next, Requeue};
+use crate::rollout::uninstall::{self, UninstallStep};
+use crate::rollout::{self, Deployable, Note, Settings};
+
+/// The longest status message; longer ones (many planner errors) are cut.
+const MAX_MESSAGE: usize = 8 * 1024;
+/// How many facts one reconcile may gather; more means the lifecycle keeps asking for something
+/// the controller cannot give, which is a bug, reported instead of spinning.
+const MAX_GATHERS: usize = 32;
+
+/// Reconciles `sr` once.
+pub(super) async fn reconcile(sr: Arc<SequencedRelease>, ctx: &Context) -> Result<Action, Stop> {
+    if ctx.stopping() {
+        return Ok(Action::await_change());
+    }
+    Reconcile::new(sr, ctx).run().await
+}
+
+fn action(requeue: Requeue) -> Action {
+    match requeue {
+        Requeue::After(delay) => Action::requeue(delay),
+        Requeue::AwaitChange => Action::await_change(),
+    }
+}
+
+/// One reconcile of one release.
+struct Reconcile<'a> {
+    ctx: &'a Context,
+    key: ObjectRef<SequencedRelease>,
+    api: Api<SequencedRelease>,
+    me: Identity,
+    settings: Settings,
+    facts: Facts,
+    /// The spec's inputs, once gathered.
+    prepared: Option<Prepared>,
+    /// Whether the lock was taken or checked in this reconcile.
+    locked: bool,
+}
+
+impl<'a> Reconcile<'a> {
+    fn new(sr: Arc<SequencedRelease>, ctx: &'a Context) -> Reconcile<'a> {
+        let key = ObjectRef::from_obj(&*sr);
+        let lock = if ctx.locks.holds(&key) {
+            LockView::Ours
+        } else {
+            match ctx.locks.blocked(&key) {
+                Some((holder, remaining)) => LockView::Blocked { holder, remaining },
+                None => LockView::Free,
+            }
+        };
+        let now = rollout::seconds(Time(k8s_openapi::jiff::Timestamp::now()));
+        Reconcile {
+            api: Api::namespaced(
+                ctx.client.clone(),
+                sr.namespace().as_deref().unwrap_or("default"),
+            ),
+            me: Identity::of(&sr),
+            settings: Settings::of(&sr.spec),
+            key,
+            ctx,
+            facts: Facts::new(sr, lock, now),
+            prepared: None,
+            locked: false,
+        }
+    }
+
+    fn sr(&self) -> &SequencedRelease {
+        &self.facts.release
+    }
+
+    async fn run(mut self) -> Result<Action, Stop> {
+        for _ in 0..MAX_GATHERS {
+            match rollout::next(&self.facts) {
+                Next::Need(need) => self.gather(need).await?,
+                Next::Blocked { holder, requeue } => {
+                    tracing::debug!(%holder, "locked by another session");
+                    return Ok(action(requeue));
+                }
+                Next::Idle => return Ok(Action::await_change()),
+                Next::AddFinalizer => {
+                    self.lock(false).await?;
+                    let mut finalizers = self.sr().finalizers().to_vec();
+                    finalizers.push(FINALIZER.to_string());
+                    self.patch_finalizers(finalizers).await?;
+                    // The change wakes this release again.
+                    return Ok(Action::await_change());
+                }
+                Next::Suspend { status } => {
+                    if let Some(status) = status {
+                        self.write_status_as_is(&status).await?;
+                        self.unlock().await;
+                    }
+                    return Ok(Action::await_change());
+                }
+                Next::Stall {
+                    status,
+                    event,
+                    requeue,
+                } => {
+                    self.write_status(&status).await?;
+                    self.publish(event.as_slice()).await;
+                    return Ok(action(requeue));
+                }
+                Next::WaitForDependencies { status, requeue } => {
+                    self.write_status(&status).await?;
+                    return Ok(action(requeue));
+                }
+                Next::Begin(begin) => self.begin(*begin).await?,
+                Next::RestartRevision { status } => {
+                    self.write_status(&status).await?;
+                    return Ok(Action::requeue(Duration::from_millis(100)));
+                }
+                Next::Install(step) => return self.install(*step).await,
+                Next::Uninstall(step) => return self.uninstall(*step).await,
+                Next::FinishUninstall { events, records } => {
+                    self.publish(&events).await;
+                    return self.finish_uninstall(&records).await;
+                }
+            }
+        }
+        Err(Stop::Failed(Error::Internal(format!(
+            "reconciling {}: the lifecycle kept asking for facts; giving up on this reconcile",
+            self.me.owner
+        ))))
+    }
+
+    /// Gathers one fact the lifecycle asked for.
+    async fn gather(&mut self, need: Need) -> Result<(), Stop> {
+        let ctx = self.ctx;
+        match need {
+            Need::Source => {
+                let prepared = ctx
+                    .sources
+                    .prepare(
+                        &ctx.client,
+                        &ctx.options.helm,
+                        &ctx.options.cache,
+                        &self.facts.release,
+                        self.settings.interval,
+                    )
+                    .await?;
+                self.facts.source = Some(
+                    prepared
+                        .as_ref()
+                        .map(Prepared::source)
+                        .map_err(Clone::clone),
+                );
+                self.prepared = prepared.ok();
+            }
+            Need::Dependencies(wanted) => {
+                self.facts.dependencies = Some(self.dependencies(&wanted).await?);
+            }
+            Need::Plan { is_upgrade, .. } => {
+                let Some(prepared) = &self.prepared else {
+                    return Err(Stop::Failed(Error::Internal(
+                        "the plan was asked for before the chart source".to_string(),
+                    )));
+                };
+                let fact = ctx
+                    .plans
+                    .get(
+                        &self.key,
+                        prepared,
+                        is_upgrade,
+                        &ctx.cluster,
+                        &ctx.options.helm,
+                        &ctx.options.metrics,
+                    )
+                    .await?;
+                self.facts.plan = Some(fact);
+            }
+            Need::Record(revision) => {
+                let record = ctx.records.get(&self.key, revision).await?;
+                self.facts.records.insert(revision, record);
+            }
+            Need::Observe(wanted) => {
+                let deployable = self.deployable();
+                let observed = self
+                    .objects()
+                    .observe(deployable.as_deref(), &wanted)
+                    .await?;
+                self.facts.observed.extend(observed);
+            }
+        }
+        Ok(())
+    }
+
+    fn deployable(&self) -> Option<Arc<Deployable>> {
+        self.facts.plan.as_ref()?.outcome.as_ref().ok().cloned()
+    }
+
+    fn objects(&self) -> Objects<'_> {
+        Objects {
+            ctx: self.ctx,
+            me: &self.me,
+            release: self.key.clone(),
+        }
+    }
+
+    /// The `dependsOn` graph from the controller's cache, and the dependencies themselves read
+    /// fresh, because the event that woke this release may be ahead of the cache.
+    async fn dependencies(&self, wanted: &[String]) -> Result<DependencyFacts, Error> {
+        let graph: BTreeMap<String, Vec<String>> = self
+            .ctx
+            .store
+            .state()
+            .iter()
+            .map(|sr| (dependencies::reference_of(sr), dependencies::depends_on(sr)))
+            .collect();
+        let mut states = BTreeMap::new();
+        for dependency in wanted {
+            let Some((namespace, name)) = dependency.split_once('/') else {
+                continue;
+            };
+            let api: Api<SequencedRelease> = Api::namespaced(self.ctx.client.clone(), namespace);
+            let found = api
+                .get_opt(name)
+                .await
+                .map_err(kube_error(format!("reading SequencedRelease {dependency}")))?;
+            states.insert(dependency.clone(), DependencyState::of(found.as_ref()));
+        }
+        Ok(DependencyFacts { graph, states })
+    }
+
+    async fn begin(&mut self, begin: Begin) -> Result<(), Stop> {
+        if begin.create_namespace {
+            self.lock(false).await?;
+            self.objects().create_namespace().await?;
+        }
+        self.lock(false).await?;
+        self.ctx.records.put(&self.key, &begin.record).await?;
+        if let Some(revision) = begin.drop_record {
+            self.ctx.records.delete(&self.key, revision).await?;
+        }
+        self.facts.status = begin.status;
+        self.facts
+            .records
+            .insert(begin.record.revision, Some(Arc::new(begin.record)));
+        Ok(())
+    }
+
+    async fn install(&mut self, step: InstallStep) -> Result<Action, Stop> {
+        let metrics = &self.ctx.options.metrics;
+        metrics
+            .readiness_timeouts
+            .inc_by(u64::try_from(step.timeouts).unwrap_or(0));
+        observe_waits(metrics, &self.facts.status, &step.status);
+        let deployable = self.deployable();
+        if !step.actions.is_empty() {
+            // A step of the operation: renew the lock (or take it) before the first write.
+            self.lock(true).await?;
+        }
+        for (done, action) in step.actions.iter().enumerate() {
+            if let Err(stop) = self.still_held().await {
+                return self.cut_short(&step, done, stop).await;
+            }
+            let Some(deployable) = deployable.as_deref() else {
+                break;
+            };
+            let applying = Instant::now();
+            let objects = self.objects();
+            let (stage, result) = match action {
+                InstallAction::ApplyCrds => ("crds", objects.apply_crds(deployable).await),
+                InstallAction::ApplyLayer(i) => {
+                    ("layer", objects.apply_layer(deployable, *i).await)
+                }
+                InstallAction::Prune(keys) => ("prune", objects.delete(keys).await),
+            };
+            metrics
+                .layer_apply_duration
+                .with_label_values(&[stage])
+                .observe(applying.elapsed().as_secs_f64());
+            if let Err(failed) = result {
+                return self.failed_action(&step, done, failed).await;
+            }
+        }
+        self.write_status(&step.status).await?;
+        self.publish(&step.events).await;
+        let requeue = rollout::requeue(
+            &self.settings,
+            &step.status,
+            step.requeue_after,
+            &self.facts.now,
+        );
+        Ok(action(requeue))
+    }
+
+    /// The controller is stopping (or lost the lock) before action `done` of the step: the
+    /// status keeps what was done.
+    async fn cut_short(&self, step: &InstallStep, done: usize, stop: Stop) -> Result<Action, Stop> {
+        if done > 0
+            && matches!(stop, Stop::Halted(Halt::Interrupted))
+            && let Some(revision) = self.facts.revision(&self.me)
+        {
+            let mut status = install::cut_short(&revision, step, done);
+            status.lock = self.ctx.locks.mirror(&self.key);
+            self.write_status_as_is(&status).await?;
+        }
+        Err(stop)
+    }
+
+    /// Action `done` of the step failed: write the status the lifecycle makes of it; a
+    /// transient error is retried with backoff, a refusal as the lifecycle says.
+    async fn failed_action(
+        &mut self,
+        step: &InstallStep,
+        done: usize,
+        failed: Failed,
+    ) -> Result<Action, Stop> {
+        let Some(revision) = self.facts.revision(&self.me) else {
+            return Err(Stop::Failed(failed.error));
+        };
+        let (status, events, retry) =
+            install::fail_action(&revision, step, done, &failed.failure, &self.facts.now);
+        self.write_status(&status).await?;
+        self.publish(&events).await;
+        if failed.failure.transient {
+            return Err(Stop::Failed(failed.error));
+        }
+        Ok(action(rollout::requeue(
+            &self.settings,
+            &status,
+            retry,
+            &self.facts.now,
+        )))
+    }
+
+    async fn uninstall(&mut self, step: UninstallStep) -> Result<Action, Stop> {
+        if !step.deletes.is_empty() {
+            self.lock(true).await?;
+        }
+        for (_, keys) in &step.deletes {
+            self.still_held().await?;
+            let deleting = Instant::now();
+            let result = self.objects().delete(keys).await;
+            self.ctx
+                .options
+                .metrics
+                .layer_apply_duration
+                .with_label_values(&["delete"])
+                .observe(deleting.elapsed().as_secs_f64());
+            if let Err(failed) = result {
+                let status = uninstall::fail_delete(&step, &failed.failure.message);
+                self.write_status(&status).await?;
+                return Err(Stop::Failed(failed.error));
+            }
+        }
+        self.write_status(&step.status).await?;
+        self.publish(&step.events).await;
+        let requeue = rollout::requeue(&self.settings, &step.status, None, &self.facts.now);
+        Ok(action(requeue))
+    }
+
+    /// Everything is gone: drop the records, the finalizer and the lease.
+    async fn finish_uninstall(&mut self, records: &[i64]) -> Result<Action, Stop> {
+        self.lock(false).await?;
+        for &revision in records {
+            self.ctx.records.delete(&self.key, revision).await?;
+        }
+        self.ctx.forget(&self.key);
+        let finalizers: Vec<String> = self
+            .sr()
+            .finalizers()
+            .iter()
+            .filter(|f| *f != FINALIZER)
+            .cloned()
+            .collect();
+        self.patch_finalizers(finalizers).await?;
+        if let Err(e) = self.ctx.locks.remove(&self.key).await {
+            tracing::warn!(error = %e, "deleting the release's lease");
+        }
+        Ok(Action::await_change())
+    }
+
+    async fn patch_finalizers(&self, finalizers: Vec<String>) -> Result<(), Error> {
+        let patch = json!({
+            "metadata": {
+                "finalizers": finalizers,
+                "resourceVersion": self.sr().resource_version(),
+            }
+        });
+        let name = self.key.name.as_str();
+        match self
+            .api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Changed meanwhile: the newer object comes with its own event.
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(kube_error(format!(
+                "updating the finalizers of {}",
+                self.me.owner
+            ))(e)),
+        }
+    }
+
+    /// Writes `status` unless it is what the object already has, under the release's lock.
+    /// While an operation is in progress the status mirrors the lock (renewed when due); once it
+    /// has ended, the lock is released after the write.
+    async fn write_status(&mut self, status: &SequencedReleaseStatus) -> Result<(), Stop> {
+        let keep = rollout::holds_lock(status.phase);
+        if keep && self.ctx.locks.holds(&self.key) {
+            self.lock(false).await?;
+        }
+        let mut status = status.clone();
+        status.lock = keep.then(|| self.ctx.locks.mirror(&self.key)).flatten();
+        if let Some(message) = status.message.as_mut() {
+            cut(message);
+        }
+        for layer in &mut status.layers {
+            if let Some(message) = layer.message.as_mut() {
+                cut(message);
+            }
+        }
+        if self.sr().status.as_ref() != Some(&status) {
+            self.lock(false).await?;
+            status.lock = keep.then(|| self.ctx.locks.mirror(&self.key)).flatten();
+            self.write_status_as_is(&status).await?;
+        }
+        if !keep {
+            self.unlock().await;
+        }
+        Ok(())
+    }
+
+    /// Replaces the status (a 409 is left for the newer object's own reconcile).
+    async fn write_status_as_is(&self, status: &SequencedReleaseStatus) -> Result<(), Error> {
+        let mut object = self.sr().clone();
+        object.metadata.managed_fields = None;
+        object.status = Some(status.clone());
+        match self
+            .api
+            .replace_status(&self.key.name, &PostParams::default(), &object)
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Someone changed the object since it was read; its newer version wakes us again.
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(kube_error(format!(
+                "writing the status of {}",
+                self.me.owner
+            ))(e)),
+        }
+    }
+
+    /// Takes the release's lock before a write, or makes sure it is still held. `step` renews it
+    /// (once per reconcile): a step of the operation is about to apply or delete. A lock taken
+    /// fresh, or taken over, is followed by a fresh read of the release: when it changed since the
+    /// cached copy, the reconcile starts again from it ([`Halt::Restart`]).
+    async fn lock(&mut self, step: bool) -> Result<(), Stop> {
+        if self.locked && self.ctx.locks.safely_held(&self.key) {
+            return Ok(());
+        }
+        let acquired = self
+            .ctx
+            .locks
+            .acquire(self.sr(), self.settings.timeout, step || self.locked)
+            .await?;
+        match acquired {
+            Acquired::Kept | Acquired::Renewed => {}
+            Acquired::Fresh => self.read_fresh().await?,
+            Acquired::TakenOver {
+                previous,
+                unchanged_for,
+            } => {
+                self.ctx.options.metrics.lock_takeovers.inc();
+                let message = format!(
+                    "took over the lock from {previous}: its lease was not renewed for {}s; resuming from the status",
+                    unchanged_for.as_secs()
+                );
+                tracing::warn!(%previous, "took over an expired lock");
+                self.publish(&[Note::warning(EventReason::LockTakenOver, message)])
+                    .await;
+                self.read_fresh().await?;
+            }
+            Acquired::Busy {
+                holder,
+                retry_after,
+            } => {
+                return Err(Halt::Busy {
+                    holder,
+                    retry_after,
+                }
+                .into());
+            }
+            Acquired::Lost { holder } => return Err(Halt::Lost { holder }.into()),
+        }
+        self.locked = true;
+        Ok(())
+    }
+
+    /// After taking the lock: the release as the API server has it now, so that the operation
+    /// goes on from where the previous holder left it.
+    async fn read_fresh(&self) -> Result<(), Stop> {
+        let fresh = self
+            .api
+            .get(&self.key.name)
+            .await
+            .map_err(kube_error(format!("reading {}", self.me.owner)))?;
+        if fresh.resource_version() == self.sr().resource_version() {
+            Ok(())
+        } else {
+            Err(Halt::Restart(Box::new(fresh)).into())
+        }
+    }
+
+    /// Before each write of a step: stop when the controller is shutting down, and renew the
+    /// lock unless it is held with time to spare.
+    async fn still_held(&mut self) -> Result<(), Stop> {
+        if self.ctx.stopping() {
+            return Err(Halt::Interrupted.into());
+        }
+        self.lock(false).await
+    }
+
+    /// Releases the lock (the operation is over); a failure leaves the lease to expire.
+    async fn unlock(&self) {
+        if let Err(e) = self.ctx.locks.release(&self.key).await {
+            tracing::warn!(error = %e, "releasing the release's lease; it expires by itself");
+        }
+    }
+
+    async fn publish(&self, notes: &[Note]) {
+        let reference = self.sr().object_ref(&());
+        for note in notes {
+            let event = Event {
+                type_: if note.warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: note.reason.to_string(),
+                note: Some(note.message.clone()),
+                action: "Reconcile".to_string(),
+                secondary: None,
+            };
+            if let Err(e) = self.ctx.recorder.publish(&event, &reference).await {
+                tracing::debug!(error = %e, reason = %note.reason, "publishing an event");
+            }
+        }
+    }
+}
+
+/// Observes how long each layer that became ready in this step waited.
+fn observe_waits(
+    metrics: &crate::metrics::Metrics,
+    before: &SequencedReleaseStatus,
+    after: &SequencedReleaseStatus,
+) {
+    for (old, new) in before.layers.iter().zip(&after.layers) {
+        if old.phase != LayerPhase::Ready
+            && new.phase == LayerPhase::Ready
+            && let (Some(started), Some(finished)) = (&new.started_at, &new.finished_at)
+        {
+            let waited = finished.0.duration_since(started.0);
+            metrics
+                .layer_wait_duration
+                .observe(waited.as_secs_f64().max(0.0));
+        }
+    }
+}
+
+fn cut(message: &mut String) {
+    if message.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str(" …");
+    }
+}

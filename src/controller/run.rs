@@ -1,0 +1,349 @@
+//! Wiring and shutdown: the kube-runtime controller over SequencedReleases, the watches that wake
+//! releases, the error policy, and what happens on SIGTERM.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, PostParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+
+use super::plans::Plans;
+use super::records::Records;
+use super::source::Sources;
+use super::watches::Watches;
+use super::{Error, Halt, Options, Stop, kube_error, reconcile, stats};
+use crate::api::{ReleasePhase, SequencedRelease};
+use crate::cluster::Cluster;
+use crate::lock::Locks;
+use crate::rollout;
+
+/// The longest backoff after API errors.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// After SIGTERM, how long the reconciles in flight may take to finish their current API call.
+const IN_FLIGHT_BOUND: Duration = Duration::from_secs(5);
+/// After SIGTERM, how long releasing the leases may take.
+const RELEASE_BOUND: Duration = Duration::from_secs(3);
+/// How many times a reconcile starts again from a fresher object after taking the lock.
+const MAX_RESTARTS: usize = 3;
+
+/// What every reconcile shares.
+pub(super) struct Context {
+    pub client: Client,
+    pub cluster: Cluster,
+    pub options: Options,
+    pub store: Store<SequencedRelease>,
+    pub watches: Watches,
+    pub recorder: Recorder,
+    pub sources: Sources,
+    pub plans: Plans,
+    pub records: Records,
+    pub locks: Arc<Locks>,
+    /// Errors in a row per release, for the backoff.
+    failures: Mutex<HashMap<ObjectRef<SequencedRelease>, u32>>,
+    /// Set on SIGTERM: no new step starts.
+    stopping: AtomicBool,
+}
+
+impl Context {
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Forgets what the caches keep of a release that is gone.
+    pub fn forget(&self, release: &ObjectRef<SequencedRelease>) {
+        self.sources.forget(release);
+        self.plans.forget(release);
+        self.records.forget(release);
+    }
+}
+
+/// Runs the controller until `shutdown` resolves and the reconciles in flight have finished.
+pub async fn run(
+    client: Client,
+    options: Options,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), Error> {
+    let api: Api<SequencedRelease> = Api::all(client.clone());
+    api.list(&kube::api::ListParams::default().limit(1))
+        .await
+        .map_err(kube_error(
+            "listing SequencedReleases (is the CRD installed? `sequenced crd | kubectl apply -f -`)",
+        ))?;
+    let (trigger, triggers) = futures::channel::mpsc::unbounded();
+    let controller = Controller::new(api.clone(), watcher::Config::default().any_semantic());
+    let store = controller.store();
+    let reporter = Reporter {
+        controller: "sequenced".to_string(),
+        instance: Some(options.identity.clone()),
+    };
+    let concurrency = options.concurrency;
+    let phases = store.clone();
+    options.metrics.set_phase_source(Box::new(move || {
+        phases
+            .state()
+            .iter()
+            .map(|sr| phase_name(sr.status.as_ref().and_then(|s| s.phase)))
+            .collect()
+    }));
+    let synced = store.clone();
+    let metrics = Arc::clone(&options.metrics);
+    tokio::spawn(async move {
+        // A single long wait on the store was seen never to wake on the test API server, while
+        // a fresh wait returns at once once the initial list is in: ask again every 200 ms.
+        loop {
+            let wait = synced.wait_until_ready();
+            match tokio::time::timeout(Duration::from_millis(200), wait).await {
+                Ok(Ok(())) => {
+                    metrics.set_synced();
+                    return;
+                }
+                Ok(Err(_)) => return,
+                Err(_) => {}
+            }
+        }
+    });
+    let locks = Arc::new(Locks::new(client.clone(), options.identity.clone()));
+    locks.watch(trigger.clone());
+    let context = Arc::new(Context {
+        cluster: Cluster::new(client.clone()),
+        watches: Watches::new(client.clone(), trigger),
+        recorder: Recorder::new(client.clone(), reporter),
+        sources: Sources::default(),
+        plans: Plans::default(),
+        records: Records::new(client.clone()),
+        client,
+        options,
+        store: store.clone(),
+        failures: Mutex::new(HashMap::new()),
+        locks,
+        stopping: AtomicBool::new(false),
+    });
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let signal = {
+        let context = Arc::clone(&context);
+        async move {
+            shutdown.await;
+            context.stopping.store(true, Ordering::SeqCst);
+            let _ = stop.send(true);
+        }
+    };
+    let signal = tokio::spawn(signal);
+    let graceful = {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    };
+    let controller = controller
+        .watches(
+            api,
+            watcher::Config::default().any_semantic(),
+            move |dependency| dependents(&store, &dependency),
+        )
+        .reconcile_on(triggers)
+        .with_config(controller::Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(graceful)
+        .run(reconcile_one, error_policy, Arc::clone(&context))
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile");
+            }
+        });
+    // After the signal, the reconciles in flight get IN_FLIGHT_BOUND to finish.
+    let bound = {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+            tokio::time::sleep(IN_FLIGHT_BOUND).await;
+        }
+    };
+    tokio::select! {
+        () = controller => {}
+        () = bound => {
+            tracing::warn!("reconciles still in flight {}s after the signal: abandoning them", IN_FLIGHT_BOUND.as_secs());
+        }
+    }
+    signal.abort();
+    if *stopped.borrow() {
+        let held = context.locks.held();
+        if tokio::time::timeout(RELEASE_BOUND, interrupt_all(&context, &held))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "could not release every lease within {}s; they expire by themselves",
+                RELEASE_BOUND.as_secs()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// After SIGTERM: every release whose lock this controller holds is marked Reconciling with
+/// reason Interrupted, and its lease is released, so that the next controller resumes at once.
+async fn interrupt_all(context: &Context, held: &[ObjectRef<SequencedRelease>]) {
+    let identity = &context.options.identity;
+    let now = &rollout::seconds(Time(k8s_openapi::jiff::Timestamp::now()));
+    futures::future::join_all(held.iter().map(|release| async move {
+        let namespace = release.namespace.as_deref().unwrap_or("default");
+        let api: Api<SequencedRelease> = Api::namespaced(context.client.clone(), namespace);
+        for _ in 0..2 {
+            let Ok(Some(mut sr)) = api.get_opt(&release.name).await else {
+                break;
+            };
+            let message = format!(
+                "interrupted: controller {identity} stopped during the operation; the next controller resumes it"
+            );
+            sr.status = Some(rollout::interrupted(
+                &sr.status.clone().unwrap_or_default(),
+                &message,
+                now,
+            ));
+            sr.metadata.managed_fields = None;
+            match api
+                .replace_status(&release.name, &PostParams::default(), &sr)
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => {
+                    tracing::warn!(release = %release, error = %e, "marking the release Interrupted");
+                    break;
+                }
+                Ok(_) => break,
+            }
+        }
+        if let Err(e) = context.locks.release(release).await {
+            tracing::warn!(release = %release, error = %e, "releasing the lease");
+        }
+    }))
+    .await;
+}
+
+/// The `sequenced_releases` label of a phase.
+fn phase_name(phase: Option<ReleasePhase>) -> String {
+    match phase {
+        Some(phase) => format!("{phase:?}"),
+        None => "None".to_string(),
+    }
+}
+
+/// The releases whose `dependsOn` names `dependency`.
+fn dependents(
+    store: &Store<SequencedRelease>,
+    dependency: &SequencedRelease,
+) -> Vec<ObjectRef<SequencedRelease>> {
+    let name = rollout::dependencies::reference_of(dependency);
+    store
+        .state()
+        .into_iter()
+        .filter(|sr| rollout::dependencies::depends_on(sr).contains(&name))
+        .map(|sr| ObjectRef::from_obj(&*sr))
+        .collect()
+}
+
+fn error_policy(sr: Arc<SequencedRelease>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = ObjectRef::from_obj(&*sr);
+    let failures = {
+        let mut map = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    let delay = backoff(failures, fastrand::f64());
+    tracing::warn!(
+        release = %format!("{}/{}", sr.namespace().unwrap_or_default(), sr.name_any()),
+        category = error.category(),
+        error = %error,
+        retry_in_ms = delay.as_millis() as u64,
+        "reconcile failed"
+    );
+    Action::requeue(delay)
+}
+
+/// Exponential backoff from 1 s up to 5 min, with ±25 % jitter (`random` in 0..1).
+pub fn backoff(failures: u32, random: f64) -> Duration {
+    let exponent = failures.saturating_sub(1).min(16);
+    let base = Duration::from_secs(1)
+        .saturating_mul(1 << exponent)
+        .min(MAX_BACKOFF);
+    base.mul_f64(0.75 + random.clamp(0.0, 1.0) * 0.5)
+}
+
+/// One reconcile, with its span, CPU time and metrics; a restart after taking the lock goes on
+/// from the fresher object, and the halts become the requeue they call for.
+async fn reconcile_one(sr: Arc<SequencedRelease>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let key = ObjectRef::from_obj(&*sr);
+    let release = format!("{}/{}", sr.namespace().unwrap_or_default(), sr.name_any());
+    let span = tracing::info_span!("reconcile", release = %release);
+    let started = std::time::Instant::now();
+    let mut current = sr;
+    let mut cpu = Duration::ZERO;
+    let mut restarts = 0;
+    let stop = loop {
+        let timed = stats::CpuTimed::new(reconcile::reconcile(Arc::clone(&current), &ctx));
+        let (result, spent) = tracing::Instrument::instrument(timed, span.clone()).await;
+        cpu += spent;
+        match result {
+            Ok(action) => break Ok(action),
+            // The lock was just taken and the cached object was behind: go on from the fresh one.
+            Err(Stop::Halted(Halt::Restart(fresh))) if restarts < MAX_RESTARTS => {
+                restarts += 1;
+                current = Arc::new(*fresh);
+            }
+            Err(stop) => break Err(stop),
+        }
+    };
+    let result = match stop {
+        Ok(action) => Ok(action),
+        Err(Stop::Failed(error)) => Err(error),
+        Err(Stop::Halted(halt)) => Ok(match halt {
+            Halt::Busy {
+                holder,
+                retry_after,
+            } => {
+                tracing::debug!(%holder, retry_in_ms = retry_after.as_millis() as u64, "locked by another session");
+                Action::requeue(retry_after + Duration::from_millis(50))
+            }
+            Halt::Lost { holder } => {
+                tracing::warn!(%holder, "lost the release's lock; its new holder goes on");
+                Action::requeue(Duration::from_secs(1))
+            }
+            Halt::Interrupted => Action::await_change(),
+            Halt::Restart(_) => Action::requeue(Duration::from_millis(100)),
+        }),
+    };
+    ctx.options.metrics.reconciled(
+        result.as_ref().err().map(Error::category),
+        started.elapsed(),
+        cpu,
+    );
+    if result.is_ok()
+        && let Ok(mut failures) = ctx.failures.lock()
+    {
+        failures.remove(&key);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_five_minutes_with_jitter() {
+        assert_eq!(backoff(1, 0.5), Duration::from_secs(1));
+        assert_eq!(backoff(3, 0.5), Duration::from_secs(4));
+        assert_eq!(backoff(40, 0.5), MAX_BACKOFF);
+        assert_eq!(backoff(1, 0.0), Duration::from_millis(750));
+        assert_eq!(backoff(1, 1.0), Duration::from_millis(1250));
+    }
+}

@@ -1,0 +1,840 @@
+//! One revision of an install or upgrade, stepped through `status.layers`: `(crds)`, the plan's
+//! layers, `(prune)`.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::Value;
+
+use super::status::{elapsed, failed, progressing, set_conditions};
+use super::{ActionFailure, Note, Observations, Outcome, Revision, Wanted};
+use crate::api::{
+    CRD_LAYER, Claim, EventReason, HistoryEntry, LayerPhase, LayerStatus, ObjectKey, Owner,
+    PRUNE_LAYER, Reason, ReleasePhase, SequencedReleaseStatus,
+};
+use crate::readiness::{self, Rules, Verdict};
+
+/// One thing an install or upgrade does to the cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InstallAction {
+    /// Create the CRDs that do not exist yet (existing CRDs are left as they are, as Helm does).
+    ApplyCrds,
+    /// Server-side apply every resource of this plan layer, in order.
+    ApplyLayer(usize),
+    /// Delete these objects of the previous revision, in order: those that still exist and are
+    /// ours.
+    Prune(Vec<ObjectKey>),
+}
+
+/// The outcome of [`step`]: what to do, the status once it is done, and when to look again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstallStep {
+    pub actions: Vec<InstallAction>,
+    pub status: SequencedReleaseStatus,
+    pub events: Vec<Note>,
+    /// When to look again even without an event: the next readiness timeout, or the retry.
+    pub requeue_after: Option<Duration>,
+    /// The operation is over (Ready or Failed).
+    pub finished: bool,
+    /// Resources found past their readiness timeout in this step.
+    pub timeouts: usize,
+}
+
+fn entry(chart: &str, name: &str, resources: usize) -> LayerStatus {
+    LayerStatus {
+        chart: chart.to_string(),
+        name: name.to_string(),
+        phase: LayerPhase::Pending,
+        resources: i32::try_from(resources).unwrap_or(i32::MAX),
+        ..LayerStatus::default()
+    }
+}
+
+/// The `status.layers` of a fresh revision: `(crds)`, the plan's layers, `(prune)`.
+pub fn layout(revision: &Revision) -> Vec<LayerStatus> {
+    let plan = revision.plan;
+    let mut layers = Vec::with_capacity(plan.layers.len() + 2);
+    if !plan.crds.is_empty() {
+        layers.push(entry(&plan.chart, CRD_LAYER, plan.crds.len()));
+    }
+    layers.extend(
+        plan.layers
+            .iter()
+            .map(|l| entry(&l.chart, &l.name, l.resources.len())),
+    );
+    if !revision.prune.is_empty() {
+        layers.push(entry(&plan.chart, PRUNE_LAYER, revision.prune.len()));
+    }
+    layers
+}
+
+fn same_layout(a: &[LayerStatus], b: &[LayerStatus]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.chart == y.chart && x.name == y.name && x.resources == y.resources)
+}
+
+/// Where the stages sit in `status.layers`.
+struct Slots {
+    crds: Option<usize>,
+    main: usize,
+    prune: Option<usize>,
+}
+
+fn slots(revision: &Revision) -> Slots {
+    let crds = (!revision.plan.crds.is_empty()).then_some(0);
+    let main = usize::from(crds.is_some());
+    let prune = (!revision.prune.is_empty()).then_some(main + revision.plan.layers.len());
+    Slots { crds, main, prune }
+}
+
+/// The entry in `status.layers` of an action.
+fn slot_of(revision: &Revision, action: &InstallAction) -> usize {
+    let s = slots(revision);
+    match action {
+        InstallAction::ApplyCrds => 0,
+        InstallAction::ApplyLayer(i) => s.main + i,
+        InstallAction::Prune(_) => s.main + revision.plan.layers.len(),
+    }
+}
+
+/// Starts a new revision: every entry Pending, a new history entry, Reconciling.
+pub fn begin(
+    revision: &Revision,
+    status: &SequencedReleaseStatus,
+    generation: Option<i64>,
+    digest: &str,
+    chart_version: Option<&str>,
+    now: &Time,
+) -> SequencedReleaseStatus {
+    let mut status = status.clone();
+    // A retry keeps counting; a changed spec or chart starts again.
+    if status.observed_generation != generation
+        || status.last_applied_digest.as_deref() != Some(digest)
+    {
+        status.failures = None;
+    }
+    let number = status.revision.unwrap_or(0) + 1;
+    status.revision = Some(number);
+    status.observed_generation = generation;
+    status.last_applied_digest = Some(digest.to_string());
+    status.phase = Some(ReleasePhase::Deploying);
+    status.layers = layout(revision);
+    let message = match chart_version {
+        Some(version) => format!("deploying revision {number} (chart version {version})"),
+        None => format!("deploying revision {number}"),
+    };
+    status.message = Some(message.clone());
+    status.progress = Some(progress(revision, &status.layers));
+    // An operation cut short by a new revision ends here.
+    if let Some(previous) = status.history.first_mut()
+        && previous.finished_at.is_none()
+    {
+        previous.phase = ReleasePhase::Failed;
+        previous.finished_at = Some(now.clone());
+    }
+    status.history.insert(
+        0,
+        HistoryEntry {
+            revision: number,
+            chart_version: chart_version.map(str::to_string),
+            digest: Some(digest.to_string()),
+            phase: ReleasePhase::Deploying,
+            started_at: Some(now.clone()),
+            finished_at: None,
+            sequenced: revision.settings.sequenced,
+        },
+    );
+    if revision.settings.max_history > 0 {
+        status.history.truncate(revision.settings.max_history);
+    }
+    progressing(&mut status, Reason::Progressing, &message, now);
+    status
+}
+
+/// Ready main layers out of all of them: `3/5`.
+fn progress(revision: &Revision, layers: &[LayerStatus]) -> String {
+    let s = slots(revision);
+    let main = layers
+        .get(s.main..s.main + revision.plan.layers.len())
+        .unwrap_or(&[]);
+    let ready = main.iter().filter(|l| l.phase == LayerPhase::Ready).count();
+    format!("{ready}/{}", revision.plan.layers.len())
+}
+
+/// Resources whose readiness counts: all of them with `wait`, else those something waits on.
+fn checked_resources(revision: &Revision) -> Option<BTreeSet<usize>> {
+    if revision.settings.wait {
+        return None;
+    }
+    let plan = revision.plan;
+    let mut needed = BTreeSet::new();
+    for layer in 0..plan.layers.len() {
+        needed.extend(plan.must_be_ready(layer));
+    }
+    Some(needed)
+}
+
+/// What [`step`] needs to see first, given the status: the objects of the layers waited on, the
+/// external dependencies of the layers still pending, the prune objects being deleted.
+pub fn wanted(revision: &Revision, status: &SequencedReleaseStatus) -> Wanted {
+    let mut wanted = Wanted::default();
+    let over = matches!(
+        status.phase,
+        Some(ReleasePhase::Ready | ReleasePhase::Failed)
+    );
+    if over || !same_layout(&status.layers, &layout(revision)) {
+        return wanted;
+    }
+    let s = slots(revision);
+    let plan = revision.plan;
+    if let Some(c) = s.crds
+        && status.layers[c].phase == LayerPhase::Waiting
+    {
+        wanted.crds = true;
+    }
+    let checked = checked_resources(revision);
+    for (i, layer) in plan.layers.iter().enumerate() {
+        match status.layers[s.main + i].phase {
+            LayerPhase::Waiting => wanted.resources.extend(
+                layer
+                    .resources
+                    .iter()
+                    .filter(|r| checked.as_ref().is_none_or(|c| c.contains(r))),
+            ),
+            LayerPhase::Pending if revision.settings.sequenced => {
+                wanted
+                    .external
+                    .extend((0..layer.external.len()).map(|e| (i, e)));
+            }
+            _ => {}
+        }
+    }
+    if let Some(p) = s.prune
+        && status.layers[p].phase == LayerPhase::Deleting
+    {
+        wanted.present.extend(revision.prune.iter().cloned());
+    }
+    wanted
+}
+
+fn verdict_of(
+    object: Option<&Option<Value>>,
+    rules: &Rules,
+    waited: Option<Duration>,
+    default_timeout: Duration,
+    name: impl FnOnce() -> String,
+) -> Verdict {
+    match object {
+        Some(Some(object)) => readiness::check(object, rules, waited, default_timeout),
+        _ => {
+            let reason = format!("{}: not found", name());
+            match waited {
+                Some(w) if w >= rules.effective_timeout(default_timeout) => {
+                    Verdict::Failed(format!(
+                        "readiness timeout after {}: {reason}",
+                        readiness::format_duration(rules.effective_timeout(default_timeout))
+                    ))
+                }
+                _ => Verdict::InProgress(reason),
+            }
+        }
+    }
+}
+
+fn rules_of(object: &Value) -> Rules {
+    // The planner refused objects with bad rules, so this cannot fail for planned objects.
+    Rules::from_object(object).unwrap_or_default()
+}
+
+/// How a set of resources fares: how many are ready, the first that blocks, a failure, and
+/// when the next timeout falls.
+#[derive(Default)]
+struct Tally {
+    ready: usize,
+    timeouts: usize,
+    blocking: Option<String>,
+    failed: Option<String>,
+    next_timeout: Option<Duration>,
+}
+
+impl Tally {
+    fn add(
+        &mut self,
+        verdict: Verdict,
+        rules: &Rules,
+        waited: Option<Duration>,
+        default: Duration,
+    ) {
+        match verdict {
+            Verdict::Ready => self.ready += 1,
+            Verdict::Failed(reason) => {
+                if reason.starts_with("readiness timeout") {
+                    self.timeouts += 1;
+                }
+                self.failed.get_or_insert(reason);
+            }
+            Verdict::InProgress(reason) => {
+                self.blocking.get_or_insert(reason);
+                if let Some(waited) = waited {
+                    let left = rules.effective_timeout(default).saturating_sub(waited);
+                    let left = left.max(Duration::from_secs(1));
+                    self.next_timeout = Some(self.next_timeout.map_or(left, |t| t.min(left)));
+                }
+            }
+        }
+    }
+}
+
+fn min_duration(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+pub(super) fn layer_label(layer: &LayerStatus) -> String {
+    format!("{} of chart {}", layer.name, layer.chart)
+}
+
+/// One step of an install or upgrade that [`begin`] started: judge the layers waited on, start
+/// every layer whose prerequisites hold, prune at the end. Before a layer starts, the objects it
+/// writes must have been observed ([`Outcome::Need`]); an object that belongs to someone else
+/// fails the step before anything is written.
+pub fn step(
+    revision: &Revision,
+    status: &SequencedReleaseStatus,
+    observed: &Observations,
+    now: &Time,
+) -> Outcome<InstallStep> {
+    let plan = revision.plan;
+    let settings = revision.settings;
+    let mut st = status.clone();
+    let mut actions = Vec::new();
+    let mut events = Vec::new();
+    let mut requeue_after = None;
+    let fresh = layout(revision);
+    if !same_layout(&st.layers, &fresh) {
+        st.layers = fresh;
+    }
+    if matches!(st.phase, Some(ReleasePhase::Ready | ReleasePhase::Failed)) {
+        return Outcome::Decided(InstallStep {
+            actions,
+            status: st,
+            events,
+            requeue_after,
+            finished: true,
+            timeouts: 0,
+        });
+    }
+    let s = slots(revision);
+    let timeout = settings.readiness_timeout;
+    let mut failure: Option<String> = None;
+    let mut timeouts = 0;
+
+    // Stage 1: CRDs.
+    if let Some(c) = s.crds {
+        match st.layers[c].phase {
+            LayerPhase::Pending | LayerPhase::Applying => {
+                actions.push(InstallAction::ApplyCrds);
+                start(&mut st.layers[c], now, &mut events);
+            }
+            LayerPhase::Waiting => {
+                let waited = elapsed(st.layers[c].started_at.as_ref(), now);
+                let mut tally = Tally::default();
+                for (i, crd) in plan.crds.iter().enumerate() {
+                    let rules = rules_of(&crd.object);
+                    let verdict =
+                        verdict_of(observed.crds.get(&i), &rules, waited, timeout, || {
+                            format!("CustomResourceDefinition {}", crd.name)
+                        });
+                    tally.add(verdict, &rules, waited, timeout);
+                }
+                requeue_after = min_duration(requeue_after, tally.next_timeout);
+                timeouts += tally.timeouts;
+                settle(&mut st.layers[c], tally, now, &mut events, &mut failure);
+            }
+            _ => {}
+        }
+    }
+    let crds_done = s
+        .crds
+        .is_none_or(|c| st.layers[c].phase == LayerPhase::Ready);
+
+    // Stage 3: the layers. First judge those that were applied.
+    let checked = checked_resources(revision);
+    let mut ready_now = vec![false; plan.resources.len()];
+    for (i, layer) in plan.layers.iter().enumerate() {
+        let slot = s.main + i;
+        match st.layers[slot].phase {
+            LayerPhase::Ready => {
+                for &r in &layer.resources {
+                    if let Some(flag) = ready_now.get_mut(r) {
+                        *flag = true;
+                    }
+                }
+            }
+            LayerPhase::Waiting => {
+                let waited = elapsed(st.layers[slot].started_at.as_ref(), now);
+                let mut tally = Tally::default();
+                for &r in &layer.resources {
+                    let Some(resource) = plan.resources.get(r) else {
+                        continue;
+                    };
+                    if checked.as_ref().is_some_and(|c| !c.contains(&r)) {
+                        tally.ready += 1;
+                        continue;
+                    }
+                    let rules = rules_of(&resource.object);
+                    let verdict =
+                        verdict_of(observed.resources.get(&r), &rules, waited, timeout, || {
+                            format!("{} {}", resource.kind, resource.name)
+                        });
+                    if verdict.is_ready()
+                        && let Some(flag) = ready_now.get_mut(r)
+                    {
+                        *flag = true;
+                    }
+                    tally.add(verdict, &rules, waited, timeout);
+                }
+                requeue_after = min_duration(requeue_after, tally.next_timeout);
+                timeouts += tally.timeouts;
+                settle(&mut st.layers[slot], tally, now, &mut events, &mut failure);
+            }
+            _ => {}
+        }
+    }
+    // What a refusal of the objects about to be written goes back to.
+    let judged = (st.clone(), events.len());
+
+    // Then start every layer whose prerequisites hold, until none more can start.
+    if failure.is_none() && crds_done {
+        let mut started = true;
+        while started {
+            started = false;
+            for i in 0..plan.layers.len() {
+                let slot = s.main + i;
+                if !matches!(
+                    st.layers[slot].phase,
+                    LayerPhase::Pending | LayerPhase::Applying
+                ) {
+                    continue;
+                }
+                let blocker = if settings.sequenced {
+                    blocked_by(revision, i, &st.layers, s.main, &ready_now, observed)
+                } else {
+                    None
+                };
+                match blocker {
+                    None => {
+                        actions.push(InstallAction::ApplyLayer(i));
+                        start(&mut st.layers[slot], now, &mut events);
+                        started = true;
+                    }
+                    Some(reason) => st.layers[slot].message = Some(reason),
+                }
+            }
+        }
+    }
+
+    let main_ready = st.layers[s.main..s.main + plan.layers.len()]
+        .iter()
+        .all(|l| l.phase == LayerPhase::Ready);
+
+    // Stage 4: prune.
+    let mut pruned = true;
+    if let Some(p) = s.prune
+        && failure.is_none()
+    {
+        pruned = st.layers[p].phase == LayerPhase::Deleted;
+        if main_ready && crds_done {
+            match st.layers[p].phase {
+                LayerPhase::Pending | LayerPhase::Applying => {
+                    actions.push(InstallAction::Prune(Vec::new()));
+                    st.layers[p].phase = LayerPhase::Deleting;
+                    st.layers[p].started_at = Some(now.clone());
+                    events.push(Note::normal(
+                        EventReason::PruneStarted,
+                        format!(
+                            "Deleting {} objects the previous revision had",
+                            revision.prune.len()
+                        ),
+                    ));
+                }
+                LayerPhase::Deleting => {
+                    pruned = settle_deletion(
+                        &mut st.layers[p],
+                        revision.prune,
+                        |k| observed.ours(k, revision.me),
+                        now,
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // Before anything is written: whose are the objects about to be written or deleted?
+    let unseen = unseen(revision, &actions, observed);
+    if !unseen.is_empty() {
+        return Outcome::Need(unseen);
+    }
+    if let Some((i, message)) = refusal(revision, &actions, observed) {
+        let (mut st, kept) = judged;
+        events.truncate(kept);
+        let slot = s.main + i;
+        st.layers[slot].phase = LayerPhase::Failed;
+        st.layers[slot].message = Some(message.clone());
+        st.progress = Some(progress(revision, &st.layers));
+        let generation = st.observed_generation;
+        let (st, retry) = failed(
+            &st,
+            generation,
+            Reason::OwnershipConflict,
+            &message,
+            settings.retries,
+            now,
+        );
+        events.push(Note::warning(EventReason::LayerFailed, message));
+        return Outcome::Decided(InstallStep {
+            actions: Vec::new(),
+            status: st,
+            events,
+            requeue_after: retry,
+            finished: true,
+            timeouts,
+        });
+    }
+    for action in &mut actions {
+        if let InstallAction::Prune(keys) = action {
+            *keys = revision
+                .prune
+                .iter()
+                .filter(|k| observed.ours(k, revision.me))
+                .cloned()
+                .collect();
+        }
+    }
+
+    st.progress = Some(progress(revision, &st.layers));
+    let finished;
+    if let Some(reason) = failure {
+        finished = true;
+        st.phase = Some(ReleasePhase::Failed);
+        st.message = Some(reason.clone());
+        let generation = st.observed_generation;
+        let (mut failed, retry) = failed(
+            &st,
+            generation,
+            Reason::ReadinessFailed,
+            &reason,
+            settings.retries,
+            now,
+        );
+        failed.progress = st.progress.clone();
+        st = failed;
+        requeue_after = retry;
+    } else if crds_done && main_ready && pruned {
+        finished = true;
+        st.phase = Some(ReleasePhase::Ready);
+        st.failures = None;
+        let number = st.revision.unwrap_or(0);
+        let version = st
+            .history
+            .first()
+            .filter(|h| Some(h.revision) == st.revision)
+            .and_then(|h| h.chart_version.as_deref())
+            .map(|v| format!(" (chart version {v})"))
+            .unwrap_or_default();
+        let message = format!(
+            "revision {number}{version} is ready: {} layers, {} resources",
+            plan.layers.len(),
+            plan.resources.len()
+        );
+        st.message = Some(message.clone());
+        set_conditions(
+            &mut st,
+            Reason::Succeeded,
+            now,
+            [(true, &message), (false, ""), (false, "")],
+        );
+        if let Some(current) = st.history.first_mut()
+            && current.finished_at.is_none()
+        {
+            current.phase = ReleasePhase::Ready;
+            current.finished_at = Some(now.clone());
+        }
+        events.push(Note::normal(EventReason::ReleaseReady, message));
+    } else {
+        finished = false;
+        st.phase = Some(ReleasePhase::Deploying);
+        let message = st
+            .layers
+            .iter()
+            .find(|l| matches!(l.phase, LayerPhase::Waiting | LayerPhase::Deleting))
+            .map(|l| match &l.message {
+                Some(m) => format!("layer {}: {m}", layer_label(l)),
+                None => format!("layer {}: applied", layer_label(l)),
+            })
+            .unwrap_or_else(|| format!("deploying revision {}", st.revision.unwrap_or(0)));
+        st.message = Some(message.clone());
+        progressing(&mut st, Reason::Progressing, &message, now);
+    }
+    Outcome::Decided(InstallStep {
+        actions,
+        status: st,
+        events,
+        requeue_after,
+        finished,
+        timeouts,
+    })
+}
+
+/// The objects the actions write or delete that have not been looked at.
+fn unseen(revision: &Revision, actions: &[InstallAction], observed: &Observations) -> Wanted {
+    let mut wanted = Wanted::default();
+    for action in actions {
+        match action {
+            InstallAction::ApplyLayer(i) => {
+                let layer = revision.plan.layers.get(*i).map(|l| l.resources.as_slice());
+                wanted.resources.extend(
+                    layer
+                        .unwrap_or_default()
+                        .iter()
+                        .filter(|r| !observed.resources.contains_key(r)),
+                );
+            }
+            InstallAction::Prune(_) => wanted.present.extend(
+                revision
+                    .prune
+                    .iter()
+                    .filter(|k| !observed.present.contains_key(*k))
+                    .cloned(),
+            ),
+            InstallAction::ApplyCrds => {}
+        }
+    }
+    wanted
+}
+
+/// The first object of a starting layer that is not ours to write: its layer and why.
+fn refusal(
+    revision: &Revision,
+    actions: &[InstallAction],
+    observed: &Observations,
+) -> Option<(usize, String)> {
+    actions.iter().find_map(|action| {
+        let InstallAction::ApplyLayer(i) = action else {
+            return None;
+        };
+        let layer = revision.plan.layers.get(*i)?;
+        layer.resources.iter().find_map(|&r| {
+            let object = observed.resources.get(&r)?.as_ref()?;
+            let resource = revision.plan.resources.get(r)?;
+            let key = revision.keys.get(r)?;
+            let whose = match Claim::of(object).judge(revision.me) {
+                Owner::Us => return None,
+                Owner::Nobody if revision.settings.adopt => return None,
+                Owner::Nobody => "exists and belongs to no release; it is left alone (set spec.adopt: true to take it over)".to_string(),
+                Owner::Other(other) => format!("belongs to {other}; it is left alone"),
+            };
+            Some((
+                *i,
+                format!(
+                    "{key} (chart {}, {}) {whose}",
+                    resource.chart, resource.template
+                ),
+            ))
+        })
+    })
+}
+
+/// Action `done` of `step` failed: the status names the layer and the object, the layers of
+/// the actions after it were not reached (back to Pending), and a refusal fails the operation
+/// (retried `spec.retries` times), while a transient error only says what failed. Returns the
+/// status, the events and, for a refusal, when to retry.
+pub fn fail_action(
+    revision: &Revision,
+    step: &InstallStep,
+    done: usize,
+    failure: &ActionFailure,
+    now: &Time,
+) -> (SequencedReleaseStatus, Vec<Note>, Option<Duration>) {
+    let mut status = step.status.clone();
+    if let Some(layer) = step
+        .actions
+        .get(done)
+        .and_then(|a| status.layers.get_mut(slot_of(revision, a)))
+    {
+        layer.phase = if failure.transient {
+            LayerPhase::Applying
+        } else {
+            LayerPhase::Failed
+        };
+        layer.message = Some(failure.message.clone());
+    }
+    unreached(revision, step, done + 1, &mut status);
+    if failure.transient {
+        status.message = Some(failure.message.clone());
+        return (status, Vec::new(), None);
+    }
+    let generation = status.observed_generation;
+    let (status, retry) = failed(
+        &status,
+        generation,
+        failure.reason,
+        &failure.message,
+        revision.settings.retries,
+        now,
+    );
+    let event = Note::warning(EventReason::LayerFailed, failure.message.clone());
+    (status, vec![event], retry)
+}
+
+/// The controller stopped before action `done` of `step`: the status keeps what was done, and
+/// the layers not reached go back to Pending.
+pub fn cut_short(revision: &Revision, step: &InstallStep, done: usize) -> SequencedReleaseStatus {
+    let mut status = step.status.clone();
+    unreached(revision, step, done, &mut status);
+    status
+}
+
+/// The layers of the step's actions from `from` on were not reached: back to Pending.
+fn unreached(
+    revision: &Revision,
+    step: &InstallStep,
+    from: usize,
+    status: &mut SequencedReleaseStatus,
+) {
+    for action in step.actions.iter().skip(from) {
+        if let Some(layer) = status.layers.get_mut(slot_of(revision, action))
+            && matches!(layer.phase, LayerPhase::Waiting | LayerPhase::Deleting)
+        {
+            layer.phase = LayerPhase::Pending;
+            layer.started_at = None;
+        }
+    }
+}
+
+fn start(layer: &mut LayerStatus, now: &Time, events: &mut Vec<Note>) {
+    layer.phase = LayerPhase::Waiting;
+    layer.started_at = Some(now.clone());
+    layer.finished_at = None;
+    layer.ready = 0;
+    layer.message = None;
+    events.push(Note::normal(
+        EventReason::LayerStarted,
+        format!(
+            "Applying layer {} ({} resources)",
+            layer_label(layer),
+            layer.resources
+        ),
+    ));
+}
+
+fn settle(
+    layer: &mut LayerStatus,
+    tally: Tally,
+    now: &Time,
+    events: &mut Vec<Note>,
+    failure: &mut Option<String>,
+) {
+    layer.ready = i32::try_from(tally.ready).unwrap_or(i32::MAX);
+    if let Some(reason) = tally.failed {
+        layer.phase = LayerPhase::Failed;
+        layer.finished_at = Some(now.clone());
+        layer.message = Some(reason.clone());
+        let message = format!("layer {} failed: {reason}", layer_label(layer));
+        events.push(Note::warning(EventReason::LayerFailed, message.clone()));
+        failure.get_or_insert(message);
+    } else if let Some(reason) = tally.blocking {
+        layer.message = Some(format!("waiting for {reason}"));
+    } else {
+        layer.phase = LayerPhase::Ready;
+        layer.finished_at = Some(now.clone());
+        layer.message = None;
+        events.push(Note::normal(
+            EventReason::LayerReady,
+            format!(
+                "Layer {} is ready ({} resources)",
+                layer_label(layer),
+                layer.resources
+            ),
+        ));
+    }
+}
+
+/// Counts the deleted objects of a Deleting entry; true (and Deleted) once none is left.
+pub(super) fn settle_deletion(
+    layer: &mut LayerStatus,
+    objects: &[ObjectKey],
+    left: impl Fn(&ObjectKey) -> bool,
+    now: &Time,
+) -> bool {
+    let mut remaining = objects.iter().filter(|k| left(k));
+    let first = remaining.next();
+    let count = first.map_or(0, |_| 1 + remaining.count());
+    layer.ready = i32::try_from(objects.len() - count).unwrap_or(0);
+    match first {
+        None => {
+            layer.phase = LayerPhase::Deleted;
+            layer.finished_at = Some(now.clone());
+            layer.message = None;
+            true
+        }
+        Some(first) => {
+            layer.message = Some(format!("waiting for {first} to be deleted"));
+            false
+        }
+    }
+}
+
+/// Why plan layer `i` cannot start yet, or None when it can.
+fn blocked_by(
+    revision: &Revision,
+    i: usize,
+    layers: &[LayerStatus],
+    main: usize,
+    ready_now: &[bool],
+    observed: &Observations,
+) -> Option<String> {
+    let plan = revision.plan;
+    for d in plan.must_be_applied(i) {
+        let status = layers.get(main + d)?;
+        if !matches!(status.phase, LayerPhase::Waiting | LayerPhase::Ready) {
+            return Some(format!("waiting for layer {}", layer_label(status)));
+        }
+    }
+    for r in plan.must_be_ready(i) {
+        if !ready_now.get(r).copied().unwrap_or(false) {
+            let resource = plan.resources.get(r)?;
+            return Some(format!(
+                "waiting for {} {} (chart {}) to be ready",
+                resource.kind, resource.name, resource.chart
+            ));
+        }
+    }
+    let layer = plan.layers.get(i)?;
+    for (e, external) in layer.external.iter().enumerate() {
+        let kind = match &external.group {
+            Some(g) if !g.is_empty() => format!("{}.{g}", external.kind),
+            _ => external.kind.clone(),
+        };
+        let name = match &external.namespace {
+            Some(ns) => format!("{ns}/{}", external.name),
+            None => external.name.clone(),
+        };
+        let verdict = match observed.external.get(&(i, e)) {
+            Some(Some(object)) => readiness::check(object, &Rules::default(), None, Duration::MAX),
+            _ => Verdict::InProgress(format!("{kind} {name}: not found")),
+        };
+        if let Some(reason) = verdict.reason().filter(|_| !verdict.is_ready()) {
+            return Some(format!(
+                "waiting for external dependency {kind} {name}: {reason}"
+            ));
+        }
+    }
+    None
+}

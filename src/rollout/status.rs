@@ -1,0 +1,220 @@
+//! Status transitions shared by every part of the lifecycle: the three conditions with kstatus
+//! meanings, and the phases a release enters when it waits, fails, stalls or is interrupted.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::api::{READY, RECONCILING, Reason, ReleasePhase, STALLED, SequencedReleaseStatus};
+
+/// A timestamp the API server keeps as it is: whole seconds.
+pub fn seconds(now: Time) -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(now.0.as_second()).unwrap_or(now.0))
+}
+
+/// How long since `since`, None when it is not set.
+pub(super) fn elapsed(since: Option<&Time>, now: &Time) -> Option<Duration> {
+    let since = since?;
+    let d = now.0.duration_since(since.0);
+    Some(Duration::try_from(d).unwrap_or(Duration::ZERO))
+}
+
+/// Sets condition `type_`, keeping its transition time when its status does not change.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: Reason,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let status = if status { "True" } else { "False" }.to_string();
+    let transition = conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    let condition = Condition {
+        type_: type_.to_string(),
+        status,
+        reason: reason.to_string(),
+        message: message.to_string(),
+        observed_generation: generation,
+        last_transition_time: transition,
+    };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(existing) => *existing = condition,
+        None => conditions.push(condition),
+    }
+}
+
+/// Sets Ready, Reconciling and Stalled at once, each `(status, message)`, all with `reason`.
+pub(super) fn set_conditions(
+    status: &mut SequencedReleaseStatus,
+    reason: Reason,
+    now: &Time,
+    [ready, reconciling, stalled]: [(bool, &str); 3],
+) {
+    let generation = status.observed_generation;
+    for (type_, (value, message)) in [
+        (READY, ready),
+        (RECONCILING, reconciling),
+        (STALLED, stalled),
+    ] {
+        set_condition(
+            &mut status.conditions,
+            type_,
+            value,
+            reason,
+            message,
+            generation,
+            now,
+        );
+    }
+}
+
+/// The three conditions for a release that is making progress (`reason` says how).
+pub fn progressing(status: &mut SequencedReleaseStatus, reason: Reason, message: &str, now: &Time) {
+    set_conditions(
+        status,
+        reason,
+        now,
+        [(false, message), (true, message), (false, "")],
+    );
+}
+
+/// A release that cannot go on until something changes: phase Failed, Stalled with `reason`.
+pub fn stalled(
+    status: &SequencedReleaseStatus,
+    generation: Option<i64>,
+    reason: Reason,
+    message: &str,
+    now: &Time,
+) -> SequencedReleaseStatus {
+    let mut status = status.clone();
+    status.observed_generation = generation;
+    status.phase = Some(ReleasePhase::Failed);
+    status.message = Some(message.to_string());
+    set_conditions(
+        &mut status,
+        reason,
+        now,
+        [(false, message), (false, ""), (true, message)],
+    );
+    if let Some(current) = status.history.first_mut()
+        && Some(current.revision) == status.revision
+        && current.finished_at.is_none()
+    {
+        current.phase = ReleasePhase::Failed;
+        current.finished_at = Some(now.clone());
+    }
+    status
+}
+
+/// The delay before retry `n` (from 1): 5 s, doubling up to 5 min.
+pub fn retry_delay(n: u32) -> Duration {
+    let exponent = n.saturating_sub(1).min(16);
+    Duration::from_secs(5)
+        .saturating_mul(1 << exponent)
+        .min(Duration::from_secs(300))
+}
+
+/// An operation failed (`reason`, `message`): phase Failed, and one more consecutive failure.
+/// While `retries` are left the release is Reconciling with a retry scheduled, and the delay
+/// before it is returned; otherwise it is Stalled until the spec changes.
+pub fn failed(
+    status: &SequencedReleaseStatus,
+    generation: Option<i64>,
+    reason: Reason,
+    message: &str,
+    retries: u32,
+    now: &Time,
+) -> (SequencedReleaseStatus, Option<Duration>) {
+    let mut status = stalled(status, generation, reason, message, now);
+    let failures = status.failures.unwrap_or(0).saturating_add(1);
+    status.failures = Some(failures);
+    let n = u32::try_from(failures).unwrap_or(u32::MAX);
+    if n > retries {
+        return (status, None);
+    }
+    let delay = retry_delay(n);
+    let retrying = format!("{message}; retry {n} of {retries} in {}s", delay.as_secs());
+    status.message = Some(retrying.clone());
+    let generation = status.observed_generation;
+    let conditions = &mut status.conditions;
+    set_condition(conditions, READY, false, reason, &retrying, generation, now);
+    set_condition(
+        conditions,
+        RECONCILING,
+        true,
+        Reason::RetryScheduled,
+        &retrying,
+        generation,
+        now,
+    );
+    set_condition(conditions, STALLED, false, reason, "", generation, now);
+    (status, Some(delay))
+}
+
+/// For a Failed release with retries left: how long until the next retry is due (zero when it
+/// is due now). None when no retry is scheduled.
+pub fn retry_due(status: &SequencedReleaseStatus, retries: u32, now: &Time) -> Option<Duration> {
+    if status.phase != Some(ReleasePhase::Failed) {
+        return None;
+    }
+    let n = u32::try_from(status.failures?).ok()?;
+    if n == 0 || n > retries {
+        return None;
+    }
+    let failed_at = status
+        .history
+        .first()
+        .filter(|h| Some(h.revision) == status.revision)
+        .and_then(|h| h.finished_at.as_ref());
+    let waited = elapsed(failed_at, now).unwrap_or(Duration::MAX);
+    Some(retry_delay(n).saturating_sub(waited))
+}
+
+/// The controller stopped (SIGTERM) in the middle of an operation: Reconciling with reason
+/// `Interrupted`; the next controller resumes from the layers' phases.
+pub fn interrupted(
+    status: &SequencedReleaseStatus,
+    message: &str,
+    now: &Time,
+) -> SequencedReleaseStatus {
+    let mut status = status.clone();
+    status.message = Some(message.to_string());
+    status.lock = None;
+    progressing(&mut status, Reason::Interrupted, message, now);
+    status
+}
+
+/// A release waiting for something outside it (another release): phase Pending.
+pub fn pending(
+    status: &SequencedReleaseStatus,
+    generation: Option<i64>,
+    reason: Reason,
+    message: &str,
+    now: &Time,
+) -> SequencedReleaseStatus {
+    let mut status = status.clone();
+    status.observed_generation = generation;
+    status.phase = Some(ReleasePhase::Pending);
+    status.message = Some(message.to_string());
+    progressing(&mut status, reason, message, now);
+    status
+}
+
+/// Whether an operation is under way in this phase: the release's lock is held through it.
+pub fn holds_lock(phase: Option<ReleasePhase>) -> bool {
+    matches!(
+        phase,
+        Some(
+            ReleasePhase::Deploying
+                | ReleasePhase::Rendering
+                | ReleasePhase::RollingBack
+                | ReleasePhase::Uninstalling
+        )
+    )
+}

@@ -1,0 +1,708 @@
+//! The lifecycle decision as table tests: for a release in a given state, with the facts the
+//! controller would gather, the one next step. These are the decisions the controller scenarios
+//! on the test API server (tests/controller.rs, tests/lock.rs) exercise end to end, here without
+//! a server, a clock or helm: each case takes milliseconds.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use sequenced::api::{
+    Claim, EventReason, LayerPhase, ObjectKey, Reason, ReleasePhase, SequencedRelease,
+    SequencedReleaseStatus,
+};
+use sequenced::history::{Inventory, Record};
+use sequenced::plan::{self, Plan};
+use sequenced::rollout::dependencies::{DependencyFacts, DependencyState};
+use sequenced::rollout::install::InstallAction;
+use sequenced::rollout::lifecycle::{PlanFact, Refusal, Source};
+use sequenced::rollout::{
+    Deployable, Facts, LockView, Need, Next, Requeue, Settings, holds_lock, next, requeue,
+};
+use serde_json::{Value, json};
+use support::{chart_tree, object, rendered};
+use tempfile::TempDir;
+
+fn at(second: i64) -> Time {
+    Time(Timestamp::from_second(1_800_000_000 + second).unwrap())
+}
+
+/// A SequencedRelease `shop` in namespace `apps` with this spec (merged over a path chart) and
+/// metadata, as the API server would hand it over.
+fn release(spec: Value, metadata: Value) -> SequencedRelease {
+    let mut object = json!({
+        "apiVersion": "sequenced.dev/v1alpha1",
+        "kind": "SequencedRelease",
+        "metadata": {"name": "shop", "namespace": "apps", "generation": 1, "uid": "u1",
+                     "resourceVersion": "10", "finalizers": ["sequenced.dev/finalizer"]},
+        "spec": {"chart": {"path": "/charts/shop"}},
+    });
+    for (k, v) in spec.as_object().unwrap() {
+        object["spec"][k] = v.clone();
+    }
+    for (k, v) in metadata.as_object().unwrap() {
+        object["metadata"][k] = v.clone();
+    }
+    serde_json::from_value(object).unwrap()
+}
+
+fn with_status(mut sr: SequencedRelease, status: SequencedReleaseStatus) -> SequencedRelease {
+    sr.status = Some(status);
+    sr
+}
+
+fn facts(sr: SequencedRelease) -> Facts {
+    Facts::new(Arc::new(sr), LockView::Free, at(100))
+}
+
+fn source(digest: &str) -> Option<Result<Source, Refusal>> {
+    Some(Ok(Source {
+        digest: digest.to_string(),
+        chart_version: Some("1.2.0".to_string()),
+    }))
+}
+
+/// The shop example planned: database and queue, then app; every object in namespace apps.
+fn deployable() -> Arc<Deployable> {
+    let dir = TempDir::new().unwrap();
+    let tree = chart_tree(
+        dir.path(),
+        &[("shop", "apiVersion: v2\nname: shop\nversion: 1.2.0\n")],
+        &[],
+    );
+    let docs = [
+        (
+            "shop/templates/db.yaml",
+            object("Deployment", "db", &[("helm.sh/layer", "database")]),
+        ),
+        (
+            "shop/templates/queue.yaml",
+            object("ConfigMap", "queue", &[("helm.sh/layer", "queue")]),
+        ),
+        (
+            "shop/templates/app.yaml",
+            object(
+                "ConfigMap",
+                "app",
+                &[
+                    ("helm.sh/layer", "app"),
+                    ("helm.sh/depends-on/layers", "database, queue"),
+                ],
+            ),
+        ),
+    ];
+    let plan: Plan = plan::plan(&tree, rendered(&tree, &docs)).unwrap();
+    let keys: Vec<ObjectKey> = plan
+        .resources
+        .iter()
+        .map(|r| ObjectKey {
+            api_version: r.api_version.clone(),
+            kind: r.kind.clone(),
+            namespace: Some("apps".into()),
+            name: r.name.clone(),
+        })
+        .collect();
+    let inventory = Inventory::from_plan(&plan, |_| Some("apps".into()));
+    Arc::new(Deployable {
+        plan,
+        chart_version: Some("1.2.0".into()),
+        keys,
+        crd_keys: Vec::new(),
+        inventory,
+    })
+}
+
+fn plan_fact(digest: &str, is_upgrade: bool) -> Option<PlanFact> {
+    Some(PlanFact {
+        digest: digest.to_string(),
+        is_upgrade,
+        outcome: Ok(deployable()),
+    })
+}
+
+fn record(revision: i64, digest: &str, inventory: Inventory) -> Option<Arc<Record>> {
+    Some(Arc::new(Record {
+        revision,
+        digest: digest.to_string(),
+        chart: "shop".into(),
+        chart_version: Some("1.2.0".into()),
+        sequenced: true,
+        inventory,
+        prune: Vec::new(),
+    }))
+}
+
+fn condition(status: &SequencedReleaseStatus, type_: &str) -> (String, String, String) {
+    let c = status.conditions.iter().find(|c| c.type_ == type_).unwrap();
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+/// A release whose revision `revision` of digest `digest` is Ready.
+fn ready(revision: i64, digest: &str) -> SequencedReleaseStatus {
+    let mut facts = facts(release(json!({}), json!({})));
+    facts.source = source(digest);
+    facts.plan = plan_fact(digest, false);
+    facts.dependencies = Some(DependencyFacts::default());
+    let Next::Begin(begin) = next(&facts) else {
+        panic!("a first revision begins")
+    };
+    let mut status = begin.status;
+    status.revision = Some(revision);
+    status.phase = Some(ReleasePhase::Ready);
+    for layer in &mut status.layers {
+        layer.phase = LayerPhase::Ready;
+    }
+    status.history[0].revision = revision;
+    status.history[0].phase = ReleasePhase::Ready;
+    status.history[0].finished_at = Some(at(50));
+    status
+}
+
+#[test]
+fn a_new_release_gets_the_finalizer_first_and_a_foreign_deletion_is_left_alone() {
+    let new = release(json!({}), json!({"finalizers": []}));
+    assert_eq!(next(&facts(new.clone())), Next::AddFinalizer);
+    let deleting = release(
+        json!({}),
+        json!({"finalizers": ["other/finalizer"], "deletionTimestamp": "2027-01-15T08:00:00Z"}),
+    );
+    assert_eq!(next(&facts(deleting)), Next::Idle);
+}
+
+#[test]
+fn a_valid_lease_of_another_session_blocks_everything_until_it_may_expire() {
+    for sr in [
+        release(json!({}), json!({})),
+        release(json!({}), json!({"finalizers": []})),
+        release(
+            json!({}),
+            json!({"deletionTimestamp": "2027-01-15T08:00:00Z"}),
+        ),
+    ] {
+        let mut f = facts(sr);
+        f.lock = LockView::Blocked {
+            holder: "b/0011".into(),
+            remaining: Duration::from_secs(30),
+        };
+        assert_eq!(
+            next(&f),
+            Next::Blocked {
+                holder: "b/0011".into(),
+                requeue: Requeue::After(Duration::from_millis(30_050)),
+            }
+        );
+    }
+}
+
+#[test]
+fn a_suspended_release_does_nothing_and_lets_go_of_a_lock_it_holds() {
+    let sr = release(json!({"suspend": true}), json!({}));
+    assert_eq!(next(&facts(sr.clone())), Next::Suspend { status: None });
+    let mut held = facts(sr);
+    held.lock = LockView::Ours;
+    let Next::Suspend {
+        status: Some(status),
+    } = next(&held)
+    else {
+        panic!("writes that it is suspended");
+    };
+    assert_eq!(
+        status.message.as_deref(),
+        Some("suspended: spec.suspend is true")
+    );
+    assert_eq!(status.lock, None);
+}
+
+#[test]
+fn unusable_specs_and_charts_stall_with_their_reason_once() {
+    // A readiness timeout that is not a duration: stalled before anything is read.
+    let bad = release(json!({"readinessTimeout": "soon"}), json!({}));
+    let Next::Stall { status, event, .. } = next(&facts(bad.clone())) else {
+        panic!("stalls");
+    };
+    assert_eq!(status.phase, Some(ReleasePhase::Failed));
+    let (stalled, reason, message) = condition(&status, "Stalled");
+    assert_eq!((stalled.as_str(), reason.as_str()), ("True", "InvalidSpec"));
+    assert!(message.starts_with("spec.readinessTimeout:"), "{message}");
+    assert_eq!(event.unwrap().reason, EventReason::Stalled);
+    // Seen again with that status: no second event.
+    let Next::Stall { event, .. } = next(&facts(with_status(bad, status))) else {
+        panic!("stalls");
+    };
+    assert_eq!(event, None);
+
+    // The source asks for the chart and values first; a missing valuesFrom object stalls.
+    let sr = release(json!({}), json!({}));
+    assert_eq!(next(&facts(sr.clone())), Next::Need(Need::Source));
+    let mut f = facts(sr.clone());
+    f.source = Some(Err(Refusal {
+        reason: Reason::InvalidSpec,
+        message: "spec.valuesFrom[1]: Secret apps/absent not found".into(),
+    }));
+    let Next::Stall { status, .. } = next(&f) else {
+        panic!("stalls")
+    };
+    assert_eq!(
+        condition(&status, "Stalled").2,
+        "spec.valuesFrom[1]: Secret apps/absent not found"
+    );
+
+    // A chart that does not render, and one with hooks.
+    let mut f = facts(sr);
+    f.source = source("sha256:1");
+    assert_eq!(
+        next(&f),
+        Next::Need(Need::Plan {
+            digest: "sha256:1".into(),
+            is_upgrade: false
+        })
+    );
+    f.plan = Some(PlanFact {
+        digest: "sha256:1".into(),
+        is_upgrade: false,
+        outcome: Err(Refusal {
+            reason: Reason::RenderFailed,
+            message: "rendering chart /charts/shop: helm template failed".into(),
+        }),
+    });
+    let Next::Stall {
+        status, requeue, ..
+    } = next(&f)
+    else {
+        panic!("stalls")
+    };
+    assert_eq!(condition(&status, "Stalled").1, "RenderFailed");
+    // Looked at again every interval: a new chart version may fix it.
+    assert_eq!(requeue, Requeue::After(Duration::from_secs(600)));
+}
+
+#[test]
+fn hooks_other_than_tests_stall_naming_each() {
+    let dir = TempDir::new().unwrap();
+    let tree = chart_tree(
+        dir.path(),
+        &[("shop", "apiVersion: v2\nname: shop\nversion: 1.2.0\n")],
+        &[],
+    );
+    let docs = [
+        (
+            "shop/templates/job.yaml",
+            object("Job", "db-migrate", &[("helm.sh/hook", "pre-install")]),
+        ),
+        (
+            "shop/templates/test.yaml",
+            object("Pod", "smoke", &[("helm.sh/hook", "test")]),
+        ),
+    ];
+    let plan = plan::plan(&tree, rendered(&tree, &docs)).unwrap();
+    let mut f = facts(release(json!({}), json!({})));
+    f.source = source("sha256:1");
+    f.plan = Some(PlanFact {
+        digest: "sha256:1".into(),
+        is_upgrade: false,
+        outcome: Ok(Arc::new(Deployable {
+            plan,
+            chart_version: None,
+            keys: Vec::new(),
+            crd_keys: Vec::new(),
+            inventory: Inventory::default(),
+        })),
+    });
+    let Next::Stall { status, .. } = next(&f) else {
+        panic!("stalls")
+    };
+    assert_eq!(
+        condition(&status, "Stalled"),
+        (
+            "True".into(),
+            "HooksNotSupported".into(),
+            "hooks are not supported yet: pre-install Job/db-migrate".into()
+        )
+    );
+}
+
+#[test]
+fn depends_on_gates_a_new_revision_and_a_cycle_stalls_naming_it() {
+    let sr = release(json!({"dependsOn": [{"name": "db"}]}), json!({}));
+    let mut f = facts(sr);
+    f.source = source("sha256:1");
+    assert_eq!(
+        next(&f),
+        Next::Need(Need::Dependencies(vec!["apps/db".into()]))
+    );
+    let graph = |edges: &[(&str, &str)]| -> BTreeMap<String, Vec<String>> {
+        edges
+            .iter()
+            .map(|(a, b)| (a.to_string(), vec![b.to_string()]))
+            .collect()
+    };
+    f.dependencies = Some(DependencyFacts {
+        graph: graph(&[("apps/shop", "apps/db")]),
+        states: BTreeMap::from([("apps/db".into(), DependencyState::NotReady)]),
+    });
+    let Next::WaitForDependencies { status, requeue } = next(&f) else {
+        panic!("waits");
+    };
+    assert_eq!(status.phase, Some(ReleasePhase::Pending));
+    assert_eq!(
+        condition(&status, "Reconciling"),
+        (
+            "True".into(),
+            "DependencyNotReady".into(),
+            "waiting for SequencedRelease apps/db to be Ready".into()
+        )
+    );
+    assert_eq!(requeue, Requeue::After(Duration::from_secs(600)));
+
+    f.dependencies = Some(DependencyFacts {
+        graph: graph(&[("apps/shop", "apps/db"), ("apps/db", "apps/shop")]),
+        states: BTreeMap::from([("apps/db".into(), DependencyState::NotReady)]),
+    });
+    let Next::Stall { status, .. } = next(&f) else {
+        panic!("stalls");
+    };
+    assert_eq!(
+        condition(&status, "Stalled"),
+        (
+            "True".into(),
+            "DependencyCycle".into(),
+            "release dependency cycle: apps/shop -> apps/db -> apps/shop".into()
+        )
+    );
+
+    // Ready: the revision goes on to its plan.
+    f.dependencies = Some(DependencyFacts {
+        graph: graph(&[("apps/shop", "apps/db")]),
+        states: BTreeMap::from([("apps/db".into(), DependencyState::Ready)]),
+    });
+    assert!(matches!(next(&f), Next::Need(Need::Plan { .. })));
+}
+
+#[test]
+fn a_first_install_begins_revision_one_and_records_it() {
+    let sr = release(json!({"createNamespace": true}), json!({}));
+    let mut f = facts(sr);
+    f.source = source("sha256:1");
+    f.plan = plan_fact("sha256:1", false);
+    let Next::Begin(begin) = next(&f) else {
+        panic!("begins");
+    };
+    assert_eq!(begin.record.revision, 1);
+    assert_eq!(begin.record.digest, "sha256:1");
+    assert_eq!(begin.record.chart_version.as_deref(), Some("1.2.0"));
+    assert!(begin.record.prune.is_empty());
+    assert!(begin.create_namespace);
+    assert_eq!(begin.drop_record, None);
+    let status = &begin.status;
+    assert_eq!(status.revision, Some(1));
+    assert_eq!(status.phase, Some(ReleasePhase::Deploying));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("deploying revision 1 (chart version 1.2.0)")
+    );
+    assert_eq!(status.history[0].chart_version.as_deref(), Some("1.2.0"));
+    assert_eq!(status.progress.as_deref(), Some("0/3"));
+
+    // The controller writes the record and goes on from the new status: the layers that can
+    // start are observed first (nothing of the release exists), then applied.
+    f.status = begin.status.clone();
+    f.records.insert(1, Some(Arc::new(begin.record.clone())));
+    let Next::Need(Need::Observe(wanted)) = next(&f) else {
+        panic!("observes the objects of the starting layers");
+    };
+    assert_eq!(wanted.resources.len(), 2);
+    for r in wanted.resources {
+        f.observed.resources.insert(r, None);
+    }
+    let Next::Install(step) = next(&f) else {
+        panic!("steps");
+    };
+    assert_eq!(step.actions.len(), 2);
+    assert!(
+        step.actions
+            .iter()
+            .all(|a| matches!(a, InstallAction::ApplyLayer(_)))
+    );
+}
+
+#[test]
+fn an_upgrade_begins_the_next_revision_pruning_what_the_last_one_had() {
+    let sr = release(json!({"maxHistory": 2}), json!({"generation": 2}));
+    let mut previous = deployable().inventory.clone();
+    let gone = ObjectKey {
+        api_version: "v1".into(),
+        kind: "Secret".into(),
+        namespace: Some("apps".into()),
+        name: "old".into(),
+    };
+    previous.steps[0].objects.push(gone.clone());
+    let mut f = facts(with_status(sr, ready(2, "sha256:1")));
+    f.source = source("sha256:2");
+    f.plan = plan_fact("sha256:2", true);
+    assert_eq!(next(&f), Next::Need(Need::Record(2)));
+    f.records.insert(2, record(2, "sha256:1", previous));
+    let Next::Begin(begin) = next(&f) else {
+        panic!("begins");
+    };
+    assert_eq!(begin.record.revision, 3);
+    assert_eq!(begin.record.prune, [gone]);
+    assert_eq!(begin.drop_record, Some(1), "maxHistory 2 keeps 2 and 3");
+    assert_eq!(begin.status.history.len(), 2);
+    assert_eq!(begin.status.failures, None);
+}
+
+#[test]
+fn a_ready_release_with_nothing_new_does_nothing_and_reads_nothing() {
+    let status = ready(1, "sha256:1");
+    let mut f = facts(with_status(release(json!({}), json!({})), status.clone()));
+    f.source = source("sha256:1");
+    f.plan = plan_fact("sha256:1", false);
+    assert_eq!(next(&f), Next::Need(Need::Record(1)));
+    f.records
+        .insert(1, record(1, "sha256:1", deployable().inventory.clone()));
+    let Next::Install(step) = next(&f) else {
+        panic!("an idle step");
+    };
+    assert!(step.actions.is_empty() && step.events.is_empty());
+    assert_eq!(step.status, status, "the status is not written again");
+    let settings = Settings::of(&f.release.spec);
+    assert_eq!(
+        requeue(&settings, &step.status, None, &f.now),
+        Requeue::After(Duration::from_secs(600))
+    );
+}
+
+#[test]
+fn a_missing_record_restarts_the_revision() {
+    let mut status = ready(1, "sha256:1");
+    status.phase = Some(ReleasePhase::Deploying);
+    let mut f = facts(with_status(release(json!({}), json!({})), status));
+    f.source = source("sha256:1");
+    f.plan = plan_fact("sha256:1", false);
+    f.records.insert(1, None);
+    let Next::RestartRevision { status } = next(&f) else {
+        panic!("restarts");
+    };
+    assert_eq!(status.last_applied_digest, None);
+    assert_eq!(status.phase, Some(ReleasePhase::Pending));
+}
+
+#[test]
+fn a_failed_revision_is_retried_when_due_as_a_new_revision_and_a_spec_change_starts_over() {
+    let mut failed = ready(1, "sha256:1");
+    failed.phase = Some(ReleasePhase::Failed);
+    failed.failures = Some(1);
+    failed.history[0].phase = ReleasePhase::Failed;
+    failed.history[0].finished_at = Some(at(98));
+    let sr = release(json!({"retries": 2}), json!({}));
+    let mut f = facts(with_status(sr.clone(), failed.clone()));
+    f.source = source("sha256:1");
+    f.plan = plan_fact("sha256:1", false);
+    f.records
+        .insert(1, record(1, "sha256:1", deployable().inventory.clone()));
+    // Two seconds after the failure: the 5 s delay has not passed.
+    let Next::Install(step) = next(&f) else {
+        panic!("waits for the retry");
+    };
+    assert!(step.actions.is_empty());
+    let settings = Settings::of(&sr.spec);
+    assert_eq!(
+        requeue(&settings, &step.status, None, &f.now),
+        Requeue::After(Duration::from_millis(3_100))
+    );
+    // Due: a new revision, the count goes on.
+    f.now = at(104);
+    f.plan = plan_fact("sha256:1", true);
+    let Next::Begin(begin) = next(&f) else {
+        panic!("retries");
+    };
+    assert_eq!(begin.status.revision, Some(2));
+    assert_eq!(begin.status.failures, Some(1));
+    // A changed digest (a new chart version) starts over at once.
+    f.now = at(99);
+    f.source = source("sha256:2");
+    f.plan = plan_fact("sha256:2", true);
+    let Next::Begin(begin) = next(&f) else {
+        panic!("begins");
+    };
+    assert_eq!(begin.status.failures, None);
+}
+
+#[test]
+fn another_releases_object_is_refused_before_the_layer_is_written() {
+    let mut f = facts(release(json!({}), json!({})));
+    f.source = source("sha256:1");
+    f.plan = plan_fact("sha256:1", false);
+    let Next::Begin(begin) = next(&f) else {
+        panic!("begins");
+    };
+    f.status = begin.status;
+    f.records.insert(1, Some(Arc::new(begin.record)));
+    let d = deployable();
+    let queue = d
+        .plan
+        .resources
+        .iter()
+        .position(|r| r.name == "queue")
+        .unwrap();
+    let db = d
+        .plan
+        .resources
+        .iter()
+        .position(|r| r.name == "db")
+        .unwrap();
+    f.observed.resources.insert(db, None);
+    f.observed.resources.insert(
+        queue,
+        Some(json!({"metadata": {"name": "queue", "annotations": {"sequenced.dev/owner": "apps/other"}}})),
+    );
+    let Next::Install(step) = next(&f) else {
+        panic!("steps");
+    };
+    assert!(step.actions.is_empty(), "nothing is written");
+    let (_, reason, message) = condition(&step.status, "Stalled");
+    assert_eq!(reason, "OwnershipConflict");
+    assert_eq!(
+        message,
+        "ConfigMap apps/queue (chart shop, templates/queue.yaml) belongs to SequencedRelease apps/other; it is left alone"
+    );
+}
+
+#[test]
+fn uninstall_walks_the_inventory_then_finishes_dropping_the_records() {
+    let deleting = json!({"deletionTimestamp": "2027-01-15T08:00:00Z"});
+    let mut status = ready(2, "sha256:1");
+    status.history.push(status.history[0].clone());
+    status.history[1].revision = 1;
+    // No revision was ever recorded: nothing to delete but the finalizer.
+    let f = facts(release(json!({}), deleting.clone()));
+    assert_eq!(
+        next(&f),
+        Next::FinishUninstall {
+            events: Vec::new(),
+            records: Vec::new()
+        }
+    );
+    let mut f = facts(with_status(
+        release(json!({}), deleting.clone()),
+        status.clone(),
+    ));
+    assert_eq!(next(&f), Next::Need(Need::Record(2)));
+    let inventory = deployable().inventory.clone();
+    f.records
+        .insert(2, record(2, "sha256:1", inventory.clone()));
+    let first = inventory.steps[0].objects.clone();
+    let Next::Need(Need::Observe(wanted)) = next(&f) else {
+        panic!("observes the first step's objects");
+    };
+    assert_eq!(wanted.present, first);
+    let ours = Claim {
+        owner: Some("apps/shop".into()),
+        ..Claim::default()
+    };
+    for k in inventory.objects() {
+        f.observed.present.insert(k.clone(), Some(ours.clone()));
+    }
+    let Next::Uninstall(step) = next(&f) else {
+        panic!("deletes");
+    };
+    assert_eq!(step.deletes, [(0, first)]);
+    assert_eq!(step.status.phase, Some(ReleasePhase::Uninstalling));
+    assert!(holds_lock(step.status.phase));
+    // Everything gone: the records of every revision go, unless keepHistory.
+    let mut f2 = facts(with_status(
+        release(json!({}), deleting.clone()),
+        step.status.clone(),
+    ));
+    f2.records
+        .insert(2, record(2, "sha256:1", inventory.clone()));
+    for k in inventory.objects() {
+        f2.observed.present.insert(k.clone(), None);
+    }
+    let mut done = f2.clone();
+    loop {
+        match next(&done) {
+            Next::Uninstall(step) => done.status = step.status,
+            Next::FinishUninstall { records, .. } => {
+                assert_eq!(records, [1, 2]);
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let kept = facts(with_status(
+        release(json!({"uninstall": {"keepHistory": true}}), deleting),
+        SequencedReleaseStatus::default(),
+    ));
+    assert_eq!(
+        next(&kept),
+        Next::FinishUninstall {
+            events: Vec::new(),
+            records: Vec::new()
+        }
+    );
+}
+
+#[test]
+fn requeues_follow_the_phase() {
+    let sr = release(
+        json!({"timeout": "90s", "interval": "5m", "retries": 1}),
+        json!({}),
+    );
+    let settings = Settings::of(&sr.spec);
+    let now = at(100);
+    let phase = |phase| SequencedReleaseStatus {
+        phase: Some(phase),
+        ..SequencedReleaseStatus::default()
+    };
+    let table = [
+        (
+            phase(ReleasePhase::Ready),
+            None,
+            Requeue::After(Duration::from_secs(300)),
+        ),
+        // Stalled for good: the next interval may bring a new chart version.
+        (
+            phase(ReleasePhase::Failed),
+            None,
+            Requeue::After(Duration::from_secs(300)),
+        ),
+        // In progress: within a third of the lease, a minute, or the next readiness timeout.
+        (
+            phase(ReleasePhase::Deploying),
+            None,
+            Requeue::After(Duration::from_secs(30)),
+        ),
+        (
+            phase(ReleasePhase::Deploying),
+            Some(Duration::from_secs(7)),
+            Requeue::After(Duration::from_secs(7)),
+        ),
+        (
+            phase(ReleasePhase::Uninstalling),
+            None,
+            Requeue::After(Duration::from_secs(30)),
+        ),
+    ];
+    for (status, after, expected) in table {
+        assert_eq!(
+            requeue(&settings, &status, after, &now),
+            expected,
+            "{:?}",
+            status.phase
+        );
+    }
+    for (phase, held) in [
+        (ReleasePhase::Pending, false),
+        (ReleasePhase::Deploying, true),
+        (ReleasePhase::Ready, false),
+        (ReleasePhase::Failed, false),
+        (ReleasePhase::Uninstalling, true),
+    ] {
+        assert_eq!(holds_lock(Some(phase)), held, "{phase:?}");
+    }
+}
