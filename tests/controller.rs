@@ -841,3 +841,140 @@ async fn metrics_and_health_follow_what_the_controller_does() {
     })
     .await;
 }
+
+/// Packages chart `demo` at `version` into `dir` (a chart repository) and indexes it again, as
+/// a chart publisher does. Its ConfigMap says which version rendered it.
+fn publish(dir: &Path, version: &str) {
+    let source = TempDir::new().unwrap();
+    support::write(
+        source.path(),
+        "Chart.yaml",
+        &format!("apiVersion: v2\nname: demo\nversion: {version}\n"),
+    );
+    support::write(
+        source.path(),
+        "templates/cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo\n  annotations:\n    helm.sh/layer: one\ndata:\n  version: {{ .Chart.Version | quote }}\n",
+    );
+    support::package(source.path(), dir);
+    let status = std::process::Command::new(support::helm())
+        .arg("repo")
+        .arg("index")
+        .arg(dir)
+        .status()
+        .expect("helm repo index");
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newly_published_version_in_the_range_starts_a_revision_within_interval() {
+    within(async {
+        let repository = TempDir::new().unwrap();
+        publish(repository.path(), "1.0.0");
+        let dir = repository.path().to_path_buf();
+        let server = support::http::Server::start(move |request| {
+            let name = request.path.trim_start_matches('/');
+            match std::fs::read(dir.join(name)) {
+                Ok(body) if !name.contains("..") => {
+                    support::http::Response::ok("application/octet-stream", body)
+                }
+                _ => support::http::Response::not_found(),
+            }
+        });
+        let op = Operator::start(4).await;
+        let chart = json!({"repository": server.url(), "name": "demo", "version": "^1.0"});
+        op.create(
+            "default",
+            release(
+                "demo",
+                Path::new("/unused"),
+                json!({"chart": chart, "interval": "2s"}),
+            ),
+        )
+        .await;
+        let sr = op.wait_release("default", "demo", "Ready", is_ready).await;
+        let status = sr.status.unwrap();
+        assert_eq!(status.history[0].chart_version.as_deref(), Some("1.0.0"));
+        assert!(
+            message_of(&status).contains("chart version 1.0.0"),
+            "{:?}",
+            status.message
+        );
+        let cm = op
+            .server
+            .object("v1", "ConfigMap", Some("default"), "demo")
+            .unwrap();
+        assert_eq!(cm["data"]["version"], "1.0.0");
+
+        // A version outside the range is never picked; one inside it is, at the next interval,
+        // without any change to the SequencedRelease.
+        publish(repository.path(), "2.0.0");
+        publish(repository.path(), "1.1.0");
+        let sr = op
+            .wait_release("default", "demo", "revision 2 Ready", |sr| {
+                is_ready(sr) && sr.status.as_ref().and_then(|s| s.revision) == Some(2)
+            })
+            .await;
+        let status = sr.status.unwrap();
+        assert_eq!(status.history[0].chart_version.as_deref(), Some("1.1.0"));
+        assert_eq!(status.history[1].chart_version.as_deref(), Some("1.0.0"));
+        assert!(
+            message_of(&status).contains("chart version 1.1.0"),
+            "{:?}",
+            status.message
+        );
+        assert_eq!(sr.metadata.generation, Some(1), "the spec did not change");
+        let cm = op
+            .server
+            .object("v1", "ConfigMap", Some("default"), "demo")
+            .unwrap();
+        assert_eq!(cm["data"]["version"], "1.1.0");
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_operator_deploys_a_newer_matching_version_as_a_new_revision() {
+    within(async {
+        let repository = TempDir::new().unwrap();
+        publish(repository.path(), "1.0.0");
+        let dir = repository.path().to_path_buf();
+        let server = support::http::Server::start(move |request| {
+            let name = request.path.trim_start_matches('/');
+            match std::fs::read(dir.join(name)) {
+                Ok(body) if !name.contains("..") => {
+                    support::http::Response::ok("application/octet-stream", body)
+                }
+                _ => support::http::Response::not_found(),
+            }
+        });
+        let mut op = Operator::start(4).await;
+        let chart = json!({"repository": server.url(), "name": "demo", "version": "1.x"});
+        op.create(
+            "default",
+            release("demo", Path::new("/unused"), json!({"chart": chart})),
+        )
+        .await;
+        op.wait_release("default", "demo", "Ready", is_ready).await;
+        op.take_controller().stop().await;
+        // While no operator runs, 1.1.0 is published. The next operator resolves the range
+        // again before it hashes: it does not render 1.1.0 under revision 1's record.
+        publish(repository.path(), "1.1.0");
+        let _next = op.spawn("next", 4);
+        let sr = op
+            .wait_release("default", "demo", "revision 2 Ready", |sr| {
+                is_ready(sr) && sr.status.as_ref().and_then(|s| s.revision) == Some(2)
+            })
+            .await;
+        let status = sr.status.unwrap();
+        assert_eq!(status.history[0].chart_version.as_deref(), Some("1.1.0"));
+        assert_eq!(status.history[1].chart_version.as_deref(), Some("1.0.0"));
+        assert_ne!(status.history[0].digest, status.history[1].digest);
+    })
+    .await;
+}
+
+fn message_of(status: &sequenced::api::SequencedReleaseStatus) -> String {
+    status.message.clone().unwrap_or_default()
+}

@@ -60,6 +60,13 @@ pub enum Error {
     },
     #[error(transparent)]
     Lock(#[from] LockError),
+    /// A ConfigMap or Secret the spec names could not be read.
+    #[error("reading {what}: {source}")]
+    SpecRead {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
     /// A bug: the controller could not do what the lifecycle asked.
     #[error("{0}")]
     Internal(String),
@@ -72,6 +79,7 @@ impl Error {
             Error::Cluster(e) => e.category(),
             Error::Pipeline(_) => "chart",
             Error::Kube { .. } | Error::Lock(_) => "api",
+            Error::SpecRead { .. } => "spec_read",
             Error::Internal(_) => "internal",
         }
     }

@@ -13,7 +13,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use sha2::{Digest as _, Sha256};
 
-use super::{Error, kube_error};
+use super::Error;
 use crate::api::{KeyReference, Reason, SequencedRelease, ValuesKind};
 use crate::chart::source::{ChartCache, ChartReference, Credentials};
 use crate::helm::Helm;
@@ -258,9 +258,10 @@ where
         + std::fmt::Debug,
 {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    api.get_opt(name)
-        .await
-        .map_err(kube_error(format!("reading {what}")))
+    api.get_opt(name).await.map_err(|source| Error::SpecRead {
+        what: what.to_string(),
+        source,
+    })
 }
 
 async fn config_map_text(client: &Client, namespace: &str, name: &str, key: &str) -> Found<String> {
