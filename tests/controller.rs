@@ -866,21 +866,26 @@ fn publish(dir: &Path, version: &str) {
     assert!(status.success());
 }
 
+/// Serves the files of `dir` on loopback: a chart repository.
+fn serve(dir: &Path) -> support::http::Server {
+    let dir = dir.to_path_buf();
+    support::http::Server::start(move |request| {
+        let name = request.path.trim_start_matches('/');
+        match std::fs::read(dir.join(name)) {
+            Ok(body) if !name.contains("..") => {
+                support::http::Response::ok("application/octet-stream", body)
+            }
+            _ => support::http::Response::not_found(),
+        }
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newly_published_version_in_the_range_starts_a_revision_within_interval() {
     within(async {
         let repository = TempDir::new().unwrap();
         publish(repository.path(), "1.0.0");
-        let dir = repository.path().to_path_buf();
-        let server = support::http::Server::start(move |request| {
-            let name = request.path.trim_start_matches('/');
-            match std::fs::read(dir.join(name)) {
-                Ok(body) if !name.contains("..") => {
-                    support::http::Response::ok("application/octet-stream", body)
-                }
-                _ => support::http::Response::not_found(),
-            }
-        });
+        let server = serve(repository.path());
         let op = Operator::start(4).await;
         let chart = json!({"repository": server.url(), "name": "demo", "version": "^1.0"});
         op.create(
@@ -939,16 +944,7 @@ async fn a_restarted_operator_deploys_a_newer_matching_version_as_a_new_revision
     within(async {
         let repository = TempDir::new().unwrap();
         publish(repository.path(), "1.0.0");
-        let dir = repository.path().to_path_buf();
-        let server = support::http::Server::start(move |request| {
-            let name = request.path.trim_start_matches('/');
-            match std::fs::read(dir.join(name)) {
-                Ok(body) if !name.contains("..") => {
-                    support::http::Response::ok("application/octet-stream", body)
-                }
-                _ => support::http::Response::not_found(),
-            }
-        });
+        let server = serve(repository.path());
         let mut op = Operator::start(4).await;
         let chart = json!({"repository": server.url(), "name": "demo", "version": "1.x"});
         op.create(

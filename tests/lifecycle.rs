@@ -66,15 +66,20 @@ fn source(digest: &str) -> Option<Result<Source, Refusal>> {
     }))
 }
 
-/// The shop example planned: database and queue, then app; every object in namespace apps.
-fn deployable() -> Arc<Deployable> {
+/// Chart shop 1.2.0 rendered as these `(source, document)` pairs, planned.
+fn plan_of(docs: &[(&str, String)]) -> Plan {
     let dir = TempDir::new().unwrap();
     let tree = chart_tree(
         dir.path(),
         &[("shop", "apiVersion: v2\nname: shop\nversion: 1.2.0\n")],
         &[],
     );
-    let docs = [
+    plan::plan(&tree, rendered(&tree, docs)).unwrap()
+}
+
+/// The shop example planned: database and queue, then app; every object in namespace apps.
+fn deployable() -> Arc<Deployable> {
+    let plan = plan_of(&[
         (
             "shop/templates/db.yaml",
             object("Deployment", "db", &[("helm.sh/layer", "database")]),
@@ -94,8 +99,7 @@ fn deployable() -> Arc<Deployable> {
                 ],
             ),
         ),
-    ];
-    let plan: Plan = plan::plan(&tree, rendered(&tree, &docs)).unwrap();
+    ]);
     let keys: Vec<ObjectKey> = plan
         .resources
         .iter()
@@ -282,13 +286,7 @@ fn unusable_specs_and_charts_stall_with_their_reason_once() {
 
 #[test]
 fn hooks_other_than_tests_stall_naming_each() {
-    let dir = TempDir::new().unwrap();
-    let tree = chart_tree(
-        dir.path(),
-        &[("shop", "apiVersion: v2\nname: shop\nversion: 1.2.0\n")],
-        &[],
-    );
-    let docs = [
+    let plan = plan_of(&[
         (
             "shop/templates/job.yaml",
             object("Job", "db-migrate", &[("helm.sh/hook", "pre-install")]),
@@ -297,8 +295,7 @@ fn hooks_other_than_tests_stall_naming_each() {
             "shop/templates/test.yaml",
             object("Pod", "smoke", &[("helm.sh/hook", "test")]),
         ),
-    ];
-    let plan = plan::plan(&tree, rendered(&tree, &docs)).unwrap();
+    ]);
     let mut f = facts(release(json!({}), json!({})));
     f.source = source("sha256:1");
     f.plan = Some(PlanFact {

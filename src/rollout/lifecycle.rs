@@ -110,13 +110,7 @@ impl Facts {
         let settings = Settings::of(&self.release.spec);
         let deployable = self.plan.as_ref()?.outcome.as_ref().ok()?;
         let record = self.records.get(&self.status.revision?)?.as_ref()?;
-        Some(Revision {
-            plan: &deployable.plan,
-            keys: &deployable.keys,
-            prune: &record.prune,
-            settings,
-            me,
-        })
+        Some(Revision::of(deployable, record, settings, me))
     }
 }
 
@@ -363,13 +357,7 @@ fn deploy(facts: &Facts) -> Next {
                 .map(|p| p.inventory.removed_in(&deployable.inventory))
                 .unwrap_or_default(),
         };
-        let revision = Revision {
-            plan: &deployable.plan,
-            keys: &deployable.keys,
-            prune: &record.prune,
-            settings,
-            me: &me,
-        };
+        let revision = Revision::of(deployable, &record, settings, &me);
         let status = install::begin(
             &revision,
             status,
@@ -398,13 +386,7 @@ fn deploy(facts: &Facts) -> Next {
         }
         Some(Some(record)) => record,
     };
-    let revision = Revision {
-        plan: &deployable.plan,
-        keys: &deployable.keys,
-        prune: &record.prune,
-        settings,
-        me: &me,
-    };
+    let revision = Revision::of(deployable, record, settings, &me);
     let missing = facts.observed.missing(&install::wanted(&revision, status));
     if !missing.is_empty() {
         return Next::Need(Need::Observe(missing));

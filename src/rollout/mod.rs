@@ -122,6 +122,24 @@ pub struct Revision<'a> {
     pub me: &'a Identity,
 }
 
+impl<'a> Revision<'a> {
+    /// The revision that deploys `deployable`, pruning what `record` says.
+    pub fn of(
+        deployable: &'a Deployable,
+        record: &'a crate::history::Record,
+        settings: Settings,
+        me: &'a Identity,
+    ) -> Revision<'a> {
+        Revision {
+            plan: &deployable.plan,
+            keys: &deployable.keys,
+            prune: &record.prune,
+            settings,
+            me,
+        }
+    }
+}
+
 /// What the controller read from the cluster. A key that is missing was not looked at; `None`
 /// means the object does not exist.
 #[derive(Debug, Clone, Default)]

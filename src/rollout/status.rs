@@ -92,10 +92,7 @@ pub fn stalled(
     message: &str,
     now: &Time,
 ) -> SequencedReleaseStatus {
-    let mut status = status.clone();
-    status.observed_generation = generation;
-    status.phase = Some(ReleasePhase::Failed);
-    status.message = Some(message.to_string());
+    let mut status = entering(status, generation, ReleasePhase::Failed, message);
     set_conditions(
         &mut status,
         reason,
@@ -198,11 +195,22 @@ pub fn pending(
     message: &str,
     now: &Time,
 ) -> SequencedReleaseStatus {
+    let mut status = entering(status, generation, ReleasePhase::Pending, message);
+    progressing(&mut status, reason, message, now);
+    status
+}
+
+/// The status at `generation` in `phase`, saying `message`.
+fn entering(
+    status: &SequencedReleaseStatus,
+    generation: Option<i64>,
+    phase: ReleasePhase,
+    message: &str,
+) -> SequencedReleaseStatus {
     let mut status = status.clone();
     status.observed_generation = generation;
-    status.phase = Some(ReleasePhase::Pending);
+    status.phase = Some(phase);
     status.message = Some(message.to_string());
-    progressing(&mut status, reason, message, now);
     status
 }
 
