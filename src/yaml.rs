@@ -43,11 +43,12 @@
 //! or where the token it did not expect starts (a parser error).
 //!
 //! go-yaml v2 was translated from an older libyaml, and the two have drifted apart in a few
-//! places. Where go-yaml rejects what libyaml 0.2.5 accepts, this module rejects it too: the
-//! escape `\/` in double-quoted scalars. go-yaml accepts the escape `\'` in double-quoted
-//! scalars, which libyaml has rejected since 0.2.1: such escapes are spelled `\x27` and the text
-//! read again (the one place where the text is changed). Known remaining differences, all on
-//! text that libyaml rejects or reads otherwise than go-yaml:
+//! places. Where go-yaml rejects what libyaml 0.2.5 accepts, this module rejects it too: a
+//! `%YAML` directive other than 1.1, the escape `\/` in double-quoted scalars, and `?` inside a
+//! plain scalar in a flow collection (go-yaml ends the scalar there and fails). go-yaml accepts
+//! the escape `\'` in double-quoted scalars, which libyaml has rejected since 0.2.1: such escapes
+//! are spelled `\x27` and the text read again (the one place where the text is changed). Known
+//! remaining differences, all on text that libyaml rejects or reads otherwise than go-yaml:
 //!
 //! * in a flow collection, a plain scalar with a `:` followed by `,`, `[`, `]`, `{` or `}`
 //!   (`{a:}`): go-yaml keeps the `:` in the scalar, libyaml fails;
@@ -470,6 +471,12 @@ impl Stream<'_> {
             return match located.event {
                 Event::StreamStart => continue,
                 Event::StreamEnd => Ok(None),
+                Event::DocumentStart {
+                    version: Some(version),
+                } if version != (1, 1) => Err(pos.error(
+                    "found incompatible YAML document: go-yaml reads YAML 1.1 only (write \
+                     `%YAML 1.1` or no %YAML directive)",
+                )),
                 Event::DocumentStart { .. } => self.build().map(Some),
                 other => Err(pos.error(format!("unexpected YAML event {other:?}"))),
             };
@@ -498,25 +505,31 @@ impl Stream<'_> {
                         self.check_double_quoted(content.index, end.index, pos)?;
                     }
                     let plain = style == ScalarStyle::Plain;
+                    if plain && builder.in_flow() && value.contains('?') {
+                        return Err(pos.error(
+                            "found `?` in a plain scalar in a flow collection: go-yaml (YAML \
+                             1.1) ends the scalar there and rejects the rest (quote the scalar)",
+                        ));
+                    }
                     let node = NodeKind::Scalar { value, tag, plain };
-                    builder.add(pos, anchor, node, false)?;
+                    builder.add(pos, anchor, node, None)?;
                 }
                 Event::Alias { anchor } => {
                     let pos = self.source.pos(start);
                     let Some(&target) = builder.anchors.get(&anchor) else {
                         return Err(pos.error(format!("unknown anchor '{anchor}' referenced")));
                     };
-                    builder.add(pos, None, NodeKind::Alias { target, anchor }, false)?;
+                    builder.add(pos, None, NodeKind::Alias { target, anchor }, None)?;
                 }
-                Event::SequenceStart { anchor, tag, .. } => {
+                Event::SequenceStart { anchor, tag, flow } => {
                     let content = self.source.content(start, anchor.is_some(), tag.is_some());
                     let node = NodeKind::Sequence(Vec::new());
-                    builder.add(self.source.pos(content), anchor, node, true)?;
+                    builder.add(self.source.pos(content), anchor, node, Some(flow))?;
                 }
-                Event::MappingStart { anchor, tag, .. } => {
+                Event::MappingStart { anchor, tag, flow } => {
                     let content = self.source.content(start, anchor.is_some(), tag.is_some());
                     let node = NodeKind::Mapping(Vec::new());
-                    builder.add(self.source.pos(content), anchor, node, true)?;
+                    builder.add(self.source.pos(content), anchor, node, Some(flow))?;
                 }
                 Event::SequenceEnd | Event::MappingEnd => {
                     builder.open.pop();
@@ -574,21 +587,21 @@ impl Stream<'_> {
 
 struct TreeBuilder {
     nodes: Vec<Node>,
-    /// The sequences and mappings still open, innermost last.
-    open: Vec<NodeId>,
+    /// The sequences and mappings still open, innermost last, and whether each is a flow one.
+    open: Vec<(NodeId, bool)>,
     /// The anchors defined so far in this document, and the nodes they name.
     anchors: HashMap<String, NodeId>,
     root: Option<NodeId>,
 }
 
 impl TreeBuilder {
-    /// Adds a node; one that `opens` (a sequence or mapping) stays open until its end.
+    /// Adds a node; `flow` is `Some` for a sequence or mapping, which stays open until its end.
     fn add(
         &mut self,
         pos: Pos,
         anchor: Option<String>,
         kind: NodeKind,
-        opens: bool,
+        flow: Option<bool>,
     ) -> Result<(), Error> {
         let id = self.nodes.len();
         self.nodes.push(Node { pos, kind });
@@ -596,17 +609,21 @@ impl TreeBuilder {
             self.anchors.insert(anchor, id);
         }
         match self.open.last() {
-            Some(&parent) => match &mut self.nodes[parent].kind {
+            Some(&(parent, _)) => match &mut self.nodes[parent].kind {
                 NodeKind::Sequence(children) | NodeKind::Mapping(children) => children.push(id),
                 _ => return Err(pos.error("the YAML parser nested a node in a scalar")),
             },
             None if self.root.is_none() => self.root = Some(id),
             None => return Err(pos.error("the YAML parser produced two roots for a document")),
         }
-        if opens {
-            self.open.push(id);
+        if let Some(flow) = flow {
+            self.open.push((id, flow));
         }
         Ok(())
+    }
+
+    fn in_flow(&self) -> bool {
+        self.open.last().is_some_and(|&(_, flow)| flow)
     }
 }
 // ---------------------------------------------------------------------------------------------
@@ -2107,6 +2124,16 @@ mod tests {
             "tab_indentation_is_rejected",
             "a:\n\tb: 1\n",
             Expect::Error(2, 1, "cannot start any token"),
+        ),
+        (
+            "only_yaml_1_1_directives",
+            "%YAML 1.2\n---\na: 1\n",
+            Expect::Error(1, 1, "incompatible YAML document"),
+        ),
+        (
+            "question_mark_in_flow_plain_scalar",
+            "a: [b, c?d]\n",
+            Expect::Error(1, 8, "`?`"),
         ),
         (
             "flow_sequences_and_mappings",
