@@ -23,8 +23,8 @@
 //! * **Quoted and block scalars** are strings, unless they carry an explicit tag.
 //! * **Tags**: `!!str`, `!!int`, `!!float`, `!!bool`, `!!null` and `!!timestamp` force the type
 //!   and fail when the text does not fit (`!!float` also accepts an integer); `!!binary` decodes
-//!   base64; any other tag, including the non-specific `!`, makes the scalar a string. Tags on
-//!   sequences and mappings are ignored.
+//!   base64 as Go's `base64.StdEncoding` does; any other tag, including the non-specific `!`,
+//!   makes the scalar a string. Tags on sequences and mappings are ignored.
 //! * **Mapping keys** resolve like values and are then turned into JSON keys as
 //!   `sigs.k8s.io/yaml` does: booleans become `"true"`/`"false"`, integers their decimal form and
 //!   floats Go's `FormatFloat(f, 'g', -1, 32)` form (`1e+06`, `.inf`, `.nan`). Null keys and
@@ -65,6 +65,9 @@ mod libyaml;
 
 use std::collections::{HashMap, HashSet};
 
+use base64::Engine as _;
+use base64::alphabet;
+use base64::engine::{GeneralPurpose, GeneralPurposeConfig};
 use libyaml::{Event, Located, Mark, ScalarStyle, Stage, SyntaxError};
 use serde_json::{Map, Number, Value};
 
@@ -1674,38 +1677,16 @@ fn days_in(month: u32, year: u32) -> u32 {
     }
 }
 
-/// Go's `base64.StdEncoding.DecodeString`: padded standard alphabet; `\r` and `\n` ignored.
+/// Go's `base64.StdEncoding.DecodeString`, which go-yaml decodes `!!binary` with: the padded
+/// standard alphabet, `\r` and `\n` ignored (no other white space), and unused bits of the last
+/// symbol need not be zero.
 fn decode_base64(text: &str) -> Option<Vec<u8>> {
+    const GO_STD_ENCODING: GeneralPurpose = GeneralPurpose::new(
+        &alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+    );
     let symbols: Vec<u8> = text.bytes().filter(|&c| c != b'\r' && c != b'\n').collect();
-    if !symbols.len().is_multiple_of(4) {
-        return None;
-    }
-    let value = |c: u8| -> Option<u32> {
-        Some(u32::from(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        }))
-    };
-    let quanta = symbols.len() / 4;
-    let mut out = Vec::with_capacity(quanta * 3);
-    for (n, quantum) in symbols.chunks(4).enumerate() {
-        let padding = quantum.iter().rev().take_while(|&&c| c == b'=').count();
-        if padding > 2 || (padding > 0 && n + 1 != quanta) {
-            return None;
-        }
-        let mut bits = 0u32;
-        for &c in &quantum[..4 - padding] {
-            bits = (bits << 6) | value(c)?;
-        }
-        bits <<= 6 * padding;
-        let bytes = bits.to_be_bytes();
-        out.extend_from_slice(&bytes[1..4 - padding]);
-    }
-    Some(out)
+    GO_STD_ENCODING.decode(symbols).ok()
 }
 
 /// A Go string made of arbitrary bytes, as json.Marshal writes it: each byte that is not part of
@@ -1933,6 +1914,16 @@ mod tests {
             "binary_keeps_invalid_utf8_as_replacement_characters",
             "a: !!binary 4oI=\nb: !!binary gA==\n",
             Expect::Json(r#"{"a":"\ufffd\ufffd","b":"\ufffd"}"#),
+        ),
+        (
+            "binary_follows_go_base64",
+            "a: !!binary \"aGVs\\rbG9=\"\nb: !!binary \"YR==\\n\"\nc: !!binary \"\"\n",
+            Expect::Json(r#"{"a":"hello","b":"a","c":""}"#),
+        ),
+        (
+            "binary_rejects_spaces",
+            "a: !!binary aGVs\n  bG8=\n",
+            Expect::Error(1, 13, "invalid base64"),
         ),
         (
             "bad_binary",
