@@ -43,7 +43,7 @@ pub(super) enum ScalarStyle {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Event {
     StreamStart,
-    /// Also what the parser gives after the end of the stream.
+    /// Also what the parser gives after the end of the stream, or after an error.
     StreamEnd,
     /// `version` is the `%YAML` directive's (major, minor), if there is one.
     DocumentStart {
@@ -131,7 +131,7 @@ impl<'input> Parser<'input> {
         }
     }
 
-    /// The next event, or libyaml's error. After an error, do not ask again.
+    /// The next event, or libyaml's error (once: after it, the parser gives `StreamEnd`).
     pub fn next_event(&mut self) -> Result<Located, SyntaxError> {
         let mut event = MaybeUninit::<yaml_event_t>::uninit();
         // SAFETY: the parser is initialised and its input alive (see `new`), and `event` is
@@ -419,5 +419,8 @@ mod tests {
             last = Some(parser.next_event().unwrap().event);
         }
         assert_eq!(last, Some(Event::StreamEnd));
+        let mut parser = Parser::new("[");
+        while parser.next_event().is_ok() {}
+        assert_eq!(parser.next_event().unwrap().event, Event::StreamEnd);
     }
 }
