@@ -7,8 +7,11 @@
 //! YAML 1.2, under which all three are something else. This module reads YAML the way Helm does,
 //! so that values, chart metadata and manifests mean the same thing here as they do in Helm.
 //!
-//! The syntax is parsed by the event parser of `yaml-rust2`; everything above the syntax is done
-//! here, following go-yaml v2 (`resolve.go`, `decode.go`) and `sigs.k8s.io/yaml` (`yaml.go`):
+//! The syntax is parsed by libyaml itself: the `unsafe-libyaml` translation of libyaml 0.2.5,
+//! behind a safe wrapper (`yaml/libyaml.rs`). go-yaml's parser is a Go translation of
+//! libyaml, so the text accepted, and how it splits into scalars, sequences and mappings, is
+//! libyaml's here as in Helm. Everything above the syntax is done here, following go-yaml v2
+//! (`resolve.go`, `decode.go`) and `sigs.k8s.io/yaml` (`yaml.go`):
 //!
 //! * **Plain scalars** resolve as in go-yaml v2: null (empty, `~`, `null`, `Null`, `NULL`),
 //!   booleans (`y`, `yes`, `on`, `true` and their `n`/`no`/`off`/`false` counterparts, in lower,
@@ -20,8 +23,8 @@
 //! * **Quoted and block scalars** are strings, unless they carry an explicit tag.
 //! * **Tags**: `!!str`, `!!int`, `!!float`, `!!bool`, `!!null` and `!!timestamp` force the type
 //!   and fail when the text does not fit (`!!float` also accepts an integer); `!!binary` decodes
-//!   base64; any other tag, including the non-specific `!`, makes the scalar a string. Tags on
-//!   sequences and mappings are ignored.
+//!   base64 as Go's `base64.StdEncoding` does; any other tag, including the non-specific `!`,
+//!   makes the scalar a string. Tags on sequences and mappings are ignored.
 //! * **Mapping keys** resolve like values and are then turned into JSON keys as
 //!   `sigs.k8s.io/yaml` does: booleans become `"true"`/`"false"`, integers their decimal form and
 //!   floats Go's `FormatFloat(f, 'g', -1, 32)` form (`1e+06`, `.inf`, `.nan`). Null keys and
@@ -34,28 +37,39 @@
 //! * **Limits**: alias expansion is bounded by go-yaml v2's ratio rule ("document contains
 //!   excessive aliasing"), and collections may nest at most [`MAX_DEPTH`] levels deep.
 //!
-//! Every error carries the 1-based line and column where it was found.
+//! Every error carries the 1-based line and column where it was found. A syntax error has
+//! libyaml's words for the problem (`did not find expected key`, as go-yaml reports it) and what
+//! libyaml was reading; it is placed where the token libyaml was reading starts (a scanner error)
+//! or where the token it did not expect starts (a parser error).
 //!
-//! The syntax is `yaml-rust2`'s (YAML 1.2), adjusted where it would read text differently from
-//! libyaml (go-yaml's parser, YAML 1.1): a leading byte order mark is dropped; `\'` is accepted
-//! and `\/` rejected in double-quoted scalars; tabs may separate a `:` from its value; lines in
-//! flow collections and quoted scalars may be indented less than the block around them; a
-//! comment may follow a quoted scalar without a space; anchor names end where libyaml ends them
-//! (`&base:` is an anchor on an empty key); a block scalar that ends an unterminated last line
-//! ends as in libyaml. These adjustments rewrite the text and parse it again, so an error found
-//! after one may be a few columns off on a rewritten line. Known remaining differences, all on
-//! malformed or unusual text: libyaml breaks lines at U+0085, U+2028 and U+2029; it rejects tabs
-//! in indentation, `|` or `>` starting a plain scalar in a flow collection and some characters
-//! in tags, all of which yaml-rust2 accepts; yaml-rust2 rejects flow collections nested deeper
-//! than 255 and a few rare forms libyaml accepts (`{-}`, a block scalar header in column 0 on
-//! the line after its key).
+//! go-yaml v2 was translated from an older libyaml, and the two have drifted apart in a few
+//! places. Where go-yaml rejects what libyaml 0.2.5 accepts, this module rejects it too: a
+//! `%YAML` directive other than 1.1, the escape `\/` in double-quoted scalars, and `?` inside a
+//! plain scalar in a flow collection (go-yaml ends the scalar there and fails). go-yaml accepts
+//! the escape `\'` in double-quoted scalars, which libyaml has rejected since 0.2.1: such escapes
+//! are spelled `\x27` and the text read again (the one place where the text is changed). Known
+//! remaining differences, all on text that libyaml rejects or reads otherwise than go-yaml:
+//!
+//! * in a flow collection, a plain scalar with a `:` followed by `,`, `[`, `]`, `{` or `}`
+//!   (`{a:}`): go-yaml keeps the `:` in the scalar, libyaml fails;
+//! * a tag written `!handle!suffix` or `!suffix` with `,`, `[` or `]` in it (`!a[1]`): go-yaml
+//!   keeps those in the tag, libyaml fails (or, in a flow collection, ends the tag at a `,`);
+//! * a byte order mark at the start of a line after the first: libyaml skips it, go-yaml (whose
+//!   `is_bom` looks at the wrong place) reads it as text, so a key starts with U+FEFF or the
+//!   document fails;
+//! * a character YAML does not allow (a control character) after the first document: go-yaml's
+//!   reader checks up to 512 bytes ahead, libyaml's 16 KiB, so [`parse`] may fail on one that
+//!   Helm never reads.
 
-use std::borrow::Cow;
+mod libyaml;
+
 use std::collections::{HashMap, HashSet};
 
+use base64::Engine as _;
+use base64::alphabet;
+use base64::engine::{GeneralPurpose, GeneralPurposeConfig};
+use libyaml::{Event, Located, Mark, ScalarStyle, Stage, SyntaxError};
 use serde_json::{Map, Number, Value};
-use yaml_rust2::parser::{Event, Parser, Tag};
-use yaml_rust2::scanner::{Marker, ScanError, Scanner, TScalarStyle, Token, TokenType};
 
 /// The deepest nesting of sequences and mappings a document may have.
 ///
@@ -104,546 +118,150 @@ pub fn parse_documents(text: &str) -> Result<Vec<Value>, Error> {
 // ---------------------------------------------------------------------------------------------
 // Driver
 
-/// How many characters of input may be parsed again, in total, to work around the places where
-/// yaml-rust2 is stricter than libyaml (see [`Fix`]).
-const REPARSE_BUDGET: usize = 32 * 1024 * 1024;
-
-/// Parses `text` (only its first document if `first_only`) and decodes each document.
+/// Reads `text` (only its first document if `first_only`) and decodes each document.
 fn run(text: &str, first_only: bool) -> Result<Vec<Value>, Error> {
-    // go-yaml drops a byte order mark at the start of the stream; yaml-rust2 keeps it as text.
+    // libyaml drops a byte order mark at the start of the stream, as go-yaml does. Dropping it
+    // here keeps libyaml's byte offsets offsets into `text`.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    check_characters(text)?;
-    // yaml-rust2 reads an unterminated last line of blanks into a block scalar that ends there;
-    // libyaml does not (and ignores it everywhere else).
-    let last_line = text.rsplit('\n').next().unwrap_or_default();
-    let text = if last_line.trim_start_matches([' ', '\t']).is_empty() {
-        &text[..text.len() - last_line.len()]
-    } else {
-        text
-    };
-    let base: Cow<'_, str> = match libyaml_anchor_names(text, first_only)? {
-        Some(rewritten) => Cow::Owned(rewritten),
-        None => Cow::Borrowed(text),
-    };
-    let mut current = base.clone();
-    let mut reparsed = 0usize;
-    // Whether every `\'` of the text was spelled `\x27` at once, on the guess that all of them
-    // are in double-quoted scalars (rather than one scalar per attempt).
-    let mut quotes_everywhere = false;
-    let mut may_quote_everywhere = true;
-    // A fix that comes back did not cure its error; applying it again would loop.
-    let mut applied = HashSet::new();
-    loop {
-        let outcome = run_once(&current, first_only);
-        reparsed = reparsed.saturating_add(current.len());
-        let retry = match outcome {
-            Ok((values, literal_x27)) => {
-                if !(quotes_everywhere && literal_x27) {
-                    return Ok(values);
-                }
-                // A `\'` outside a double-quoted scalar was rewritten too: start again, one
-                // scalar at a time.
-                None
-            }
-            Err(Failure::Error(error)) if !quotes_everywhere => return Err(error),
-            Err(Failure::Error(_)) => None,
-            Err(Failure::Retry { error, fix }) => Some((error, fix)),
-        };
-        let Some((error, fix)) = retry else {
-            quotes_everywhere = false;
-            may_quote_everywhere = false;
-            applied.clear();
-            current = base.clone();
-            continue;
-        };
-        if reparsed > REPARSE_BUDGET || !applied.insert(fix) {
-            return Err(error);
-        }
-        if matches!(fix, Fix::QuoteEscape(_)) && may_quote_everywhere && !quotes_everywhere {
-            quotes_everywhere = true;
-            current = Cow::Owned(current.replace("\\'", "\\x27"));
-            continue;
-        }
-        match fix.apply(&current) {
-            Some(rewritten) => current = Cow::Owned(rewritten),
-            None if quotes_everywhere => {
-                quotes_everywhere = false;
-                may_quote_everywhere = false;
-                applied.clear();
-                current = base.clone();
-            }
-            None => return Err(error),
-        }
+    let first = read(text, &[], first_only);
+    if first.quote_escape_at.is_none() {
+        return first.result;
     }
-}
-
-/// One attempt at parsing; see [`run`]. Also tells whether a scalar other than a double-quoted
-/// one holds the text `\x27`.
-fn run_once(text: &str, first_only: bool) -> Result<(Vec<Value>, bool), Failure> {
-    let mut stream = Stream::new(text);
-    let mut values = Vec::new();
-    while let Some(document) = stream.next_document()? {
-        values.push(Decoder::new(&document, text).run()?);
-        if first_only {
+    // go-yaml accepts the escape `\'` in double-quoted scalars, which libyaml has rejected since
+    // 0.2.1, so such escapes are spelled `\x27` (the same character to both) and the text read
+    // again. Which `\'` are escapes only a reading can tell: start with all of them, drop those
+    // the reading finds outside double-quoted scalars, add those of a double-quoted scalar
+    // libyaml still stops at, until a reading needs no change.
+    let mut escapes = quote_escapes(text);
+    for _ in 0..MAX_RESPELLINGS {
+        let (respelled, at) = respell(text, &escapes);
+        let outcome = read(&respelled, &at, first_only);
+        if !outcome.stray.is_empty() {
+            let mut stray = outcome.stray.iter().peekable();
+            escapes.retain(|escape| stray.next_if_eq(&escape).is_none());
+            continue;
+        }
+        let Some(quote) = outcome.quote_escape_at else {
+            return outcome.result;
+        };
+        let quote = quote.saturating_sub(2 * at.partition_point(|&a| a < quote));
+        let known = escapes.len();
+        escapes.extend(
+            text.get(quote..)
+                .map(double_quoted_escapes)
+                .into_iter()
+                .flatten()
+                .filter(|&(_, escape)| escape == '\'')
+                .map(|(offset, _)| quote + offset),
+        );
+        escapes.sort_unstable();
+        escapes.dedup();
+        if escapes.len() == known {
             break;
         }
     }
-    Ok((values, stream.literal_x27))
+    first.result
 }
 
-/// An error, or a rejection by yaml-rust2 of text that libyaml accepts, with the rewrite of the
-/// text that means the same to libyaml and is accepted by yaml-rust2.
-enum Failure {
-    Error(Error),
-    Retry { error: Error, fix: Fix },
+/// How many times a text may be read again with `\'` escapes respelled.
+const MAX_RESPELLINGS: usize = 8;
+
+/// What one reading of a text gave.
+struct Outcome {
+    result: Result<Vec<Value>, Error>,
+    /// If libyaml stopped at a `\'` escape: the byte offset of the scalar's opening quote.
+    quote_escape_at: Option<usize>,
+    /// The byte offsets in the original text of the respelled escapes that the reading found
+    /// outside double-quoted scalars (so they were not escapes).
+    stray: Vec<usize>,
 }
 
-impl From<Error> for Failure {
-    fn from(error: Error) -> Self {
-        Failure::Error(error)
-    }
-}
-
-/// Rewrites for the places where yaml-rust2 (YAML 1.2, strict) rejects what libyaml accepts.
-/// Each one leaves the meaning unchanged for libyaml; positions are character indices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Fix {
-    /// The double-quoted scalar opening here uses the `\'` escape: spell it `\x27`.
-    QuoteEscape(usize),
-    /// A continuation line of the quoted scalar opening here is indented less than the block it
-    /// is in: indent every continuation line by the scalar's column (leading white space of
-    /// those lines is not part of the value).
-    QuotedIndent(usize),
-    /// The continuation line of a quoted scalar holding this position starts with a tab: turn
-    /// the tabs of its leading white space into spaces.
-    QuotedTab(usize),
-    /// Only tabs separate a `:` from the value starting here: turn them into spaces.
-    TabAfterColon(usize),
-    /// The line holding this position is inside a flow collection (`[...]`, `{...}`) and is
-    /// indented no more than the block collection around it: indent it, and the rest of the
-    /// flow collection's lines, one column past that block (flow content ignores indentation).
-    FlowIndent(usize),
-    /// A comment starts right after a token (`"x"# note`): put a space before the `#`.
-    CommentSpace(usize),
-}
-
-impl Fix {
-    /// Recognises the yaml-rust2 errors that a rewrite can cure.
-    fn for_error(error: &ScanError) -> Option<Fix> {
-        let index = error.marker().index();
-        let info = error.info();
-        if info.ends_with("found unknown escape character") {
-            Some(Fix::QuoteEscape(index))
-        } else if info == "invalid indentation in quoted scalar" {
-            Some(Fix::QuotedIndent(index))
-        } else if info == "tab cannot be used as indentation" {
-            Some(Fix::QuotedTab(index))
-        } else if info == "':' must be followed by a valid YAML whitespace" {
-            Some(Fix::TabAfterColon(index))
-        } else if info == "comments must be separated from other tokens by whitespace" {
-            Some(Fix::CommentSpace(index))
-        } else if info == "invalid indentation" || info == "invalid indentation in flow construct" {
-            Some(Fix::FlowIndent(index))
-        } else {
-            None
-        }
-    }
-
-    /// The rewritten text, or `None` when the rewrite does not apply (nothing would change).
-    fn apply(self, text: &str) -> Option<String> {
-        match self {
-            Fix::QuoteEscape(index) => rewrite_quote_escapes(text, index),
-            Fix::QuotedIndent(index) => indent_quoted_scalar(text, index),
-            Fix::QuotedTab(index) => {
-                let at = byte_offset(text, index)?;
-                let line_start = text[..at].rfind('\n').map_or(0, |n| n + 1);
-                let blanks = text[line_start..].len()
-                    - text[line_start..].trim_start_matches([' ', '\t']).len();
-                detab(text, line_start, line_start + blanks)
-            }
-            Fix::TabAfterColon(index) => {
-                let at = byte_offset(text, index)?;
-                let before = &text[..at];
-                let blank_start = before.trim_end_matches([' ', '\t']).len();
-                // After the `:` of a complex key (`? key` then `:` alone), libyaml rejects tabs
-                // too.
-                let colon_line = before[..blank_start]
-                    .rsplit('\n')
-                    .next()
-                    .unwrap_or_default();
-                if colon_line.trim_start_matches([' ', '\t']) == ":" {
-                    return None;
-                }
-                detab(text, blank_start, at)
-            }
-            Fix::FlowIndent(index) => indent_flow_lines(text, index),
-            Fix::CommentSpace(index) => {
-                let at = byte_offset(text, index)?;
-                text[at..]
-                    .starts_with('#')
-                    .then(|| format!("{} {}", &text[..at], &text[at..]))
-            }
-        }
-    }
-}
-
-/// The byte offset of character `index`, or `None` past the end.
-fn byte_offset(text: &str, index: usize) -> Option<usize> {
-    text.char_indices().nth(index).map(|(at, _)| at)
-}
-
-/// `text` with the tabs in `start..end` turned into spaces, if there are any.
-fn detab(text: &str, start: usize, end: usize) -> Option<String> {
-    let span = text.get(start..end)?;
-    if !span.contains('\t') {
-        return None;
-    }
-    Some(format!(
-        "{}{}{}",
-        &text[..start],
-        span.replace('\t', " "),
-        &text[end..]
-    ))
-}
-
-/// The byte offsets where the lines after the first of the quoted scalar opening at byte `start`
-/// begin, and the byte offset just past its closing quote (or the end of the text).
-fn quoted_scalar_lines(text: &str, start: usize) -> Option<(Vec<usize>, usize)> {
-    let rest = text.get(start..)?;
-    let mut chars = rest.char_indices().peekable();
-    let quote = chars.next()?.1;
-    if quote != '"' && quote != '\'' {
-        return None;
-    }
-    let mut lines = Vec::new();
-    while let Some((offset, c)) = chars.next() {
-        match c {
-            '\n' => lines.push(start + offset + 1),
-            '\\' if quote == '"' => {
-                if let Some(&(next_offset, '\n')) = chars.peek() {
-                    lines.push(start + next_offset + 1);
-                }
-                chars.next();
-            }
-            '\'' if quote == '\'' && chars.peek().map(|&(_, c)| c) == Some('\'') => {
-                chars.next();
-            }
-            c if c == quote => return Some((lines, start + offset + 1)),
-            _ => {}
-        }
-    }
-    Some((lines, text.len()))
-}
-
-/// Spells every `\'` escape of the double-quoted scalar opening at character `index` as `\x27`.
-fn rewrite_quote_escapes(text: &str, index: usize) -> Option<String> {
-    let start = byte_offset(text, index)?;
-    let (_, end) = quoted_scalar_lines(text, start)?;
-    let scalar = &text[start..end];
-    if !scalar.starts_with('"') {
-        return None;
-    }
-    let mut rewritten = String::with_capacity(scalar.len() + 8);
-    let mut chars = scalar.chars();
-    let mut changed = false;
-    while let Some(c) = chars.next() {
-        rewritten.push(c);
-        if c == '\\' {
-            match chars.next() {
-                Some('\'') => {
-                    rewritten.push_str("x27");
-                    changed = true;
-                }
-                Some(next) => rewritten.push(next),
-                None => {}
-            }
-        }
-    }
-    changed.then(|| format!("{}{rewritten}{}", &text[..start], &text[end..]))
-}
-
-/// Indents the continuation lines of the quoted scalar opening at character `index` by the
-/// column of its opening quote. Lines that start with a document marker are left alone: libyaml
-/// rejects those.
-fn indent_quoted_scalar(text: &str, index: usize) -> Option<String> {
-    let start = byte_offset(text, index)?;
-    let column = text[..start]
-        .rsplit('\n')
-        .next()
-        .unwrap_or_default()
-        .chars()
-        .count();
-    if column == 0 {
-        return None;
-    }
-    let (lines, _) = quoted_scalar_lines(text, start)?;
-    let padding = " ".repeat(column);
-    let mut out = String::with_capacity(text.len() + lines.len() * column);
-    let mut copied = 0;
-    for line in lines {
-        let rest = &text[line..];
-        let marker = (rest.starts_with("---") || rest.starts_with("..."))
-            && rest[3..].chars().next().is_none_or(|c| c.is_whitespace());
-        if marker {
-            continue;
-        }
-        out.push_str(&text[copied..line]);
-        out.push_str(&padding);
-        copied = line;
-    }
-    if copied == 0 {
-        return None;
-    }
-    out.push_str(&text[copied..]);
-    Some(out)
-}
-
-/// See [`Fix::FlowIndent`].
-fn indent_flow_lines(text: &str, index: usize) -> Option<String> {
-    let at = byte_offset(text, index)?;
-    let line_start = text[..at].rfind('\n').map_or(0, |n| n + 1);
-    let (block_indent, depth) = structure_before(&text[..line_start]);
-    if depth == 0 {
-        return None;
-    }
-    let target = usize::try_from(block_indent + 1).unwrap_or(0);
-    let mut padder = LinePadder {
-        text,
-        out: String::new(),
-        copied: 0,
-        target,
+/// Reads `text` with libyaml and decodes its documents. `respelled` holds the byte offsets (in
+/// `text`, increasing) where `\x27` stands for a `\'` of the original text.
+fn read(text: &str, respelled: &[usize], first_only: bool) -> Outcome {
+    let mut stream = Stream {
+        source: Source { text, respelled },
+        parser: libyaml::Parser::new(text),
+        read_to: 0,
+        double_quoted: Vec::new(),
+        quote_escape_at: None,
     };
-    padder.pad_line(line_start);
-    let mut depth = depth;
-    let mut state = FlowLex::Plain;
-    let mut previous = '\n';
-    for (offset, c) in text[line_start..].char_indices() {
-        let at = line_start + offset;
-        state = match (state, c) {
-            (FlowLex::Comment, '\n') | (FlowLex::Plain, '\n') => FlowLex::Plain,
-            (FlowLex::Comment, _) => FlowLex::Comment,
-            (FlowLex::Plain, '#') if previous.is_whitespace() => FlowLex::Comment,
-            (FlowLex::Plain, '"') if is_node_start(previous) => FlowLex::Double,
-            (FlowLex::Plain, '\'') if is_node_start(previous) => FlowLex::Single,
-            (FlowLex::Plain, '[' | '{') => {
-                depth += 1;
-                FlowLex::Plain
-            }
-            (FlowLex::Plain, ']' | '}') => {
-                depth -= 1;
-                if depth == 0 {
-                    break;
-                }
-                FlowLex::Plain
-            }
-            (FlowLex::Double, '\\') => FlowLex::DoubleEscape,
-            (FlowLex::Double, '"') | (FlowLex::Single, '\'') => FlowLex::Plain,
-            (FlowLex::DoubleEscape, _) => FlowLex::Double,
-            (other, _) => other,
+    let mut values = Vec::new();
+    let result = loop {
+        let document = match stream.next_document() {
+            Ok(Some(document)) => document,
+            Ok(None) => break Ok(()),
+            Err(error) => break Err(error),
         };
-        if c == '\n' {
-            padder.pad_line(at + 1);
+        match Decoder::new(&document).run() {
+            Ok(value) => values.push(value),
+            Err(error) => break Err(error),
         }
-        previous = c;
-    }
-    padder.finish()
-}
-
-/// Where a lexer of flow content is.
-#[derive(Debug, Clone, Copy)]
-enum FlowLex {
-    Plain,
-    Comment,
-    Single,
-    Double,
-    DoubleEscape,
-}
-
-/// Whether a quote after `previous` opens a quoted scalar (rather than sitting inside a plain
-/// scalar such as `it's`).
-fn is_node_start(previous: char) -> bool {
-    previous.is_whitespace() || matches!(previous, '[' | '{' | ',' | ':')
-}
-
-/// Indents lines of a text to a target column, copying the rest.
-struct LinePadder<'a> {
-    text: &'a str,
-    out: String,
-    copied: usize,
-    target: usize,
-}
-
-impl LinePadder<'_> {
-    /// Indents the line starting at byte `start` if its content starts before the target
-    /// column. Blank lines and document markers are left alone.
-    fn pad_line(&mut self, start: usize) {
-        let Some(line) = self.text.get(start..) else {
-            return;
-        };
-        let content = line.trim_start_matches([' ', '\t']);
-        let column = line.len() - content.len();
-        let blank = content.is_empty() || content.starts_with(['\n', '\r']);
-        let marker = (content.starts_with("---") || content.starts_with("..."))
-            && content[3..].chars().next().is_none_or(char::is_whitespace);
-        if blank || marker || column >= self.target {
-            return;
+        if first_only {
+            break Ok(());
         }
-        self.out.push_str(&self.text[self.copied..start]);
-        self.out
-            .extend(std::iter::repeat_n(' ', self.target - column));
-        self.copied = start;
-    }
-
-    fn finish(mut self) -> Option<String> {
-        if self.out.is_empty() {
-            return None;
-        }
-        self.out.push_str(&self.text[self.copied..]);
-        Some(self.out)
+    };
+    Outcome {
+        result: result.map(|()| values),
+        quote_escape_at: stream.quote_escape_at,
+        stray: stream.stray(),
     }
 }
 
-/// The indentation of the block collection around the outermost flow collection open at the end
-/// of `prefix` (-1 for none), and how many flow collections are open there.
-fn structure_before(prefix: &str) -> (isize, usize) {
-    let mut blocks: Vec<isize> = Vec::new();
-    let mut depth = 0usize;
-    let mut block_indent = -1;
-    for Token(marker, token) in Scanner::new(prefix.chars()) {
-        match token {
-            TokenType::BlockMappingStart | TokenType::BlockSequenceStart if depth == 0 => {
-                blocks.push(isize::try_from(marker.col()).unwrap_or(isize::MAX));
-            }
-            TokenType::BlockEnd if depth == 0 => {
-                blocks.pop();
-            }
-            TokenType::FlowSequenceStart | TokenType::FlowMappingStart => {
-                if depth == 0 {
-                    block_indent = blocks.last().copied().unwrap_or(-1);
-                }
-                depth += 1;
-            }
-            TokenType::FlowSequenceEnd | TokenType::FlowMappingEnd => {
-                depth = depth.saturating_sub(1);
-            }
-            _ => {}
+/// The byte offsets of the backslashes of `\'` in `text`, leaving out escaped backslashes.
+fn quote_escapes(text: &str) -> Vec<usize> {
+    let mut escapes = Vec::new();
+    let mut backslashes = 0usize;
+    for (at, byte) in text.bytes().enumerate() {
+        if byte == b'\'' && backslashes % 2 == 1 {
+            escapes.push(at - 1);
         }
+        backslashes = if byte == b'\\' { backslashes + 1 } else { 0 };
     }
-    (block_indent, depth)
+    escapes
 }
 
-/// libyaml ends an anchor or alias name at the first character that is not an ASCII letter, a
-/// digit, `-` or `_`, and fails unless that character may follow a node property; YAML 1.2 and
-/// yaml-rust2 let names run to the next blank. So `&base:` is the anchor `base` on an empty key
-/// for libyaml. This returns the text with a space after each such name's libyaml part, so that
-/// yaml-rust2 reads it as libyaml does, or `None` when nothing needs to change. With
-/// `first_only`, only the first document is looked at.
-fn libyaml_anchor_names(text: &str, first_only: bool) -> Result<Option<String>, Error> {
-    if !text.contains(['&', '*']) {
-        return Ok(None);
-    }
-    let mut cursor = CharCursor::new(text);
-    let mut splits = Vec::new();
-    let mut in_document = false;
-    for Token(marker, token) in Scanner::new(text.chars()) {
-        let (TokenType::Anchor(name) | TokenType::Alias(name)) = &token else {
-            match token {
-                TokenType::DocumentEnd if first_only => break,
-                TokenType::DocumentStart if first_only && in_document => break,
-                TokenType::StreamStart(_)
-                | TokenType::VersionDirective(..)
-                | TokenType::TagDirective(..) => {}
-                _ => in_document = true,
-            }
-            continue;
-        };
-        in_document = true;
-        let valid = name
-            .bytes()
-            .take_while(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        let valid = valid.count();
-        if valid == name.len() {
-            continue;
-        }
-        let next = name[valid..].chars().next();
-        if valid == 0 || !matches!(next, Some('?' | ':' | ',' | ']' | '}' | '%' | '@' | '`')) {
-            let what = if matches!(token, TokenType::Anchor(_)) {
-                "anchor"
-            } else {
-                "alias"
-            };
-            return Err(Pos::from_marker(&marker).error(format!(
-                "invalid {what} name `{name}`: YAML 1.1 (libyaml) allows only ASCII letters, \
-                 digits, `-` and `_` in anchor names"
-            )));
-        }
-        if let Some(rest) = cursor.rest_from(marker.index()) {
-            // Past the `&` or `*` (one byte) and the valid part of the name.
-            splits.push(text.len() - rest.len() + 1 + valid);
-        }
-    }
-    if splits.is_empty() {
-        return Ok(None);
-    }
-    splits.sort_unstable();
-    let mut out = String::with_capacity(text.len() + splits.len());
+/// `text` with the `\'` at each of `escapes` spelled `\x27`, and where those now are.
+fn respell(text: &str, escapes: &[usize]) -> (String, Vec<usize>) {
+    let mut out = String::with_capacity(text.len() + 2 * escapes.len());
+    let mut at = Vec::with_capacity(escapes.len());
     let mut copied = 0;
-    for at in splits {
-        out.push_str(text.get(copied..at).unwrap_or_default());
-        out.push(' ');
-        copied = at;
+    for &escape in escapes {
+        out.push_str(text.get(copied..escape).unwrap_or_default());
+        at.push(out.len());
+        out.push_str("\\x27");
+        copied = escape + 2;
     }
     out.push_str(text.get(copied..).unwrap_or_default());
-    Ok(Some(out))
+    (out, at)
 }
 
-/// Rejects the characters go-yaml's reader rejects ("control characters are not allowed").
-fn check_characters(text: &str) -> Result<(), Error> {
-    let (mut line, mut column) = (1, 1);
-    for c in text.chars() {
-        let allowed = matches!(c,
-            '\t' | '\n' | '\r' | '\u{20}'..='\u{7e}' | '\u{85}' | '\u{a0}'..='\u{d7ff}'
-            | '\u{e000}'..='\u{fffd}' | '\u{10000}'..='\u{10ffff}');
-        if !allowed {
-            return Err(Error {
-                line,
-                column,
-                message: format!(
-                    "control characters are not allowed (found U+{:04X})",
-                    u32::from(c)
-                ),
-            });
+/// The escapes of the double-quoted scalar opening at the start of `text`: the byte offset of
+/// each backslash and the character after it.
+fn double_quoted_escapes(text: &str) -> impl Iterator<Item = (usize, char)> + '_ {
+    let mut chars = text.char_indices().skip(1);
+    std::iter::from_fn(move || {
+        loop {
+            match chars.next()? {
+                (_, '"') => return None,
+                (at, '\\') => return chars.next().map(|(_, escape)| (at, escape)),
+                _ => {}
+            }
         }
-        if c == '\n' {
-            line += 1;
-            column = 1;
-        } else {
-            column += 1;
-        }
-    }
-    Ok(())
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
 // Positions
 
-/// Where a node starts: 1-based line and column, and the character index yaml-rust2 reports.
+/// Where a node or an error is: 1-based line and column (in characters).
 #[derive(Debug, Clone, Copy)]
 struct Pos {
     line: usize,
     column: usize,
-    index: usize,
 }
 
 impl Pos {
-    fn from_marker(marker: &Marker) -> Pos {
-        Pos {
-            line: marker.line().max(1),
-            column: marker.col() + 1,
-            index: marker.index(),
-        }
-    }
-
     fn error(self, message: impl Into<String>) -> Error {
         Error {
             line: self.line,
@@ -653,52 +271,131 @@ impl Pos {
     }
 }
 
-fn scan_error(error: &ScanError) -> Error {
-    Pos::from_marker(error.marker()).error(error.info())
+fn is_line_break(c: char) -> bool {
+    matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}')
 }
 
-/// Turns the character indices of yaml-rust2's markers into byte offsets, cheaply when the
-/// indices come in increasing order.
-struct CharCursor<'a> {
+/// Moves `mark` past `c` as libyaml counts (`next` is the character after `c`).
+fn advance(mark: &mut Mark, c: char, next: Option<char>) {
+    mark.index += c.len_utf8();
+    if c == '\r' && next == Some('\n') {
+        // `\r\n` is one line break, counted at the `\n`.
+    } else if is_line_break(c) {
+        mark.line += 1;
+        mark.column = 0;
+    } else {
+        mark.column += 1;
+    }
+}
+
+/// The text libyaml reads, and where `\x27` stands in it for `\'` (see [`run`]).
+struct Source<'a> {
     text: &'a str,
-    chars: usize,
-    bytes: usize,
+    respelled: &'a [usize],
 }
 
-impl<'a> CharCursor<'a> {
-    fn new(text: &'a str) -> Self {
-        CharCursor {
-            text,
-            chars: 0,
-            bytes: 0,
+impl Source<'_> {
+    /// The position of a mark, as it is in the original text.
+    fn pos(&self, mark: Mark) -> Pos {
+        let mut column = mark.column + 1;
+        if !self.respelled.is_empty() {
+            let before = self.text.get(..mark.index).unwrap_or_default();
+            let line_start = before
+                .char_indices()
+                .rfind(|&(_, c)| is_line_break(c))
+                .map_or(0, |(at, c)| at + c.len_utf8());
+            let longer = self.respelled.partition_point(|&a| a < mark.index)
+                - self.respelled.partition_point(|&a| a < line_start);
+            column = column.saturating_sub(2 * longer).max(1);
+        }
+        Pos {
+            line: mark.line + 1,
+            column,
         }
     }
 
-    /// The rest of the text from character `index`, if there is such a character.
-    fn rest_from(&mut self, index: usize) -> Option<&'a str> {
-        if index < self.chars {
-            self.chars = 0;
-            self.bytes = 0;
+    /// Where a node whose event starts at `start` has its content: past its anchor and tag, if
+    /// it has them, and the blanks, comments and line breaks after them. For an empty node,
+    /// that is where the next token starts. (libyaml starts a node's event at its first
+    /// property, and an empty node's where the token before it ends.)
+    fn content(&self, start: Mark, anchor: bool, tag: bool) -> Mark {
+        let mut properties = usize::from(anchor) + usize::from(tag);
+        let mut mark = start;
+        let mut chars = self
+            .text
+            .get(start.index..)
+            .unwrap_or_default()
+            .chars()
+            .peekable();
+        // Inside an anchor (`&`), a tag (`!`) or a comment (`#`).
+        let mut inside = None;
+        while let Some(&c) = chars.peek() {
+            let skip = match inside {
+                Some('#') => !is_line_break(c),
+                Some('!') => !(is_line_break(c) || c == ' ' || c == '\t'),
+                Some(_) => c.is_ascii_alphanumeric() || c == '-' || c == '_',
+                None if matches!(c, '&' | '!') && properties > 0 => {
+                    properties -= 1;
+                    inside = Some(c);
+                    true
+                }
+                None if c == '#' => {
+                    inside = Some(c);
+                    true
+                }
+                None => c == ' ' || c == '\t' || is_line_break(c),
+            };
+            if !skip && inside.take().is_none() {
+                break;
+            }
+            if skip {
+                chars.next();
+                advance(&mut mark, c, chars.peek().copied());
+            }
         }
-        let rest = self.text.get(self.bytes..)?;
-        let skip = index - self.chars;
-        let (offset, _) = rest.char_indices().nth(skip)?;
-        self.chars = index;
-        self.bytes += offset;
-        self.text.get(self.bytes..)
+        mark
     }
-}
 
-/// The name of the anchor or alias whose `&` or `*` is at character `index` of `text`.
-fn anchor_name(text: &str, index: usize) -> String {
-    let mut cursor = CharCursor::new(text);
-    let Some(rest) = cursor.rest_from(index) else {
-        return String::new();
-    };
-    rest.chars()
-        .skip(1)
-        .take_while(|c| !c.is_whitespace() && !matches!(c, ',' | '[' | ']' | '{' | '}'))
-        .collect()
+    /// Our error for libyaml's: its problem, and what it was reading. A scanner error is placed
+    /// where the token it was reading starts, other errors where libyaml found the problem (for
+    /// a parser error, where the token it did not expect starts).
+    fn syntax_error(&self, error: SyntaxError) -> Error {
+        let problem = error.problem;
+        let (mark, message) = match (error.stage, error.context) {
+            (Stage::Reader, _) => {
+                // libyaml gives the byte offset only.
+                let mut mark = Mark {
+                    index: 0,
+                    line: 0,
+                    column: 0,
+                };
+                let mut chars = self.text.chars().peekable();
+                while mark.index < error.problem_mark.index
+                    && let Some(c) = chars.next()
+                {
+                    advance(&mut mark, c, chars.peek().copied());
+                }
+                let found = chars.next().map(u32::from).unwrap_or_default();
+                (mark, format!("{problem} (found U+{found:04X})"))
+            }
+            (stage, Some((context, start))) => {
+                let mut message = format!("{problem} {context}");
+                if context.ends_with("an anchor") || context.ends_with("an alias") {
+                    message.push_str(
+                        " (an anchor name may contain only ASCII letters, digits, `-` and `_`)",
+                    );
+                }
+                let mark = if stage == Stage::Scanner {
+                    start
+                } else {
+                    error.problem_mark
+                };
+                (mark, message)
+            }
+            (_, None) => (error.problem_mark, problem),
+        };
+        self.pos(mark).error(message)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -729,259 +426,209 @@ enum NodeKind {
     Sequence(Vec<NodeId>),
     /// Keys and values, alternating.
     Mapping(Vec<NodeId>),
-    Alias(NodeId),
+    Alias {
+        target: NodeId,
+        anchor: String,
+    },
 }
 
 const YAML_TAG_PREFIX: &str = "tag:yaml.org,2002:";
 
-fn full_tag(tag: Tag) -> String {
-    let mut full = tag.handle;
-    full.push_str(&tag.suffix);
-    full
-}
-
 /// Reads a YAML stream document by document.
 struct Stream<'a> {
-    text: &'a str,
-    parser: Parser<std::str::Chars<'a>>,
-    started: bool,
-    finished: bool,
-    /// Whether a scalar other than a double-quoted one holds the text `\x27`.
-    literal_x27: bool,
+    source: Source<'a>,
+    parser: libyaml::Parser<'a>,
+    /// The byte offset up to which libyaml has read.
+    read_to: usize,
+    /// Where the double-quoted scalars read so far are (start and end byte offsets), kept only
+    /// when escapes were respelled.
+    double_quoted: Vec<(usize, usize)>,
+    /// See [`Outcome::quote_escape_at`].
+    quote_escape_at: Option<usize>,
 }
 
-impl<'a> Stream<'a> {
-    fn new(text: &'a str) -> Self {
-        Stream {
-            text,
-            parser: Parser::new_from_str(text),
-            started: false,
-            finished: false,
-            literal_x27: false,
-        }
-    }
-
-    fn next_event(&mut self) -> Result<(Event, Pos), Failure> {
-        match self.parser.next_token() {
-            Ok((event, marker)) => Ok((event, Pos::from_marker(&marker))),
+impl Stream<'_> {
+    fn next_event(&mut self) -> Result<Located, Error> {
+        match self.parser.next_event() {
+            Ok(located) => {
+                self.read_to = self.read_to.max(located.end.index);
+                Ok(located)
+            }
             Err(error) => {
-                let converted = scan_error(&error);
-                Err(match Fix::for_error(&error) {
-                    Some(fix) => Failure::Retry {
-                        error: converted,
-                        fix,
-                    },
-                    None => Failure::Error(converted),
-                })
+                let at = error.problem_mark.index;
+                self.read_to = self.read_to.max(at);
+                let text = self.source.text.get(at..).unwrap_or_default();
+                if error.problem == "found unknown escape character" && text.starts_with("\\'") {
+                    self.quote_escape_at = error.context.as_ref().map(|(_, start)| start.index);
+                }
+                Err(self.source.syntax_error(error))
             }
         }
     }
 
     /// Builds the node tree of the next document, or returns `None` at the end of the stream.
-    fn next_document(&mut self) -> Result<Option<Document>, Failure> {
-        if self.finished {
-            return Ok(None);
-        }
-        if !self.started {
-            let (event, pos) = self.next_event()?;
-            if event != Event::StreamStart {
-                return Err(pos.error("the YAML parser did not start a stream").into());
-            }
-            self.started = true;
-        }
-        let (event, pos) = self.next_event()?;
-        match event {
-            Event::StreamEnd => {
-                self.finished = true;
-                Ok(None)
-            }
-            Event::DocumentStart => self.build(pos).map(Some),
-            other => Err(pos.error(format!("unexpected YAML event {other:?}")).into()),
+    fn next_document(&mut self) -> Result<Option<Document>, Error> {
+        loop {
+            let located = self.next_event()?;
+            let pos = self.source.pos(located.start);
+            return match located.event {
+                Event::StreamStart => continue,
+                Event::StreamEnd => Ok(None),
+                Event::DocumentStart {
+                    version: Some(version),
+                } if version != (1, 1) => Err(pos.error(
+                    "found incompatible YAML document: go-yaml reads YAML 1.1 only (write \
+                     `%YAML 1.1` or no %YAML directive)",
+                )),
+                Event::DocumentStart { .. } => self.build().map(Some),
+                other => Err(pos.error(format!("unexpected YAML event {other:?}"))),
+            };
         }
     }
 
-    fn build(&mut self, start: Pos) -> Result<Document, Failure> {
+    fn build(&mut self) -> Result<Document, Error> {
         let mut builder = TreeBuilder {
             nodes: Vec::new(),
             open: Vec::new(),
             anchors: HashMap::new(),
             root: None,
-            cursor: CharCursor::new(self.text),
         };
-        // The last node, if it is a block scalar.
-        let mut last_block = None;
         loop {
-            let (event, pos) = self.next_event()?;
+            let Located { event, start, end } = self.next_event()?;
             match event {
-                Event::Scalar(mut value, style, anchor, tag) => {
-                    if style == TScalarStyle::DoubleQuoted && value.contains('/') {
-                        builder.reject_slash_escape(pos)?;
+                Event::Scalar {
+                    value,
+                    anchor,
+                    tag,
+                    style,
+                } => {
+                    let content = self.source.content(start, anchor.is_some(), tag.is_some());
+                    let pos = self.source.pos(content);
+                    if style == ScalarStyle::DoubleQuoted {
+                        self.check_double_quoted(content.index, end.index, pos)?;
                     }
-                    let block = matches!(style, TScalarStyle::Literal | TScalarStyle::Folded);
-                    if block && !value.is_empty() && value.bytes().all(|b| b == b'\n') {
-                        builder.fix_empty_block_scalar(pos, &mut value);
+                    let plain = style == ScalarStyle::Plain;
+                    if plain && builder.in_flow() && value.contains('?') {
+                        return Err(pos.error(
+                            "found `?` in a plain scalar in a flow collection: go-yaml (YAML \
+                             1.1) ends the scalar there and rejects the rest (quote the scalar)",
+                        ));
                     }
-                    if style != TScalarStyle::DoubleQuoted && value.contains("\\x27") {
-                        self.literal_x27 = true;
-                    }
-                    let plain = style == TScalarStyle::Plain;
-                    let tag = tag.map(full_tag);
-                    builder.add(pos, anchor, NodeKind::Scalar { value, tag, plain }, false)?;
-                    last_block = block.then(|| builder.nodes.len() - 1);
+                    let node = NodeKind::Scalar { value, tag, plain };
+                    builder.add(pos, anchor, node, None)?;
                 }
-                Event::Alias(anchor) => {
+                Event::Alias { anchor } => {
+                    let pos = self.source.pos(start);
                     let Some(&target) = builder.anchors.get(&anchor) else {
-                        let name = anchor_name(self.text, pos.index);
-                        return Err(pos
-                            .error(format!("unknown anchor '{name}' referenced"))
-                            .into());
+                        return Err(pos.error(format!("unknown anchor '{anchor}' referenced")));
                     };
-                    builder.add(pos, 0, NodeKind::Alias(target), false)?;
-                    last_block = None;
+                    builder.add(pos, None, NodeKind::Alias { target, anchor }, None)?;
                 }
-                Event::SequenceStart(anchor, _) => {
-                    builder.add(pos, anchor, NodeKind::Sequence(Vec::new()), true)?;
-                    last_block = None;
+                Event::SequenceStart { anchor, tag, flow } => {
+                    let content = self.source.content(start, anchor.is_some(), tag.is_some());
+                    let node = NodeKind::Sequence(Vec::new());
+                    builder.add(self.source.pos(content), anchor, node, Some(flow))?;
                 }
-                Event::MappingStart(anchor, _) => {
-                    builder.add(pos, anchor, NodeKind::Mapping(Vec::new()), true)?;
-                    last_block = None;
+                Event::MappingStart { anchor, tag, flow } => {
+                    let content = self.source.content(start, anchor.is_some(), tag.is_some());
+                    let node = NodeKind::Mapping(Vec::new());
+                    builder.add(self.source.pos(content), anchor, node, Some(flow))?;
                 }
                 Event::SequenceEnd | Event::MappingEnd => {
                     builder.open.pop();
                 }
-                Event::DocumentEnd => {
-                    if let Some(Node {
-                        kind: NodeKind::Scalar { value, .. },
-                        ..
-                    }) = last_block.and_then(|id| builder.nodes.get_mut(id))
-                    {
-                        drop_unterminated_break(self.text, pos, value);
-                    }
-                    break;
-                }
+                Event::DocumentEnd => break,
                 other => {
-                    return Err(pos.error(format!("unexpected YAML event {other:?}")).into());
+                    let pos = self.source.pos(start);
+                    return Err(pos.error(format!("unexpected YAML event {other:?}")));
                 }
             }
         }
-        let root = match builder.root {
-            Some(root) => root,
+        match builder.root {
+            Some(root) => Ok(Document {
+                nodes: builder.nodes,
+                root,
+            }),
             None => {
-                let empty = NodeKind::Scalar {
-                    value: String::new(),
-                    tag: None,
-                    plain: true,
-                };
-                builder.nodes.push(Node {
-                    pos: start,
-                    kind: empty,
-                });
-                builder.nodes.len() - 1
+                Err(Pos { line: 1, column: 1 }.error("the YAML parser gave a document no root"))
             }
-        };
-        Ok(Document {
-            nodes: builder.nodes,
-            root,
-        })
+        }
+    }
+
+    /// Rejects `\/`, which libyaml accepts in double-quoted scalars but go-yaml (YAML 1.1)
+    /// does not, and notes where the scalar is (for [`Stream::stray`]).
+    fn check_double_quoted(&mut self, start: usize, end: usize, pos: Pos) -> Result<(), Error> {
+        if !self.source.respelled.is_empty() {
+            self.double_quoted.push((start, end));
+        }
+        let scalar = self.source.text.get(start..end).unwrap_or_default();
+        if scalar.contains("\\/") && double_quoted_escapes(scalar).any(|(_, c)| c == '/') {
+            return Err(pos.error(
+                "found unknown escape character `\\/` while parsing a quoted scalar (YAML 1.1 \
+                 has no such escape; write `/`)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The original offsets of the respelled escapes read outside double-quoted scalars.
+    fn stray(&self) -> Vec<usize> {
+        let mut spans = self.double_quoted.iter().peekable();
+        let mut stray = Vec::new();
+        for (n, &at) in self.source.respelled.iter().enumerate() {
+            if at >= self.read_to {
+                break;
+            }
+            while spans.next_if(|&&(_, end)| end <= at).is_some() {}
+            if spans.peek().is_none_or(|&&(start, _)| start > at) {
+                stray.push(at - 2 * n);
+            }
+        }
+        stray
     }
 }
 
-/// libyaml ends a block scalar whose last line is the unterminated last line of the text
-/// without a line break; yaml-rust2 adds one. `end` is where the document ends.
-fn drop_unterminated_break(text: &str, end: Pos, value: &mut String) {
-    if text.is_empty() || text.ends_with(['\n', '\r']) {
-        return;
-    }
-    let last_line = text.rsplit('\n').next().unwrap_or_default();
-    let content = last_line.trim_start_matches([' ', '\t']);
-    let line_number = text.bytes().filter(|&b| b == b'\n').count() + 1;
-    if content.is_empty() || end.line < line_number {
-        return;
-    }
-    if let Some(kept) = value.strip_suffix('\n')
-        && kept.ends_with(content)
-    {
-        value.pop();
-    }
-}
-
-struct TreeBuilder<'a> {
+struct TreeBuilder {
     nodes: Vec<Node>,
-    /// The sequences and mappings still open, innermost last.
-    open: Vec<NodeId>,
-    /// yaml-rust2's anchor ids, for this document only, and the nodes they name.
-    anchors: HashMap<usize, NodeId>,
+    /// The sequences and mappings still open, innermost last, and whether each is a flow one.
+    open: Vec<(NodeId, bool)>,
+    /// The anchors defined so far in this document, and the nodes they name.
+    anchors: HashMap<String, NodeId>,
     root: Option<NodeId>,
-    cursor: CharCursor<'a>,
 }
 
-impl TreeBuilder<'_> {
-    fn add(&mut self, pos: Pos, anchor: usize, kind: NodeKind, opens: bool) -> Result<(), Error> {
+impl TreeBuilder {
+    /// Adds a node; `flow` is `Some` for a sequence or mapping, which stays open until its end.
+    fn add(
+        &mut self,
+        pos: Pos,
+        anchor: Option<String>,
+        kind: NodeKind,
+        flow: Option<bool>,
+    ) -> Result<(), Error> {
         let id = self.nodes.len();
         self.nodes.push(Node { pos, kind });
-        if anchor != 0 {
+        if let Some(anchor) = anchor {
             self.anchors.insert(anchor, id);
         }
         match self.open.last() {
-            Some(&parent) => {
-                let parent = &mut self.nodes[parent];
-                match &mut parent.kind {
-                    NodeKind::Sequence(children) => children.push(id),
-                    NodeKind::Mapping(children) => {
-                        // yaml-rust2 places a block mapping one column after its first key.
-                        if children.is_empty() && pos.index < parent.pos.index {
-                            parent.pos = pos;
-                        }
-                        children.push(id);
-                    }
-                    _ => return Err(pos.error("the YAML parser nested a node in a scalar")),
-                }
-            }
+            Some(&(parent, _)) => match &mut self.nodes[parent].kind {
+                NodeKind::Sequence(children) | NodeKind::Mapping(children) => children.push(id),
+                _ => return Err(pos.error("the YAML parser nested a node in a scalar")),
+            },
             None if self.root.is_none() => self.root = Some(id),
             None => return Err(pos.error("the YAML parser produced two roots for a document")),
         }
-        if opens {
-            self.open.push(id);
+        if let Some(flow) = flow {
+            self.open.push((id, flow));
         }
         Ok(())
     }
 
-    /// A block scalar without content at the end of the stream is empty unless it keeps its
-    /// line breaks (`|+`) and has some after its header, but yaml-rust2 gives it one line break.
-    /// (yaml-rust2 places such a scalar at its header; elsewhere it gets this right.)
-    fn fix_empty_block_scalar(&mut self, pos: Pos, value: &mut String) {
-        let Some(raw) = self.cursor.rest_from(pos.index) else {
-            return;
-        };
-        let (line, after) = raw.split_once('\n').unwrap_or((raw, ""));
-        let header = line.split(" #").next().unwrap_or_default();
-        if header.starts_with(['|', '>']) && (!header.contains('+') || after.is_empty()) {
-            value.clear();
-        }
-    }
-
-    /// libyaml has no `\/` escape (YAML 1.2 added it); yaml-rust2 accepts it.
-    fn reject_slash_escape(&mut self, pos: Pos) -> Result<(), Error> {
-        let Some(raw) = self.cursor.rest_from(pos.index) else {
-            return Ok(());
-        };
-        let mut chars = raw.chars().skip(1);
-        while let Some(c) = chars.next() {
-            if c == '"' {
-                break;
-            }
-            if c == '\\' && chars.next() == Some('/') {
-                return Err(pos.error(
-                    "found unknown escape character `\\/` in a double-quoted scalar (YAML 1.1 \
-                     has no such escape; write `/`)",
-                ));
-            }
-        }
-        Ok(())
+    fn in_flow(&self) -> bool {
+        self.open.last().is_some_and(|&(_, flow)| flow)
     }
 }
-
 // ---------------------------------------------------------------------------------------------
 // Decoding node trees, as go-yaml v2 decodes into `interface{}` and sigs.k8s.io/yaml converts
 
@@ -1284,7 +931,6 @@ fn allowed_alias_ratio(decode_count: u64) -> f64 {
 
 struct Decoder<'a> {
     doc: &'a Document,
-    text: &'a str,
     tasks: Vec<Task>,
     items: Vec<Item>,
     keys: Vec<(GoScalar, Pos)>,
@@ -1298,10 +944,9 @@ struct Decoder<'a> {
 }
 
 impl<'a> Decoder<'a> {
-    fn new(doc: &'a Document, text: &'a str) -> Self {
+    fn new(doc: &'a Document) -> Self {
         Decoder {
             doc,
-            text,
             tasks: Vec::new(),
             items: Vec::new(),
             keys: Vec::new(),
@@ -1361,9 +1006,14 @@ impl<'a> Decoder<'a> {
 
     fn enter_alias(&mut self, alias: NodeId) -> Result<(), Error> {
         if !self.active_aliases.insert(alias) {
-            let pos = self.node(alias).pos;
-            let name = anchor_name(self.text, pos.index);
-            return Err(pos.error(format!("anchor '{name}' value contains itself")));
+            let node = self.node(alias);
+            let name = match &node.kind {
+                NodeKind::Alias { anchor, .. } => anchor.as_str(),
+                _ => "",
+            };
+            return Err(node
+                .pos
+                .error(format!("anchor '{name}' value contains itself")));
         }
         self.alias_depth += 1;
         Ok(())
@@ -1480,7 +1130,7 @@ impl<'a> Decoder<'a> {
                 let node = self.node(item);
                 match &node.kind {
                     NodeKind::Mapping(_) => self.merge_mapping(item),
-                    NodeKind::Alias(target)
+                    NodeKind::Alias { target, .. }
                         if matches!(self.node(*target).kind, NodeKind::Mapping(_)) =>
                     {
                         self.merge_mapping(item)
@@ -1495,7 +1145,7 @@ impl<'a> Decoder<'a> {
         let node = self.node(id);
         self.tick(node.pos)?;
         match &node.kind {
-            NodeKind::Alias(target) => {
+            NodeKind::Alias { target, .. } => {
                 self.enter_alias(id)?;
                 self.tasks.push(Task::EndAlias(id));
                 self.tasks.push(Task::Eval(*target));
@@ -1541,7 +1191,9 @@ impl<'a> Decoder<'a> {
         let node = self.node(value);
         match &node.kind {
             NodeKind::Mapping(_) => self.merge_mapping(value),
-            NodeKind::Alias(target) if matches!(self.node(*target).kind, NodeKind::Mapping(_)) => {
+            NodeKind::Alias { target, .. }
+                if matches!(self.node(*target).kind, NodeKind::Mapping(_)) =>
+            {
                 self.merge_mapping(value)
             }
             NodeKind::Sequence(children) => {
@@ -1559,7 +1211,7 @@ impl<'a> Decoder<'a> {
         let node = self.node(id);
         self.tick(node.pos)?;
         match &node.kind {
-            NodeKind::Alias(target) => {
+            NodeKind::Alias { target, .. } => {
                 self.enter_alias(id)?;
                 self.tasks.push(Task::EndAlias(id));
                 self.tick(self.node(*target).pos)?;
@@ -2025,38 +1677,16 @@ fn days_in(month: u32, year: u32) -> u32 {
     }
 }
 
-/// Go's `base64.StdEncoding.DecodeString`: padded standard alphabet; `\r` and `\n` ignored.
+/// Go's `base64.StdEncoding.DecodeString`, which go-yaml decodes `!!binary` with: the padded
+/// standard alphabet, `\r` and `\n` ignored (no other white space), and unused bits of the last
+/// symbol need not be zero.
 fn decode_base64(text: &str) -> Option<Vec<u8>> {
+    const GO_STD_ENCODING: GeneralPurpose = GeneralPurpose::new(
+        &alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+    );
     let symbols: Vec<u8> = text.bytes().filter(|&c| c != b'\r' && c != b'\n').collect();
-    if !symbols.len().is_multiple_of(4) {
-        return None;
-    }
-    let value = |c: u8| -> Option<u32> {
-        Some(u32::from(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        }))
-    };
-    let quanta = symbols.len() / 4;
-    let mut out = Vec::with_capacity(quanta * 3);
-    for (n, quantum) in symbols.chunks(4).enumerate() {
-        let padding = quantum.iter().rev().take_while(|&&c| c == b'=').count();
-        if padding > 2 || (padding > 0 && n + 1 != quanta) {
-            return None;
-        }
-        let mut bits = 0u32;
-        for &c in &quantum[..4 - padding] {
-            bits = (bits << 6) | value(c)?;
-        }
-        bits <<= 6 * padding;
-        let bytes = bits.to_be_bytes();
-        out.extend_from_slice(&bytes[1..4 - padding]);
-    }
-    Some(out)
+    GO_STD_ENCODING.decode(symbols).ok()
 }
 
 /// A Go string made of arbitrary bytes, as json.Marshal writes it: each byte that is not part of
@@ -2229,6 +1859,16 @@ mod tests {
             Expect::Json(r#"{"a":"it's","b":"''","c":"it\\'s"}"#),
         ),
         (
+            "quote_escapes_only_in_double_quotes",
+            "a: 'x\\'\nb: \"y\\'z\"\nc: |\n  it\\'s\n# don\\'t\n",
+            Expect::Json(r#"{"a":"x\\","b":"y'z","c":"it\\'s\n"}"#),
+        ),
+        (
+            "quote_escapes_keep_columns",
+            "a: [\"it\\'s\", .inf]\n",
+            Expect::Error(1, 14, "+Inf"),
+        ),
+        (
             "escaped_slash_is_rejected",
             "a: \"x\\/y\"\n",
             Expect::Error(1, 4, "unknown escape"),
@@ -2274,6 +1914,16 @@ mod tests {
             "binary_keeps_invalid_utf8_as_replacement_characters",
             "a: !!binary 4oI=\nb: !!binary gA==\n",
             Expect::Json(r#"{"a":"\ufffd\ufffd","b":"\ufffd"}"#),
+        ),
+        (
+            "binary_follows_go_base64",
+            "a: !!binary \"aGVs\\rbG9=\"\nb: !!binary \"YR==\\n\"\nc: !!binary \"\"\n",
+            Expect::Json(r#"{"a":"hello","b":"a","c":""}"#),
+        ),
+        (
+            "binary_rejects_spaces",
+            "a: !!binary aGVs\n  bG8=\n",
+            Expect::Error(1, 13, "invalid base64"),
         ),
         (
             "bad_binary",
@@ -2408,7 +2058,7 @@ mod tests {
         (
             "anchor_names_end_like_libyaml",
             "- &x:\n    b: 1\n",
-            Expect::Error(1, 6, "null key"),
+            Expect::Error(1, 5, "null key"),
         ),
         (
             "invalid_anchor_name",
@@ -2455,6 +2105,26 @@ mod tests {
             "comment_right_after_quote",
             "a: \"x\"# note\n",
             Expect::Json(r#"{"a":"x"}"#),
+        ),
+        (
+            "libyaml_line_breaks",
+            "a: b\u{85}c: d\u{2028}e: f\r\ng: h\ri: j\n",
+            Expect::Json(r#"{"a":"b","c":"d","e":"f","g":"h","i":"j"}"#),
+        ),
+        (
+            "tab_indentation_is_rejected",
+            "a:\n\tb: 1\n",
+            Expect::Error(2, 1, "cannot start any token"),
+        ),
+        (
+            "only_yaml_1_1_directives",
+            "%YAML 1.2\n---\na: 1\n",
+            Expect::Error(1, 1, "incompatible YAML document"),
+        ),
+        (
+            "question_mark_in_flow_plain_scalar",
+            "a: [b, c?d]\n",
+            Expect::Error(1, 8, "`?`"),
         ),
         (
             "flow_sequences_and_mappings",

@@ -11,6 +11,8 @@ mod support;
 use std::path::Path;
 use std::process::Command;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
 
 /// YAML inputs; each one's meaning is asked of helm (`fromYaml`) and of `sequenced::yaml::parse`.
@@ -81,6 +83,36 @@ const INPUTS: &[&str] = &[
     "a: \"x\"# note\n",
     "s: [a, 'b', \"c\", 1, 1.5, true, ~, ]\nm: {a: 1, b, c: }\np: [a: 1, b]\n",
     "a: b: c\n",
+    // go-yaml's base64 (`\r` and `\n` ignored, spaces not, non-zero unused bits allowed).
+    "a: !!binary \"aGVs\\rbG9=\"\nb: !!binary \"YR==\\n\"\nc: !!binary \"\"\n",
+    "a: !!binary aGVs\n  bG8=\n",
+    // `\'` is an escape in double-quoted scalars only.
+    "a: 'x\\'\nb: \"y\\'z\"\nc: |\n  it\\'s\n# don\\'t\n",
+    "a: \"x\\\\'\"\nb: \"\\\\\\'\"\n",
+    "a: [\"it\\'s\", .inf]\n",
+    // Where libyaml 0.2.5 and go-yaml v2 part ways and this module follows go-yaml.
+    "%YAML 1.2\n---\na: 1\n",
+    "%YAML 1.1\n%YAML 1.1\n---\na: 1\n",
+    "a: [b?c]\n",
+    "a: {b: c?d}\n",
+    "a: [b\n  ?c]\n",
+    // libyaml's own syntax: line breaks, tabs, flow and block corner cases, directives.
+    "a: b\u{85}c: d\u{2028}e: f\r\ng: h\ri: j\n",
+    "a:\n\tb: 1\n",
+    "- a\n-\tb\n",
+    "? a\n:\tb\n",
+    "a: |\n\tx\n",
+    "a: \"b\n\tc\"\n",
+    "a: [\n\tb]\n",
+    "a: [b:c, d]\n",
+    "a: {-}\n",
+    "a:\n|\n x\n",
+    "key: \"\\\n  x\"\n",
+    "a: 1\n%YAML 1.1\n---\nb: 2\n",
+    "%TAG !e! tag:example.com,2000:\n---\na: !e!foo b\n",
+    "a: 1\n...\nb\n",
+    "a: &x\n  b: 1\nc: *x\n",
+    "a: [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]\n",
     "replicaCount: 1\nimage:\n  repository: nginx\n  pullPolicy: IfNotPresent\n  tag: \"\"\nserviceAccount:\n  create: true\n  annotations: {}\n  name: \"\"\npodAnnotations: {}\nsecurityContext: {}\nservice:\n  type: ClusterIP\n  port: 80\ningress:\n  enabled: false\n  className: \"\"\n  hosts:\n    - host: chart-example.local\n      paths:\n        - path: /\n          pathType: ImplementationSpecific\n  tls: []\nresources: {}\nautoscaling:\n  enabled: false\n  minReplicas: 1\n  maxReplicas: 100\n  targetCPUUtilizationPercentage: 80\nnodeSelector: {}\ntolerations: []\naffinity: {}\n",
     "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  labels: {app: web, tier: \"1\"}\nspec:\n  replicas: 3\n  template:\n    spec:\n      containers:\n        - name: web\n          image: \"nginx:1.25\"\n          args: [\"--port\", \"8080\", --verbose]\n          env:\n            - {name: DEBUG, value: \"no\"}\n            - name: MODE\n              value: off\n          ports:\n            - containerPort: 8080\n              protocol: TCP\n",
     "apiVersion: v1\nkind: ConfigMap\ndata:\n  script.sh: |\n    #!/bin/sh\n    echo \"hello: world\"\n  folded: >-\n    a long\n    line\n  octal: 0644\n  version: 1.10\n",
@@ -137,32 +169,10 @@ fn render(chart: &Path, values: &Path) -> Vec<(String, Value)> {
         .filter_map(|line| {
             let (key, value) = line.trim().split_once(": \"")?;
             let encoded = value.strip_suffix('"')?;
-            let json = String::from_utf8(base64_decode(encoded)).unwrap();
+            let json = String::from_utf8(STANDARD.decode(encoded).unwrap()).unwrap();
             Some((key.to_owned(), serde_json::from_str(&json).unwrap()))
         })
         .collect()
-}
-
-fn base64_decode(text: &str) -> Vec<u8> {
-    let value = |c: u8| match c {
-        b'A'..=b'Z' => u32::from(c - b'A'),
-        b'a'..=b'z' => u32::from(c - b'a') + 26,
-        b'0'..=b'9' => u32::from(c - b'0') + 52,
-        b'+' => 62,
-        b'/' => 63,
-        _ => panic!("not base64: {c}"),
-    };
-    let mut out = Vec::new();
-    for chunk in text.as_bytes().chunks(4) {
-        let digits: Vec<u32> = chunk
-            .iter()
-            .filter(|&&c| c != b'=')
-            .map(|&c| value(c))
-            .collect();
-        let bits = digits.iter().fold(0u32, |acc, d| (acc << 6) | d) << (6 * (4 - digits.len()));
-        out.extend_from_slice(&bits.to_be_bytes()[1..digits.len()]);
-    }
-    out
 }
 
 /// Whether two values agree, numbers compared as the f64s Go holds after `sigs.k8s.io/yaml`.
