@@ -282,6 +282,35 @@ fn clean_path(path: &str) -> Option<String> {
     Some(parts.join("/"))
 }
 
+/// The top Chart.yaml of a packaged chart on disk (what `helm pull` wrote).
+pub(super) fn archive_metadata(path: &Path) -> Result<super::Metadata, ChartError> {
+    let location = Location::archive(path.display().to_string());
+    let bytes = std::fs::read(path).map_err(|e| ChartError::Read {
+        path: path.display().to_string(),
+        message: io_message(&e),
+    })?;
+    let files = read_archive(&bytes).map_err(|message| ChartError::Archive {
+        path: location.to_string(),
+        message,
+    })?;
+    let chart_file = location.file("Chart.yaml");
+    let chart_yaml = files
+        .get("Chart.yaml")
+        .ok_or_else(|| ChartError::NotAChart {
+            path: location.to_string(),
+            reason: "Chart.yaml file is missing".to_string(),
+        })?;
+    let document =
+        crate::yaml::parse(utf8(chart_yaml, &chart_file)?).map_err(|e| ChartError::ChartYaml {
+            file: chart_file.clone(),
+            message: format!("invalid YAML at {e}"),
+        })?;
+    parse_metadata(&document).map_err(|message| ChartError::ChartYaml {
+        file: chart_file,
+        message,
+    })
+}
+
 /// Builds a chart from its files, loading its subcharts recursively.
 fn load_files(files: &FileView<'_>, location: Location) -> Result<Chart, ChartError> {
     let chart_file = location.file("Chart.yaml");

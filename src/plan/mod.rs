@@ -438,9 +438,9 @@ pub fn plan(tree: &ChartTree, rendered: Rendered) -> Result<Plan, PlanError> {
     build::Builder::new(tree).build(rendered)
 }
 
-/// Every error and warning of a rendered chart tree, errors first.
-pub fn lint(tree: &ChartTree, rendered: Rendered) -> Vec<Diagnostic> {
-    let mut out = match plan(tree, rendered) {
+/// Every error and warning of a plan's outcome, errors first.
+pub fn diagnostics(outcome: Result<Plan, PlanError>) -> Vec<Diagnostic> {
+    let mut out = match outcome {
         Ok(plan) => plan.warnings,
         Err(e) => e.errors.into_iter().chain(e.warnings).collect(),
     };

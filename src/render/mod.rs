@@ -167,21 +167,20 @@ impl RenderError {
     }
 }
 
-/// Renders `chart` (a directory or .tgz) with `helm template`, CRDs included, and attributes every
-/// document to a chart of `tree`.
-pub fn render(
+/// Renders `chart` (a directory or .tgz) with `helm template`, CRDs included, and returns what
+/// helm printed.
+pub async fn template(
     helm: &Helm,
     chart: &Path,
-    tree: &ChartTree,
     options: &RenderOptions,
-) -> Result<Rendered, RenderError> {
-    let output = helm
-        .run("helm template", &template_args(chart, options))
+) -> Result<String, RenderError> {
+    let args = template_args(chart, options);
+    helm.run("helm template", &args, helm.timeouts().template)
+        .await
         .map_err(|source| RenderError::Helm {
             chart: chart.display().to_string(),
             source,
-        })?;
-    parse_output(&output, tree)
+        })
 }
 
 /// The arguments of `helm template` for these options.
