@@ -4,8 +4,12 @@
 //! - [`resolve`] turns a chart source into one chart on disk, a version range into one version
 //!   (so that the digest of a release hashes what will be deployed, never the range's text);
 //! - [`render`] runs `helm template` with the values files in order (and `--set` flags as they
-//!   are) and attributes every document to the chart of the tree it came from;
+//!   are), builds the tree of the charts Helm rendered from the Chart.yaml files and the chart
+//!   paths of its output, and attributes every document to the chart of the tree it came from;
 //! - [`plan`] is the pure planner.
+//!
+//! Helm merges the values, parses `--set`, decides which subcharts are enabled and resolves
+//! version ranges; nothing here computes any of that a second time.
 
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
@@ -16,7 +20,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::api::Reason;
 use crate::chart::source::{ChartCache, ChartReference, Credentials, SourceError};
-use crate::chart::{ChartError, ChartTree, ValueOptions};
+use crate::chart::{ChartError, ChartTree};
 use crate::helm::Helm;
 use crate::plan::{Plan, PlanError};
 use crate::render::{RenderError, RenderOptions};
@@ -73,7 +77,7 @@ pub struct RenderRequest {
     pub is_upgrade: bool,
 }
 
-/// A rendered chart: the tree of charts Helm enabled, and the documents attributed to them.
+/// A rendered chart: the tree of charts Helm rendered, and the documents attributed to them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rendered {
     pub tree: ChartTree,
@@ -272,31 +276,12 @@ pub async fn render(
         api_versions: request.api_versions.clone(),
         is_upgrade: request.is_upgrade,
     };
-    // Which subcharts are enabled, from the merged values.
-    let mut merged = crate::chart::Values::new();
-    for values in &request.values {
-        let parsed =
-            crate::chart::values::parse_values(&values.text).map_err(|message| Error::Values {
-                origin: values.origin.clone(),
-                message,
-            })?;
-        merged = crate::chart::values::merge_maps(merged, parsed);
-    }
-    let with_flags = ValueOptions {
-        files: Vec::new(),
-        set_json: flags.set_json.clone(),
-        set: flags.set.clone(),
-        set_string: flags.set_string.clone(),
-        set_literal: flags.set_literal.clone(),
-    }
-    .merge();
     let output = crate::render::template(helm, &resolved.path, &options).await?;
     drop(files);
-    let values = crate::chart::values::merge_maps(merged, with_flags?);
     let path = resolved.path.clone();
     blocking(move || {
         let chart = crate::chart::load(&path)?;
-        let tree = crate::chart::resolve(&chart, &values)?;
+        let tree = crate::chart::tree(&chart, &crate::render::rendered_charts(&output));
         let documents = crate::render::parse_output(&output, &tree)?;
         Ok(Rendered { tree, documents })
     })
@@ -323,7 +308,7 @@ fn values_file(values: &ValuesFile) -> Result<tempfile::NamedTempFile, Error> {
             return Err(invalid(format!(
                 "document {} is {}, but values must be a mapping of keys to values",
                 index + 1,
-                crate::chart::values::describe(document)
+                crate::chart::describe(document)
             )));
         }
     }

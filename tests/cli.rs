@@ -104,7 +104,7 @@ fn template_takes_values_files_set_namespace_and_release_name() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("release web in namespace prod"), "{stdout}");
     assert!(
-        stdout.contains("# Disabled: foo/bar (condition bar.enabled is false)"),
+        stdout.contains("# Not rendered: foo/bar (condition bar.enabled)"),
         "{stdout}"
     );
     assert!(!stdout.contains("# Chart: foo/bar "), "{stdout}");
@@ -129,7 +129,7 @@ fn set_json_and_set_literal_count_like_in_helm() {
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
-        stdout.contains("# Disabled: foo/bar (condition bar.enabled is false)"),
+        stdout.contains("# Not rendered: foo/bar (condition bar.enabled)"),
         "{stdout}"
     );
     assert!(

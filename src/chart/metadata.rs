@@ -30,10 +30,10 @@ pub struct Metadata {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Dependency {
     pub name: String,
-    /// A version or constraint the subchart in charts/ must satisfy.
+    /// A version or constraint the subchart in charts/ must satisfy (Helm checks it).
     pub version: String,
     pub repository: String,
-    /// Comma-separated value paths; the first one that holds a boolean decides.
+    /// Comma-separated value paths; Helm enables the dependency by the first that holds a boolean.
     pub condition: String,
     pub tags: Vec<String>,
     pub alias: Option<String>,
@@ -46,6 +46,23 @@ impl Dependency {
     pub fn effective_name(&self) -> &str {
         self.alias.as_deref().unwrap_or(&self.name)
     }
+
+    /// What the entry declares to switch it on or off, in words (`condition bar.enabled`,
+    /// `tags front-end, web`), or `None` when it declares neither. Their values are Helm's to
+    /// judge.
+    pub fn switches(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        let condition = self.condition.trim();
+        if !condition.is_empty() {
+            parts.push(format!("condition {condition}"));
+        }
+        match self.tags.as_slice() {
+            [] => {}
+            [tag] => parts.push(format!("tag {tag}")),
+            tags => parts.push(format!("tags {}", tags.join(", "))),
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
 }
 
 /// Reads Chart.yaml (already parsed from YAML). The error says which field is wrong.
@@ -56,7 +73,7 @@ pub fn parse_metadata(document: &Value) -> Result<Metadata, String> {
         other => {
             return Err(format!(
                 "Chart.yaml must be a mapping of fields, not {}",
-                super::values::describe(other)
+                super::describe(other)
             ));
         }
     };
@@ -78,7 +95,7 @@ pub fn parse_metadata(document: &Value) -> Result<Metadata, String> {
                     Value::Array(_) | Value::Object(_) => {
                         return Err(format!(
                             "{field} must be a string, not {}: Helm rejects it; quote the value, e.g. '{}'",
-                            super::values::describe(value),
+                            super::describe(value),
                             serde_json::to_string(value).unwrap_or_default()
                         ));
                     }
@@ -90,7 +107,7 @@ pub fn parse_metadata(document: &Value) -> Result<Metadata, String> {
         Some(other) => {
             return Err(format!(
                 "annotations must be a mapping of strings, not {}",
-                super::values::describe(other)
+                super::describe(other)
             ));
         }
     }
@@ -104,7 +121,7 @@ pub fn parse_requirements(document: &Value) -> Result<Option<Vec<Dependency>>, S
         Value::Null => Ok(None),
         other => Err(format!(
             "requirements.yaml must be a mapping, not {}",
-            super::values::describe(other)
+            super::describe(other)
         )),
     }
 }
@@ -116,7 +133,7 @@ fn parse_dependencies(value: Option<&Value>) -> Result<Option<Vec<Dependency>>, 
         Some(other) => {
             return Err(format!(
                 "dependencies must be a list, not {}",
-                super::values::describe(other)
+                super::describe(other)
             ));
         }
     };
@@ -132,7 +149,7 @@ fn parse_dependencies(value: Option<&Value>) -> Result<Option<Vec<Dependency>>, 
             other => {
                 return Err(format!(
                     "dependencies[{index}] must be a mapping, not {}",
-                    super::values::describe(other)
+                    super::describe(other)
                 ));
             }
         };
@@ -167,7 +184,7 @@ fn string_field(value: Option<&Value>, field: &str) -> Result<Option<String>, St
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(_)) | Some(Value::Object(_)) => Err(format!(
             "{field} must be a string, not {}",
-            super::values::describe(value.unwrap_or(&Value::Null))
+            super::describe(value.unwrap_or(&Value::Null))
         )),
         Some(other) => Ok(Some(sanitize(&scalar_to_string(other)))),
     }
@@ -186,7 +203,7 @@ fn string_list(
             .map(|item| match item {
                 Value::Array(_) | Value::Object(_) | Value::Null => Err(format!(
                     "{field} must be a list of strings; it holds {}",
-                    super::values::describe(item)
+                    super::describe(item)
                 )),
                 other => Ok(sanitize(&scalar_to_string(other))),
             })
@@ -198,7 +215,7 @@ fn string_list(
             .collect()),
         Some(other) => Err(format!(
             "{field} must be a list of strings, not {}",
-            super::values::describe(other)
+            super::describe(other)
         )),
     }
 }

@@ -23,7 +23,7 @@ pub enum CommandError {
     Interrupted,
 }
 
-/// A chart resolved, rendered, and its tree of enabled charts.
+/// A chart resolved, rendered, and its tree built from what Helm rendered.
 pub struct LoadedChart {
     pub resolved: Resolved,
     pub tree: ChartTree,
@@ -207,14 +207,18 @@ pub fn format_output(
         .map(|c| describe_chart(c))
         .collect();
     let _ = writeln!(out, "# Charts: {}", charts.join(", "));
+    // Helm decided which dependencies are enabled; what can be said of one it rendered nothing
+    // of is what it declares to switch it on or off, not the value those had.
     for node in loaded.tree.charts() {
-        for disabled in &node.disabled {
+        for dependency in &node.not_rendered {
+            let switches = dependency
+                .switches()
+                .unwrap_or_else(|| "no condition or tags".to_string());
             let _ = writeln!(
                 out,
-                "# Disabled: {}/{} ({})",
+                "# Not rendered: {}/{} ({switches})",
                 node.path,
-                disabled.dependency.effective_name(),
-                disabled.reason
+                dependency.effective_name(),
             );
         }
     }

@@ -242,7 +242,8 @@ pub struct ChartPlan {
     /// (`helm.sh/depends-on/subcharts`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub own_after: Vec<String>,
-    /// Dependencies left out by conditions or tags; edges to them are dropped.
+    /// Dependencies of which Helm rendered nothing (disabled by a condition or tags, or enabled
+    /// and empty); edges to them are dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disabled: Vec<String>,
 }

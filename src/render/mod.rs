@@ -1,11 +1,12 @@
 //! Rendering: `helm template`, then every document attributed to the chart it came from.
 //!
 //! Helm prints each rendered document after a `# Source: foo/charts/bar/templates/x.yaml` line.
-//! From it we take the chart path (`foo/bar`) and the template file (`templates/x.yaml`). CRDs
-//! from `crds/` directories and hooks (`helm.sh/hook`) are kept apart from the main resources,
-//! because they run in their own stages.
+//! From it we take the chart path (`foo/bar`) and the template file (`templates/x.yaml`); the
+//! chart paths of all documents are also what says which subcharts Helm enabled
+//! ([`rendered_charts`]). CRDs from `crds/` directories and hooks (`helm.sh/hook`) are kept apart
+//! from the main resources, because they run in their own stages.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -146,7 +147,7 @@ pub enum RenderError {
     #[error("helm printed document {index} without a # Source: line")]
     NoSource { index: usize },
     #[error(
-        "{source_path}: rendered for chart {chart}, which is not an enabled chart of {root} (enabled: {enabled})"
+        "{source_path}: rendered for chart {chart}, which is not a chart of {root} found in its charts/ directories (charts: {enabled})"
     )]
     UnknownChart {
         source_path: String,
@@ -181,6 +182,15 @@ pub async fn template(
             chart: chart.display().to_string(),
             source,
         })
+}
+
+/// The chart path (`foo`, `foo/bar`) of every document in the output of `helm template`.
+pub fn rendered_charts(output: &str) -> BTreeSet<String> {
+    split_output(output)
+        .into_iter()
+        .filter_map(|raw| raw.source)
+        .map(|source| attribute(source).0)
+        .collect()
 }
 
 /// The arguments of `helm template` for these options.
@@ -378,7 +388,7 @@ fn check_object(document: &Document) -> Result<(), RenderError> {
     if !document.object.is_object() {
         return Err(error(format!(
             "the document is {}, not a Kubernetes object",
-            crate::chart::values::describe(&document.object)
+            crate::chart::describe(&document.object)
         )));
     }
     let mut missing = Vec::new();
