@@ -12,7 +12,7 @@ use std::io::Read;
 use std::path::Path;
 
 use super::helmignore::Rules;
-use super::metadata::{parse_metadata, parse_requirements, validate};
+use super::metadata::{parse_metadata, parse_requirements};
 use super::{Chart, ChartError, Location, Metadata, io_message};
 
 /// Helm's limit on a whole decompressed chart.
@@ -336,10 +336,12 @@ fn read_metadata(files: &FileView<'_>, location: &Location) -> Result<Metadata, 
             metadata.dependencies = Some(dependencies);
         }
     }
-    validate(&metadata).map_err(|message| ChartError::ChartYaml {
-        file: chart_file,
-        message,
-    })?;
+    if metadata.name.is_empty() {
+        return Err(ChartError::ChartYaml {
+            file: chart_file,
+            message: "chart.metadata.name is required".to_string(),
+        });
+    }
     Ok(metadata)
 }
 
