@@ -30,4 +30,4 @@ echo "==================== sequenced graph examples/foo --format mermaid"
 "$bin" graph examples/foo --format mermaid
 echo
 echo "==================== sequenced template examples/foo --set bar.enabled=false (bar is left out)"
-"$bin" template examples/foo --set bar.enabled=false | grep -E '^# (Charts|Disabled)|^## START'
+"$bin" template examples/foo --set bar.enabled=false | grep -E '^# (Charts|Not rendered)|^## START'

@@ -2,10 +2,17 @@
 //!
 //! sequenced renders charts with `helm template` and downloads them with `helm pull`, so that
 //! charts behave exactly as they do with Helm. The binary is `$SEQUENCED_HELM`, else `helm` on PATH.
+//!
+//! Every run is bounded: helm runs in its own process group, its output is read to the end, and
+//! when the deadline passes (or the caller stops waiting) the whole group is killed, so a hung
+//! `helm pull` or `helm template` never pins a release.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
 
 /// The environment variable that names the helm binary.
 pub const HELM_ENV: &str = "SEQUENCED_HELM";
@@ -14,10 +21,32 @@ pub const HELM_ENV: &str = "SEQUENCED_HELM";
 const INSTALL_HINT: &str = "install Helm 4 and put it on PATH, or set SEQUENCED_HELM to the helm binary \
      (in a clone of sequenced, scripts/install-helm.sh puts one into .tools/bin)";
 
-/// A helm binary.
+/// How long each kind of helm call may take before it is killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// `helm template`: rendering works on local files only.
+    pub template: Duration,
+    /// `helm pull`: a download, which may be large and slow.
+    pub pull: Duration,
+    /// Anything else (`helm version`).
+    pub other: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            template: Duration::from_secs(120),
+            pull: Duration::from_secs(300),
+            other: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A helm binary and the time each call of it may take.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Helm {
     path: PathBuf,
+    timeouts: Timeouts,
 }
 
 /// Why helm could not be run, or what it said when it failed.
@@ -29,6 +58,9 @@ pub enum HelmError {
     EnvNotFound { path: String },
     #[error("cannot run {path}: {message}")]
     Spawn { path: String, message: String },
+    /// Helm did not finish in time and was killed.
+    #[error("{command} timed out after {after} and was stopped")]
+    TimedOut { command: String, after: String },
     /// Helm ran and failed; `stderr` is its message, unchanged.
     #[error("{command} failed ({status}):\n{stderr}")]
     Failed {
@@ -44,25 +76,27 @@ impl HelmError {
         match self {
             HelmError::NotFound | HelmError::EnvNotFound { .. } => "helm_missing",
             HelmError::Spawn { .. } => "helm_spawn",
+            HelmError::TimedOut { .. } => "helm_timeout",
             HelmError::Failed { .. } => "helm_failed",
         }
     }
 
-    /// Whether running helm again later may succeed: a helm that could not be found or started
-    /// may be there next time; a helm that ran and failed says something about its input.
+    /// Whether running helm again later may succeed: a helm that could not be found or started,
+    /// or did not finish in time, may do better next time; a helm that ran and failed says
+    /// something about its input.
     pub fn is_transient(&self) -> bool {
         !matches!(self, HelmError::Failed { .. })
     }
 }
 
 impl Helm {
-    /// `$SEQUENCED_HELM` when set, else `helm` on PATH.
+    /// `$SEQUENCED_HELM` when set, else `helm` on PATH, with the default timeouts.
     pub fn locate() -> Result<Self, HelmError> {
         match std::env::var_os(HELM_ENV) {
             Some(path) if !path.is_empty() => {
                 let path = PathBuf::from(path);
                 if path.is_file() {
-                    Ok(Helm { path })
+                    Ok(Helm::at(path))
                 } else {
                     Err(HelmError::EnvNotFound {
                         path: path.display().to_string(),
@@ -70,14 +104,23 @@ impl Helm {
                 }
             }
             _ => which::which("helm")
-                .map(|path| Helm { path })
+                .map(Helm::at)
                 .map_err(|_| HelmError::NotFound),
         }
     }
 
-    /// A specific helm binary.
+    /// A specific helm binary, with the default timeouts.
     pub fn at(path: impl Into<PathBuf>) -> Self {
-        Helm { path: path.into() }
+        Helm {
+            path: path.into(),
+            timeouts: Timeouts::default(),
+        }
+    }
+
+    /// The same binary with other timeouts.
+    pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
+        self
     }
 
     /// The binary's path.
@@ -85,38 +128,124 @@ impl Helm {
         &self.path
     }
 
-    /// Runs helm with `args` and returns what it printed on stdout. `name` is how the command is
-    /// named in errors (`helm template`), never the full command line, which may hold credentials.
-    pub fn run(&self, name: &str, args: &[OsString]) -> Result<String, HelmError> {
-        let output =
-            Command::new(&self.path)
-                .args(args)
-                .output()
-                .map_err(|e| HelmError::Spawn {
+    /// How long each kind of call may take.
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// Runs helm with `args`, waits at most `timeout`, and returns what it printed on stdout.
+    /// `name` is how the command is named in errors (`helm template`), never the full command
+    /// line, which may hold credentials. When the deadline passes, or the returned future is
+    /// dropped, helm and every process it started are killed.
+    pub async fn run(
+        &self,
+        name: &str,
+        args: &[OsString],
+        timeout: Duration,
+    ) -> Result<String, HelmError> {
+        let mut child = tokio::process::Command::new(&self.path)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| HelmError::Spawn {
+                path: self.path.display().to_string(),
+                message: crate::chart::io_message(&e),
+            })?;
+        // Declared after `child`, so dropped before it: the group is killed while helm's own
+        // process is not reaped yet and its id cannot have been reused.
+        let mut group = ProcessGroup(child.id());
+        let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take())
+        else {
+            return Err(HelmError::Spawn {
+                path: self.path.display().to_string(),
+                message: "its output could not be captured".to_string(),
+            });
+        };
+        let finished = tokio::time::timeout(timeout, async {
+            let mut out = Vec::new();
+            let mut err = Vec::new();
+            let (read_out, read_err, status) = tokio::join!(
+                stdout.read_to_end(&mut out),
+                stderr.read_to_end(&mut err),
+                child.wait()
+            );
+            read_out.and(read_err).and(status).map(|s| (s, out, err))
+        })
+        .await;
+        let (status, stdout, stderr) = match finished {
+            Err(_) => {
+                group.kill();
+                // Reaps helm; the group was killed above, so this does not wait long.
+                let _ = child.kill().await;
+                return Err(HelmError::TimedOut {
+                    command: name.to_string(),
+                    after: crate::readiness::format_duration(timeout),
+                });
+            }
+            Ok(Err(e)) => {
+                group.kill();
+                return Err(HelmError::Spawn {
                     path: self.path.display().to_string(),
-                    message: crate::chart::io_message(&e),
-                })?;
-        if !output.status.success() {
-            let status = match output.status.code() {
+                    message: format!(
+                        "reading the output of {name}: {}",
+                        crate::chart::io_message(&e)
+                    ),
+                });
+            }
+            Ok(Ok(done)) => done,
+        };
+        group.done();
+        if !status.success() {
+            let status = match status.code() {
                 Some(code) => format!("exit code {code}"),
                 None => "killed by a signal".to_string(),
             };
             return Err(HelmError::Failed {
                 command: name.to_string(),
                 status,
-                stderr: String::from_utf8_lossy(&output.stderr)
-                    .trim_end()
-                    .to_string(),
+                stderr: String::from_utf8_lossy(&stderr).trim_end().to_string(),
             });
         }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        Ok(String::from_utf8_lossy(&stdout).into_owned())
     }
 
     /// What `helm version --short` prints, such as `v4.1.4+g05fa379`.
-    pub fn version(&self) -> Result<String, HelmError> {
+    pub async fn version(&self) -> Result<String, HelmError> {
+        let args = ["version".into(), "--short".into()];
         Ok(self
-            .run("helm version", &["version".into(), "--short".into()])?
+            .run("helm version", &args, self.timeouts.other)
+            .await?
             .trim()
             .to_string())
+    }
+}
+
+/// The process group helm leads; killed when dropped unless helm finished by itself.
+struct ProcessGroup(Option<u32>);
+
+impl ProcessGroup {
+    fn kill(&mut self) {
+        if let Some(id) = self.0.take().and_then(|id| libc::pid_t::try_from(id).ok()) {
+            // SAFETY: kill(2) takes plain integers; a negative id names the process group that
+            // helm leads (it was started with process_group(0) and is not reaped yet).
+            unsafe {
+                libc::kill(-id, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// Helm exited and was reaped: its id may be reused, so the group must not be signalled.
+    fn done(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
     }
 }

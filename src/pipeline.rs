@@ -3,17 +3,24 @@
 //!
 //! - [`resolve`] turns a chart source into one chart on disk, a version range into one version
 //!   (so that the digest of a release hashes what will be deployed, never the range's text);
-//! - [`render`] runs `helm template` with the values files in order and attributes every
-//!   document to the chart of the tree it came from;
+//! - [`render`] runs `helm template` with the values files in order (and `--set` flags as they
+//!   are), builds the tree of the charts Helm rendered from the Chart.yaml files and the chart
+//!   paths of its output, and attributes every document to the chart of the tree it came from;
 //! - [`plan`] is the pure planner.
+//!
+//! Helm merges the values, parses `--set`, decides which subcharts are enabled and resolves
+//! version ranges; nothing here computes any of that a second time.
 
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
+use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use crate::api::Reason;
 use crate::chart::source::{ChartCache, ChartReference, Credentials, SourceError};
-use crate::chart::{ChartError, ChartTree, ValueOptions};
+use crate::chart::{ChartError, ChartTree};
 use crate::helm::Helm;
 use crate::plan::{Plan, PlanError};
 use crate::render::{RenderError, RenderOptions};
@@ -70,7 +77,7 @@ pub struct RenderRequest {
     pub is_upgrade: bool,
 }
 
-/// A rendered chart: the tree of charts Helm enabled, and the documents attributed to them.
+/// A rendered chart: the tree of charts Helm rendered, and the documents attributed to them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rendered {
     pub tree: ChartTree,
@@ -106,8 +113,8 @@ impl Error {
         }
     }
 
-    /// Whether trying again later may help: a download or a helm that did not start, as
-    /// opposed to a chart that does not load, render or plan.
+    /// Whether trying again later may help: a download, or a helm that did not start or did not
+    /// finish in time, as opposed to a chart that does not load, render or plan.
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Source(_) | Error::Io { .. } => true,
@@ -136,36 +143,13 @@ pub async fn resolve(
     source: &ChartSource,
     credentials: Option<&Credentials>,
 ) -> Result<Resolved, Error> {
-    let (helm, cache, source, credentials) = (
-        helm.clone(),
-        cache.clone(),
-        source.clone(),
-        credentials.cloned(),
-    );
-    blocking(move || resolve_blocking(&helm, &cache, &source, credentials.as_ref())).await
-}
-
-fn resolve_blocking(
-    helm: &Helm,
-    cache: &ChartCache,
-    source: &ChartSource,
-    credentials: Option<&Credentials>,
-) -> Result<Resolved, Error> {
     match source {
         ChartSource::Reference(ChartReference::Path(path)) => {
-            let mut hasher = Sha256::new();
-            hash_path(&mut hasher, path, Path::new("")).map_err(|message| Error::Io {
-                what: format!("chart {}", path.display()),
-                message,
-            })?;
-            Ok(Resolved {
-                path: path.clone(),
-                version: None,
-                identity: format!("path sha256:{}", hex::encode(hasher.finalize())),
-            })
+            let path = path.clone();
+            blocking(move || local_chart(path)).await
         }
         ChartSource::Reference(reference) => {
-            let fetched = cache.fetch(helm, reference, credentials)?;
+            let fetched = cache.fetch(helm, reference, credentials).await?;
             let identity = match (reference, &fetched.version) {
                 (ChartReference::Repository { url, name, .. }, Some(version)) => {
                     format!("repository {url} {name} {version}")
@@ -182,34 +166,74 @@ fn resolve_blocking(
             })
         }
         ChartSource::Packaged { origin, bytes } => {
-            let io = |e: std::io::Error, path: &Path| Error::Io {
-                what: format!("{origin}: {}", path.display()),
-                message: crate::chart::io_message(&e),
-            };
-            let dir = cache.dir().join("packaged");
-            std::fs::create_dir_all(&dir).map_err(|e| io(e, &dir))?;
-            let digest = hex::encode(Sha256::digest(bytes));
-            let path = dir.join(format!("{digest}.tgz"));
-            if !path.exists() {
-                std::fs::write(&path, bytes).map_err(|e| io(e, &path))?;
-            }
-            Ok(Resolved {
-                path,
-                version: None,
-                identity: format!("packaged sha256:{digest}"),
-            })
+            let (dir, origin, bytes) =
+                (cache.dir().join("packaged"), origin.clone(), bytes.clone());
+            blocking(move || packaged_chart(&dir, &origin, &bytes)).await
         }
     }
 }
 
+/// A chart directory or packaged chart on disk, identified by its content.
+fn local_chart(path: PathBuf) -> Result<Resolved, Error> {
+    let display = path.display().to_string();
+    match std::fs::metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ChartError::NotFound { path: display }.into());
+        }
+        Err(e) => {
+            return Err(ChartError::Read {
+                path: display,
+                message: crate::chart::io_message(&e),
+            }
+            .into());
+        }
+        Ok(metadata) if metadata.is_dir() && !path.join("Chart.yaml").is_file() => {
+            return Err(ChartError::NotAChart {
+                path: display,
+                reason: "the directory has no Chart.yaml".to_string(),
+            }
+            .into());
+        }
+        Ok(_) => {}
+    }
+    let mut hasher = Sha256::new();
+    hash_path(&mut hasher, &path, Path::new("")).map_err(|message| Error::Io {
+        what: format!("chart {display}"),
+        message,
+    })?;
+    Ok(Resolved {
+        path,
+        version: None,
+        identity: format!("path sha256:{}", hex::encode(hasher.finalize())),
+    })
+}
+
+/// A packaged chart held elsewhere, written into the cache under its digest.
+fn packaged_chart(dir: &Path, origin: &str, bytes: &[u8]) -> Result<Resolved, Error> {
+    let io = |e: std::io::Error, path: &Path| Error::Io {
+        what: format!("{origin}: {}", path.display()),
+        message: crate::chart::io_message(&e),
+    };
+    std::fs::create_dir_all(dir).map_err(|e| io(e, dir))?;
+    let digest = hex::encode(Sha256::digest(bytes));
+    let path = dir.join(format!("{digest}.tgz"));
+    if !path.exists() {
+        std::fs::write(&path, bytes).map_err(|e| io(e, &path))?;
+    }
+    Ok(Resolved {
+        path,
+        version: None,
+        identity: format!("packaged sha256:{digest}"),
+    })
+}
+
 /// Hashes a file, or a directory's files in name order, without following symbolic links.
 fn hash_path(hasher: &mut Sha256, path: &Path, relative: &Path) -> Result<(), String> {
-    let display = || path.display().to_string();
-    let metadata =
-        std::fs::symlink_metadata(path).map_err(|e| format!("chart {}: {e}", display()))?;
+    let error = |e: std::io::Error| format!("{}: {}", path.display(), crate::chart::io_message(&e));
+    let metadata = std::fs::symlink_metadata(path).map_err(error)?;
     if metadata.is_dir() {
         let mut entries: Vec<_> = std::fs::read_dir(path)
-            .map_err(|e| format!("chart {}: {e}", display()))?
+            .map_err(error)?
             .filter_map(Result::ok)
             .map(|e| e.file_name())
             .collect();
@@ -218,7 +242,7 @@ fn hash_path(hasher: &mut Sha256, path: &Path, relative: &Path) -> Result<(), St
             hash_path(hasher, &path.join(&name), &relative.join(&name))?;
         }
     } else if metadata.is_file() {
-        let bytes = std::fs::read(path).map_err(|e| format!("chart {}: {e}", display()))?;
+        let bytes = std::fs::read(path).map_err(error)?;
         hasher.update(relative.to_string_lossy().as_bytes());
         hasher.update(b"\0");
         hasher.update((bytes.len() as u64).to_le_bytes());
@@ -233,50 +257,13 @@ pub async fn render(
     resolved: &Resolved,
     request: &RenderRequest,
 ) -> Result<Rendered, Error> {
-    let (helm, resolved, request) = (helm.clone(), resolved.clone(), request.clone());
-    blocking(move || render_blocking(&helm, &resolved, &request)).await
-}
-
-fn render_blocking(
-    helm: &Helm,
-    resolved: &Resolved,
-    request: &RenderRequest,
-) -> Result<Rendered, Error> {
-    let mut merged = crate::chart::Values::new();
-    let mut files = Vec::with_capacity(request.values.len());
-    for values in &request.values {
-        let parsed =
-            crate::chart::values::parse_values(&values.text).map_err(|message| Error::Values {
-                origin: values.origin.clone(),
-                message,
-            })?;
-        merged = crate::chart::values::merge_maps(merged, parsed);
-        let file = tempfile::Builder::new()
-            .prefix("sequenced-values-")
-            .suffix(".yaml")
-            .tempfile()
-            .map_err(|e| Error::Io {
-                what: "values file".to_string(),
-                message: e.to_string(),
-            })?;
-        std::fs::write(file.path(), &values.text).map_err(|e| Error::Io {
-            what: "values file".to_string(),
-            message: e.to_string(),
-        })?;
-        files.push(file);
-    }
+    // The files live until helm has read them, and are removed when this returns.
+    let files = request
+        .values
+        .iter()
+        .map(values_file)
+        .collect::<Result<Vec<_>, Error>>()?;
     let flags = &request.flags;
-    let options = ValueOptions {
-        files: Vec::new(),
-        set_json: flags.set_json.clone(),
-        set: flags.set.clone(),
-        set_string: flags.set_string.clone(),
-        set_literal: flags.set_literal.clone(),
-    };
-    let with_flags = options.merge()?;
-    let values = crate::chart::values::merge_maps(merged, with_flags);
-    let chart = crate::chart::load(&resolved.path)?;
-    let tree = crate::chart::resolve(&chart, &values)?;
     let options = RenderOptions {
         release_name: request.release_name.clone(),
         namespace: request.namespace.clone(),
@@ -289,8 +276,55 @@ fn render_blocking(
         api_versions: request.api_versions.clone(),
         is_upgrade: request.is_upgrade,
     };
-    let documents = crate::render::render(helm, &resolved.path, &tree, &options)?;
-    Ok(Rendered { tree, documents })
+    let output = crate::render::template(helm, &resolved.path, &options).await?;
+    drop(files);
+    let path = resolved.path.clone();
+    blocking(move || {
+        let chart = crate::chart::load(&path)?;
+        let tree = crate::chart::tree(&chart, &crate::render::rendered_charts(&output));
+        let documents = crate::render::parse_output(&output, &tree)?;
+        Ok(Rendered { tree, documents })
+    })
+    .await
+}
+
+/// Checks that a values text is YAML holding mappings (what Helm accepts in a `-f` file), so
+/// that a bad one is named by its origin rather than by a temporary file, and writes it to a
+/// file only its owner can read.
+fn values_file(values: &ValuesFile) -> Result<tempfile::NamedTempFile, Error> {
+    let invalid = |message: String| Error::Values {
+        origin: values.origin.clone(),
+        message,
+    };
+    // Helm reads the text with a final newline added (it matters to a block scalar at the end).
+    let mut text = values.text.trim_start_matches('\u{feff}').to_string();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    let documents =
+        crate::yaml::parse_documents(&text).map_err(|e| invalid(format!("invalid YAML at {e}")))?;
+    for (index, document) in documents.iter().enumerate() {
+        if !matches!(document, Value::Object(_) | Value::Null) {
+            return Err(invalid(format!(
+                "document {} is {}, but values must be a mapping of keys to values",
+                index + 1,
+                crate::chart::describe(document)
+            )));
+        }
+    }
+    let io = |e: std::io::Error| Error::Io {
+        what: format!("{}: a temporary values file", values.origin),
+        message: crate::chart::io_message(&e),
+    };
+    let mut file = tempfile::Builder::new()
+        .prefix("sequenced-values-")
+        .suffix(".yaml")
+        .permissions(std::fs::Permissions::from_mode(0o600))
+        .tempfile()
+        .map_err(io)?;
+    file.write_all(values.text.as_bytes()).map_err(io)?;
+    file.flush().map_err(io)?;
+    Ok(file)
 }
 
 /// Plans a rendered chart (pure).
@@ -298,12 +332,13 @@ pub fn plan(rendered: Rendered) -> Result<Plan, Error> {
     Ok(crate::plan::plan(&rendered.tree, rendered.documents)?)
 }
 
+/// Runs file work and parsing off the async threads.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, Error> + Send + 'static,
 ) -> Result<T, Error> {
     tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
         Err(Error::Io {
-            what: "rendering".to_string(),
+            what: "the chart pipeline".to_string(),
             message: format!("stopped: {e}"),
         })
     })

@@ -1,44 +1,80 @@
-//! The chart tree: nested subcharts (directories and .tgz), aliases, conditions and tags, missing
-//! dependencies. Every case is also rendered by the real helm, and the charts sequenced considers
-//! enabled must be exactly the charts helm rendered.
+//! The chart tree as the chart pipeline builds it from what the real helm rendered: nested
+//! subcharts (directories and .tgz), aliases, charts no dependency selected, dependencies Helm
+//! rendered nothing of, and Helm's own errors naming the chart.
 
 mod support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use sequenced::chart::{self, ChartError, ValueOptions};
+use sequenced::chart::source::{ChartCache, ChartReference};
+use sequenced::chart::{self, ChartTree};
+use sequenced::helm::Helm;
+use sequenced::pipeline::{self, ChartSource, RenderRequest, ValueFlags};
 use support::{chart, helm_chart_paths, package, tar_gz, write};
 use tempfile::TempDir;
 
-/// The enabled chart paths, by sequenced, for these `--set` flags.
-fn ours(path: &Path, set: &[&str]) -> BTreeSet<String> {
-    let loaded = chart::load(path).unwrap_or_else(|e| panic!("load {}: {e}", path.display()));
-    let values = ValueOptions {
-        set: set.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-    .merge()
-    .expect("values");
-    let tree = chart::resolve(&loaded, &values).unwrap_or_else(|e| panic!("resolve: {e}"));
-    tree.charts().iter().map(|c| c.path.clone()).collect()
+/// The chart pipeline's result for the chart at `path` with these `--set` flags.
+fn render(path: &Path, set: &[&str]) -> Result<pipeline::Rendered, pipeline::Error> {
+    let helm = Helm::at(support::helm());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let cache = TempDir::new().expect("cache");
+        let source = ChartSource::Reference(ChartReference::Path(path.to_path_buf()));
+        let resolved =
+            pipeline::resolve(&helm, &ChartCache::new(cache.path()), &source, None).await?;
+        let request = RenderRequest {
+            release_name: "r".into(),
+            namespace: "default".into(),
+            flags: ValueFlags {
+                set: set.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        pipeline::render(&helm, &resolved, &request).await
+    })
 }
 
-/// Asserts sequenced and helm agree, and that the result is `expected`.
-fn check(path: &Path, set: &[&str], expected: &[&str]) {
+fn tree(path: &Path, set: &[&str]) -> ChartTree {
+    render(path, set)
+        .unwrap_or_else(|e| panic!("render {}: {e}", path.display()))
+        .tree
+}
+
+/// Asserts the tree holds exactly the charts helm rendered, and that those are `expected`.
+fn check(path: &Path, set: &[&str], expected: &[&str]) -> ChartTree {
     let mut helm_args = Vec::new();
     for s in set {
         helm_args.push("--set");
         helm_args.push(s);
     }
     let by_helm = helm_chart_paths(path, &helm_args);
-    let by_us = ours(path, set);
+    let tree = tree(path, set);
+    let ours: BTreeSet<String> = tree.charts().iter().map(|c| c.path.clone()).collect();
     let expected: BTreeSet<String> = expected.iter().map(|s| s.to_string()).collect();
-    assert_eq!(
-        by_us, by_helm,
-        "sequenced and helm disagree for --set {set:?}"
-    );
-    assert_eq!(by_us, expected, "unexpected charts for --set {set:?}");
+    assert_eq!(ours, by_helm, "the tree and helm differ for --set {set:?}");
+    assert_eq!(ours, expected, "unexpected charts for --set {set:?}");
+    tree
+}
+
+/// `(chart path, name, what it declares)` of every dependency Helm rendered nothing of.
+fn not_rendered(tree: &ChartTree) -> Vec<(String, String, Option<String>)> {
+    tree.charts()
+        .iter()
+        .flat_map(|node| {
+            node.not_rendered.iter().map(|d| {
+                (
+                    node.path.clone(),
+                    d.effective_name().to_string(),
+                    d.switches(),
+                )
+            })
+        })
+        .collect()
 }
 
 fn nested(dir: &Path) {
@@ -61,13 +97,12 @@ fn nested(dir: &Path) {
 fn nested_directories_give_chart_paths_at_every_depth() {
     let dir = TempDir::new().unwrap();
     nested(dir.path());
-    check(dir.path(), &[], &["foo", "foo/bar", "foo/bar/baz"]);
-    let loaded = chart::load(dir.path()).unwrap();
-    let tree = chart::resolve(&loaded, &Default::default()).unwrap();
+    let tree = check(dir.path(), &[], &["foo", "foo/bar", "foo/bar/baz"]);
     let baz = tree.find("foo/bar/baz").expect("foo/bar/baz");
     assert_eq!(baz.metadata.version, "0.2.0");
     assert_eq!(baz.dependency.as_ref().unwrap().version, ">=0.1.0");
     assert!(tree.find("foo/baz").is_none());
+    assert!(not_rendered(&tree).is_empty());
 }
 
 #[test]
@@ -95,15 +130,15 @@ fn packaged_subcharts_nested_in_packaged_charts() {
     );
     let archive = dir.path().join("foo-1.0.0.tgz");
     tar_gz(&sources.join("foo"), "foo", &archive);
-    check(&archive, &[], &["foo", "foo/bar", "foo/bar/baz"]);
-    let loaded = chart::load(&archive).unwrap();
-    assert_eq!(loaded.metadata.name, "foo");
-    assert_eq!(loaded.subcharts[0].subcharts[0].metadata.name, "baz");
-    let location = loaded.subcharts[0].subcharts[0].location.to_string();
+    let tree = check(&archive, &[], &["foo", "foo/bar", "foo/bar/baz"]);
+    let location = tree.find("foo/bar/baz").unwrap().location.to_string();
     assert!(
         location.ends_with("foo-1.0.0.tgz:charts/bar-0.1.0.tgz:charts/baz-0.2.0.tgz"),
         "{location}"
     );
+    let loaded = chart::load(&archive).unwrap();
+    assert_eq!(loaded.metadata.name, "foo");
+    assert_eq!(loaded.subcharts[0].subcharts[0].metadata.name, "baz");
     // helm package expands packaged subcharts into directories; that archive loads too.
     let packaged = package(&sources.join("foo"), &dir.path().join("packaged"));
     check(&packaged, &[], &["foo", "foo/bar", "foo/bar/baz"]);
@@ -118,15 +153,9 @@ fn aliases_rename_subcharts_and_may_use_one_chart_twice() {
         "1.0.0",
         "dependencies:\n- name: cache\n  version: 1.x\n  alias: sessions\n- name: cache\n  version: ^1.0.0\n  alias: pages\n  condition: pages.enabled\n",
     );
-    chart(&dir.path().join("charts/cache"), "cache", "1.2.0", "");
-    check(dir.path(), &[], &["shop", "shop/pages", "shop/sessions"]);
-    check(
-        dir.path(),
-        &["pages.enabled=false"],
-        &["shop", "shop/sessions"],
-    );
-    let loaded = chart::load(dir.path()).unwrap();
-    let tree = chart::resolve(&loaded, &Default::default()).unwrap();
+    // The directory's name is not the chart's: Helm goes by the name in Chart.yaml.
+    chart(&dir.path().join("charts/cache-dir"), "cache", "1.2.0", "");
+    let tree = check(dir.path(), &[], &["shop", "shop/pages", "shop/sessions"]);
     let sessions = tree.find("shop/sessions").unwrap();
     assert_eq!(sessions.name, "sessions");
     assert_eq!(sessions.metadata.name, "cache");
@@ -134,11 +163,25 @@ fn aliases_rename_subcharts_and_may_use_one_chart_twice() {
         sessions.dependency.as_ref().unwrap().alias.as_deref(),
         Some("sessions")
     );
+    let tree = check(
+        dir.path(),
+        &["pages.enabled=false"],
+        &["shop", "shop/sessions"],
+    );
+    assert_eq!(
+        not_rendered(&tree),
+        vec![(
+            "shop".to_string(),
+            "pages".to_string(),
+            Some("condition pages.enabled".to_string())
+        )]
+    );
 }
 
 #[test]
 fn a_subchart_whose_version_does_not_match_keeps_its_own_name() {
-    // Helm quirk: the entry does not match, so the alias is not applied and the chart stays.
+    // Helm: the entry does not match, so the alias is not applied and the chart stays under its
+    // own name; the entry itself renders nothing.
     let dir = TempDir::new().unwrap();
     chart(
         dir.path(),
@@ -147,7 +190,39 @@ fn a_subchart_whose_version_does_not_match_keeps_its_own_name() {
         "dependencies:\n- name: db\n  version: ^2.0.0\n  alias: database\n",
     );
     chart(&dir.path().join("charts/db"), "db", "1.0.0", "");
-    check(dir.path(), &[], &["app", "app/db"]);
+    let tree = check(dir.path(), &[], &["app", "app/db"]);
+    assert_eq!(tree.find("app/db").unwrap().dependency, None);
+    assert_eq!(
+        not_rendered(&tree),
+        vec![("app".to_string(), "database".to_string(), None)]
+    );
+}
+
+#[test]
+fn of_two_charts_of_one_name_the_one_of_the_dependency_version_is_read() {
+    let dir = TempDir::new().unwrap();
+    chart(
+        dir.path(),
+        "app",
+        "1.0.0",
+        "dependencies:\n- name: db\n  version: 2.0.0\n  alias: database\n",
+    );
+    chart(
+        &dir.path().join("charts/db-1"),
+        "db",
+        "1.0.0",
+        "annotations:\n  which: old\n",
+    );
+    chart(
+        &dir.path().join("charts/db-2"),
+        "db",
+        "2.0.0",
+        "annotations:\n  which: new\n",
+    );
+    let tree = check(dir.path(), &[], &["app", "app/database", "app/db"]);
+    let database = tree.find("app/database").unwrap();
+    assert_eq!(database.metadata.version, "2.0.0");
+    assert_eq!(database.metadata.annotations["which"], "new");
 }
 
 fn conditional(dir: &Path) {
@@ -159,146 +234,66 @@ fn conditional(dir: &Path) {
          - name: bar\n  version: 0.1.0\n  condition: bar.enabled,global.bar.enabled\n\
          - name: web\n  version: 0.1.0\n  tags: [front-end, web]\n\
          - name: api\n  version: 0.1.0\n  tags: [back-end]\n  condition: api.enabled\n\
-         - name: quiet\n  version: 0.1.0\n  condition: quiet.enabled\n\
-         - name: odd\n  version: 0.1.0\n  condition: odd.enabled\n",
+         - name: quiet\n  version: 0.1.0\n  condition: quiet.enabled\n",
     );
-    write(dir, "values.yaml", "odd:\n  enabled: \"no\"\n");
     chart(&dir.join("charts/bar"), "bar", "0.1.0", "");
     chart(&dir.join("charts/web"), "web", "0.1.0", "");
     chart(&dir.join("charts/api"), "api", "0.1.0", "");
     // Disabled by its own default values.
     chart(&dir.join("charts/quiet"), "quiet", "0.1.0", "");
     write(&dir.join("charts/quiet"), "values.yaml", "enabled: false\n");
-    chart(&dir.join("charts/odd"), "odd", "0.1.0", "");
 }
 
 #[test]
-fn conditions_decide_from_merged_values() {
+fn what_helm_disabled_is_listed_with_the_condition_and_tags_it_declares() {
     let dir = TempDir::new().unwrap();
     conditional(dir.path());
-    let all = ["foo", "foo/api", "foo/bar", "foo/odd", "foo/web"];
-    check(dir.path(), &[], &all);
-    check(
-        dir.path(),
-        &["bar.enabled=false"],
-        &["foo", "foo/api", "foo/odd", "foo/web"],
+    let tree = check(dir.path(), &[], &["foo", "foo/api", "foo/bar", "foo/web"]);
+    assert_eq!(
+        not_rendered(&tree),
+        vec![(
+            "foo".to_string(),
+            "quiet".to_string(),
+            Some("condition quiet.enabled".to_string())
+        )]
     );
-    // The first path that holds a boolean decides.
-    check(
+    let tree = check(
         dir.path(),
-        &["bar.enabled=true,global.bar.enabled=false"],
-        &all,
+        &["bar.enabled=false,tags.front-end=false,tags.back-end=false"],
+        &["foo"],
     );
-    check(
-        dir.path(),
-        &["quiet.enabled=true"],
-        &[
-            "foo",
-            "foo/api",
-            "foo/bar",
-            "foo/odd",
-            "foo/quiet",
-            "foo/web",
-        ],
+    let declared: Vec<(String, Option<String>)> = not_rendered(&tree)
+        .into_iter()
+        .map(|(_, name, switches)| (name, switches))
+        .collect();
+    assert_eq!(
+        declared,
+        vec![
+            (
+                "bar".to_string(),
+                Some("condition bar.enabled,global.bar.enabled".to_string())
+            ),
+            ("web".to_string(), Some("tags front-end, web".to_string())),
+            (
+                "api".to_string(),
+                Some("condition api.enabled, tag back-end".to_string())
+            ),
+            (
+                "quiet".to_string(),
+                Some("condition quiet.enabled".to_string())
+            ),
+        ]
     );
-    // A condition that is not a boolean is ignored (values.yaml has odd.enabled: "no").
+    // Helm's decision stands, whatever it is: a condition overrides the tags.
     check(
         dir.path(),
-        &["odd.enabled=false"],
+        &["tags.back-end=false,api.enabled=true"],
         &["foo", "foo/api", "foo/bar", "foo/web"],
     );
 }
 
 #[test]
-fn helm_does_not_trim_the_second_condition_path() {
-    let dir = TempDir::new().unwrap();
-    conditional(dir.path());
-    // `bar.enabled,global.bar.enabled` splits into two paths; a global false disables bar...
-    check(
-        dir.path(),
-        &["global.bar.enabled=false"],
-        &["foo", "foo/api", "foo/odd", "foo/web"],
-    );
-    // ...but with a space after the comma Helm looks up " global.bar.enabled", which never exists.
-    let text = std::fs::read_to_string(dir.path().join("Chart.yaml")).unwrap();
-    write(
-        dir.path(),
-        "Chart.yaml",
-        &text.replace(
-            "bar.enabled,global.bar.enabled",
-            "bar.enabled, global.bar.enabled",
-        ),
-    );
-    check(
-        dir.path(),
-        &["global.bar.enabled=false"],
-        &["foo", "foo/api", "foo/bar", "foo/odd", "foo/web"],
-    );
-}
-
-#[test]
-fn tags_disable_and_conditions_override_tags() {
-    let dir = TempDir::new().unwrap();
-    conditional(dir.path());
-    check(
-        dir.path(),
-        &["tags.front-end=false"],
-        &["foo", "foo/api", "foo/bar", "foo/odd"],
-    );
-    // One true tag keeps the chart.
-    check(
-        dir.path(),
-        &["tags.front-end=false,tags.web=true"],
-        &["foo", "foo/api", "foo/bar", "foo/odd", "foo/web"],
-    );
-    check(
-        dir.path(),
-        &["tags.back-end=false"],
-        &["foo", "foo/bar", "foo/odd", "foo/web"],
-    );
-    check(
-        dir.path(),
-        &["tags.back-end=false,api.enabled=true"],
-        &["foo", "foo/api", "foo/bar", "foo/odd", "foo/web"],
-    );
-}
-
-#[test]
-fn disabled_dependencies_say_why() {
-    let dir = TempDir::new().unwrap();
-    conditional(dir.path());
-    let loaded = chart::load(dir.path()).unwrap();
-    let values = ValueOptions {
-        set: vec!["bar.enabled=false,tags.front-end=false".into()],
-        ..Default::default()
-    }
-    .merge()
-    .unwrap();
-    let tree = chart::resolve(&loaded, &values).unwrap();
-    let reasons: Vec<(String, String)> = tree
-        .root
-        .disabled
-        .iter()
-        .map(|d| (d.dependency.effective_name().to_string(), d.reason.clone()))
-        .collect();
-    assert_eq!(
-        reasons,
-        vec![
-            (
-                "bar".to_string(),
-                "condition bar.enabled is false".to_string()
-            ),
-            ("web".to_string(), "tags front-end are false".to_string()),
-            (
-                "quiet".to_string(),
-                "condition quiet.enabled is false".to_string()
-            ),
-        ]
-    );
-}
-
-#[test]
-fn nested_conditions_are_paths_below_the_subchart() {
+fn nested_subcharts_below_an_alias() {
     let dir = TempDir::new().unwrap();
     chart(
         dir.path(),
@@ -319,15 +314,52 @@ fn nested_conditions_are_paths_below_the_subchart() {
         "",
     );
     check(dir.path(), &[], &["top", "top/middle", "top/middle/leaf"]);
-    check(
+    let tree = check(
         dir.path(),
         &["middle.leaf.enabled=false"],
         &["top", "top/middle"],
     );
-    check(
+    assert_eq!(
+        not_rendered(&tree),
+        vec![(
+            "top/middle".to_string(),
+            "leaf".to_string(),
+            Some("condition leaf.enabled".to_string())
+        )]
+    );
+}
+
+#[test]
+fn a_chart_is_in_the_tree_when_it_or_a_subchart_rendered_something() {
+    let dir = TempDir::new().unwrap();
+    // foo/bar renders nothing itself but its subchart does; foo/empty renders nothing at all.
+    write(
         dir.path(),
-        &["leaf.enabled=false"],
-        &["top", "top/middle", "top/middle/leaf"],
+        "Chart.yaml",
+        "apiVersion: v2\nname: foo\nversion: 0.1.0\ndependencies:\n- name: bar\n  version: 0.1.0\n- name: empty\n  version: 0.1.0\n",
+    );
+    write(
+        &dir.path().join("charts/bar"),
+        "Chart.yaml",
+        "apiVersion: v2\nname: bar\nversion: 0.1.0\ndependencies:\n- name: baz\n  version: 0.1.0\n",
+    );
+    chart(
+        &dir.path().join("charts/bar/charts/baz"),
+        "baz",
+        "0.1.0",
+        "",
+    );
+    write(
+        &dir.path().join("charts/empty"),
+        "Chart.yaml",
+        "apiVersion: v2\nname: empty\nversion: 0.1.0\n",
+    );
+    let tree = tree(dir.path(), &[]);
+    let paths: Vec<&str> = tree.charts().iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, vec!["foo", "foo/bar", "foo/bar/baz"]);
+    assert_eq!(
+        not_rendered(&tree),
+        vec![("foo".to_string(), "empty".to_string(), None)]
     );
 }
 
@@ -360,18 +392,11 @@ fn helmignore_can_leave_a_subchart_out() {
 fn the_examples_resolve_as_the_seed_describes() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     check(&root.join("examples/shop"), &[], &["shop"]);
-    check(
+    let tree = check(
         &root.join("examples/foo"),
         &[],
         &["foo", "foo/bar", "foo/nginx", "foo/rabbitmq"],
     );
-    check(
-        &root.join("examples/foo"),
-        &["bar.enabled=false"],
-        &["foo", "foo/nginx", "foo/rabbitmq"],
-    );
-    let loaded = chart::load(&root.join("examples/foo")).unwrap();
-    let tree = chart::resolve(&loaded, &Default::default()).unwrap();
     let bar = tree.find("foo/bar").unwrap();
     assert_eq!(
         bar.dependency.as_ref().unwrap().depends_on,
@@ -381,10 +406,23 @@ fn the_examples_resolve_as_the_seed_describes() {
         tree.root.metadata.annotations["helm.sh/depends-on/subcharts"],
         r#"["bar", "rabbitmq"]"#
     );
+    let tree = check(
+        &root.join("examples/foo"),
+        &["bar.enabled=false"],
+        &["foo", "foo/nginx", "foo/rabbitmq"],
+    );
+    assert_eq!(
+        not_rendered(&tree),
+        vec![(
+            "foo".to_string(),
+            "bar".to_string(),
+            Some("condition bar.enabled".to_string())
+        )]
+    );
 }
 
 #[test]
-fn a_missing_dependency_is_an_error_naming_it() {
+fn a_missing_dependency_is_helms_error_naming_the_chart() {
     let dir = TempDir::new().unwrap();
     chart(
         dir.path(),
@@ -393,98 +431,18 @@ fn a_missing_dependency_is_an_error_naming_it() {
         "dependencies:\n- name: nginx\n  version: 1.0.0\n  repository: oci://registry.example.com/charts\n- name: bar\n  version: 0.1.0\n",
     );
     chart(&dir.path().join("charts/bar"), "bar", "0.1.0", "");
-    let loaded = chart::load(dir.path()).unwrap();
-    let err = chart::resolve(&loaded, &Default::default()).unwrap_err();
-    assert!(matches!(err, ChartError::MissingDependencies { .. }));
+    let err = render(dir.path(), &[]).unwrap_err();
+    assert!(!err.is_transient(), "{err}");
     let message = err.to_string();
+    assert!(
+        message.starts_with(&format!(
+            "rendering chart {}: helm template failed (exit code 1):\n",
+            dir.path().display()
+        )),
+        "{message}"
+    );
     assert!(
         message.contains("found in Chart.yaml, but missing in charts/ directory: nginx"),
         "{message}"
-    );
-    assert!(message.contains("Chart.yaml"), "{message}");
-    // Nested too, naming the chart path.
-    let dir = TempDir::new().unwrap();
-    chart(
-        dir.path(),
-        "foo",
-        "0.1.0",
-        "dependencies:\n- name: bar\n  version: 0.1.0\n",
-    );
-    chart(
-        &dir.path().join("charts/bar"),
-        "bar",
-        "0.1.0",
-        "dependencies:\n- name: baz\n  version: 0.1.0\n",
-    );
-    let loaded = chart::load(dir.path()).unwrap();
-    let message = chart::resolve(&loaded, &Default::default())
-        .unwrap_err()
-        .to_string();
-    assert!(message.starts_with("chart foo/bar ("), "{message}");
-    assert!(message.contains("charts/bar/Chart.yaml"), "{message}");
-    assert!(
-        message.ends_with("missing in charts/ directory: baz"),
-        "{message}"
-    );
-}
-
-#[test]
-fn values_null_removes_a_default_like_helm() {
-    let dir = TempDir::new().unwrap();
-    chart(
-        dir.path(),
-        "foo",
-        "0.1.0",
-        "dependencies:\n- name: bar\n  version: 0.1.0\n  condition: bar.enabled\n",
-    );
-    write(dir.path(), "values.yaml", "bar:\n  enabled: false\n");
-    chart(&dir.path().join("charts/bar"), "bar", "0.1.0", "");
-    check(dir.path(), &[], &["foo"]);
-    // A user null deletes the parent's default...
-    check(dir.path(), &["bar.enabled=null"], &["foo", "foo/bar"]);
-    // ...and the subchart's own default too: Helm drops the key all the way down.
-    write(
-        &dir.path().join("charts/bar"),
-        "values.yaml",
-        "enabled: false\n",
-    );
-    check(dir.path(), &[], &["foo"]);
-    check(dir.path(), &["bar.enabled=null"], &["foo", "foo/bar"]);
-}
-
-#[test]
-fn yaml_1_1_booleans_decide_conditions_as_in_helm() {
-    // Helm reads YAML with go-yaml v2: `off`, `no`, `n` are false, `on`, `yes`, `y` are true.
-    let dir = TempDir::new().unwrap();
-    chart(
-        dir.path(),
-        "foo",
-        "0.1.0",
-        "dependencies:\n- name: bar\n  version: 0.1.0\n  condition: bar.enabled\n- name: baz\n  version: 0.1.0\n  condition: baz.enabled\n",
-    );
-    write(
-        dir.path(),
-        "values.yaml",
-        "bar:\n  enabled: off\nbaz:\n  enabled: \"off\"\n",
-    );
-    chart(&dir.path().join("charts/bar"), "bar", "0.1.0", "");
-    chart(&dir.path().join("charts/baz"), "baz", "0.1.0", "");
-    check(dir.path(), &[], &["foo", "foo/baz"]);
-    let values = dir.path().join("override.yaml");
-    std::fs::write(&values, "bar:\n  enabled: yes\nbaz:\n  enabled: n\n").unwrap();
-    let by_helm = helm_chart_paths(dir.path(), &["-f", values.to_str().unwrap()]);
-    let loaded = chart::load(dir.path()).unwrap();
-    let merged = ValueOptions {
-        files: vec![values],
-        ..Default::default()
-    }
-    .merge()
-    .unwrap();
-    let tree = chart::resolve(&loaded, &merged).unwrap();
-    let ours: BTreeSet<String> = tree.charts().iter().map(|c| c.path.clone()).collect();
-    assert_eq!(ours, by_helm);
-    assert_eq!(
-        ours,
-        ["foo", "foo/bar"].iter().map(|s| s.to_string()).collect()
     );
 }

@@ -743,23 +743,27 @@ async fn server_errors_are_retried_and_the_release_still_converges() {
     .await;
 }
 
-/// GET `path` from the metrics server: (status, body).
+/// GET `path` from the metrics server: (status, body). HTTP/1.0, so the body is not chunked.
 async fn scrape(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let url = format!("http://{addr}{path}");
-    tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let mut response = agent.get(&url).call().expect("metrics server answers");
-        let status = response.status().as_u16();
-        (
-            status,
-            response.body_mut().read_to_string().unwrap_or_default(),
-        )
-    })
-    .await
-    .unwrap()
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("metrics server answers");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.expect("read");
+    let response = String::from_utf8_lossy(&response);
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default();
+    (status, body)
 }
 
 /// The value of the sample `name` (with its labels, as printed), or 0.

@@ -884,7 +884,11 @@ dependencies:
     condition: bar.enabled
 "#;
 
-fn foo_tree(dir: &TempDir, root: &str, set: &[&str]) -> ChartTree {
+/// The subcharts of FOO when Helm renders all of them.
+const FOO_RENDERED: &[&str] = &["foo/nginx", "foo/rabbitmq", "foo/bar"];
+
+/// FOO's tree when Helm rendered documents for the chart paths `rendered`.
+fn foo_tree(dir: &TempDir, root: &str, rendered: &[&str]) -> ChartTree {
     chart_tree(
         dir.path(),
         &[
@@ -902,7 +906,7 @@ fn foo_tree(dir: &TempDir, root: &str, set: &[&str]) -> ChartTree {
                 "apiVersion: v2\nname: bar\nversion: 0.1.0\n",
             ),
         ],
-        set,
+        rendered,
     )
 }
 
@@ -927,7 +931,7 @@ fn foo_documents(tree: &ChartTree) -> sequenced::render::Rendered {
 #[test]
 fn seed_subchart_example_nginx_and_rabbitmq_then_bar_then_foo() {
     let dir = TempDir::new().expect("temp dir");
-    let tree = foo_tree(&dir, FOO, &["bar.enabled=true"]);
+    let tree = foo_tree(&dir, FOO, FOO_RENDERED);
     let plan = ok(plan::plan(&tree, foo_documents(&tree)));
     assert_eq!(
         layers(&plan),
@@ -978,7 +982,8 @@ fn seed_subchart_example_nginx_and_rabbitmq_then_bar_then_foo() {
 #[test]
 fn a_disabled_subchart_leaves_the_graph_with_its_edges() {
     let dir = TempDir::new().expect("temp dir");
-    let tree = foo_tree(&dir, FOO, &["bar.enabled=false"]);
+    // bar disabled (bar.enabled=false): Helm renders nothing of it.
+    let tree = foo_tree(&dir, FOO, &["foo/nginx", "foo/rabbitmq"]);
     let plan = ok(plan::plan(&tree, foo_documents(&tree)));
     assert_eq!(
         layers(&plan),
@@ -1021,7 +1026,7 @@ dependencies:
     depends-on: ["web"]
 "#;
     let dir = TempDir::new().expect("temp dir");
-    let tree = foo_tree(&dir, root, &[]);
+    let tree = foo_tree(&dir, root, &["foo/web", "foo/rabbitmq", "foo/bar"]);
     let plan = ok(plan::plan(&tree, foo_documents(&tree)));
     assert_eq!(
         layers(&plan),
@@ -1070,7 +1075,7 @@ dependencies:
                 "apiVersion: v2\nname: bar\nversion: 0.1.0\n",
             ),
         ],
-        &[],
+        &["foo/nginx", "foo/bar"],
     );
     let docs = vec![
         (
@@ -1204,7 +1209,7 @@ dependencies:
     ];
     for (root, problem, expected) in cases {
         let dir = TempDir::new().expect("temp dir");
-        let tree = foo_tree(&dir, root, &[]);
+        let tree = foo_tree(&dir, root, FOO_RENDERED);
         let e = err(plan::plan(&tree, foo_documents(&tree)));
         assert_eq!(e.errors[0].problem, problem, "{e}");
         assert!(e.to_string().contains(expected), "{expected:?} in:\n{e}");

@@ -208,7 +208,9 @@ proptest! {
             charts.push((format!("top/charts/s{i}"), format!("apiVersion: v2\nname: s{i}\nversion: 1.0.0\n")));
         }
         let refs: Vec<(&str, &str)> = charts.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-        let tree = chart_tree(dir.path(), &refs, &[]);
+        let paths: Vec<String> = (0..count).map(|i| format!("top/s{i}")).collect();
+        let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+        let tree = chart_tree(dir.path(), &refs, &paths);
         let sources: Vec<String> = (0..count).map(|i| format!("top/charts/s{i}/templates/x.yaml")).collect();
         let documents: Vec<(&str, String)> = (0..count)
             .map(|i| (sources[i].as_str(), object("ConfigMap", &format!("c{i}"), &[])))

@@ -5,9 +5,10 @@ mod support;
 
 use std::path::Path;
 
-use sequenced::chart::{self, ChartTree};
+use sequenced::chart::source::{ChartCache, ChartReference};
 use sequenced::helm::{Helm, HelmError};
-use sequenced::render::{self, RenderError, RenderOptions, Rendered};
+use sequenced::pipeline::{self, ChartSource, RenderRequest, ValuesFile};
+use sequenced::render::{self, RenderError, Rendered};
 use support::{chart, write};
 use tempfile::TempDir;
 
@@ -15,19 +16,35 @@ fn helm() -> Helm {
     Helm::at(support::helm())
 }
 
-fn options(release: &str) -> RenderOptions {
-    RenderOptions {
+fn options(release: &str) -> RenderRequest {
+    RenderRequest {
         release_name: release.to_string(),
         namespace: "shop".to_string(),
         ..Default::default()
     }
 }
 
-fn render_dir(path: &Path, options: &RenderOptions) -> (ChartTree, Result<Rendered, RenderError>) {
-    let loaded = chart::load(path).expect("load");
-    let tree = chart::resolve(&loaded, &Default::default()).expect("resolve");
-    let rendered = render::render(&helm(), path, &tree, options);
-    (tree, rendered)
+/// Renders a chart directory through the chart pipeline with `helm`.
+fn render_with(
+    helm: &Helm,
+    path: &Path,
+    request: &RenderRequest,
+) -> Result<pipeline::Rendered, pipeline::Error> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let cache = TempDir::new().expect("cache");
+        let source = ChartSource::Reference(ChartReference::Path(path.to_path_buf()));
+        let resolved =
+            pipeline::resolve(helm, &ChartCache::new(cache.path()), &source, None).await?;
+        pipeline::render(helm, &resolved, request).await
+    })
+}
+
+fn render_dir(path: &Path, request: &RenderRequest) -> Result<Rendered, pipeline::Error> {
+    render_with(&helm(), path, request).map(|rendered| rendered.documents)
 }
 
 /// (chart, template, resource) of every document of a stage.
@@ -90,8 +107,7 @@ fn fixture(dir: &Path) {
 fn documents_are_attributed_to_chart_paths_and_template_files() {
     let dir = TempDir::new().unwrap();
     fixture(dir.path());
-    let (_, rendered) = render_dir(dir.path(), &options("rel"));
-    let rendered = rendered.expect("render");
+    let rendered = render_dir(dir.path(), &options("rel")).expect("render");
     assert_eq!(
         summary(&rendered.crds),
         vec![
@@ -181,15 +197,21 @@ fn release_name_namespace_and_values_reach_helm() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: info\n  namespace: {{ .Release.Namespace }}\ndata:\n  release: {{ .Release.Name }}\n  color: {{ .Values.color | quote }}\n  size: {{ .Values.size | quote }}\n  kube: {{ .Capabilities.KubeVersion.Version | quote }}\n  upgrade: {{ .Release.IsUpgrade | quote }}\n",
     );
     write(dir.path(), "values.yaml", "color: red\nsize: small\n");
-    let values = dir.path().join("override.yaml");
-    std::fs::write(&values, "color: blue\n").unwrap();
     let mut options = options("my-release");
-    options.values_files = vec![values];
-    options.set = vec!["size=large".into()];
+    options.values = vec![
+        ValuesFile {
+            origin: "first".into(),
+            text: "color: green\nsize: medium\n".into(),
+        },
+        ValuesFile {
+            origin: "second".into(),
+            text: "color: blue".into(),
+        },
+    ];
+    options.flags.set = vec!["size=large".into()];
     options.kube_version = Some("v1.31.2".into());
     options.is_upgrade = true;
-    let (_, rendered) = render_dir(dir.path(), &options);
-    let rendered = rendered.expect("render");
+    let rendered = render_dir(dir.path(), &options).expect("render");
     let info = rendered
         .resources
         .iter()
@@ -206,8 +228,7 @@ fn release_name_namespace_and_values_reach_helm() {
 #[test]
 fn the_examples_render_with_their_chart_paths() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let (_, rendered) = render_dir(&root.join("examples/foo"), &options("foo"));
-    let rendered = rendered.expect("render foo");
+    let rendered = render_dir(&root.join("examples/foo"), &options("foo")).expect("render foo");
     assert!(rendered.crds.is_empty() && rendered.hooks.is_empty());
     assert_eq!(
         summary(&rendered.resources),
@@ -230,8 +251,7 @@ fn the_examples_render_with_their_chart_paths() {
             ),
         ]
     );
-    let (_, rendered) = render_dir(&root.join("examples/shop"), &options("shop"));
-    let rendered = rendered.expect("render shop");
+    let rendered = render_dir(&root.join("examples/shop"), &options("shop")).expect("render shop");
     let layers: Vec<(String, String)> = rendered
         .resources
         .iter()
@@ -278,9 +298,15 @@ fn helm_failures_reach_the_user_intact() {
         "templates/fail.yaml",
         "{{ fail \"the database password is required: set db.password\" }}\n",
     );
-    let (_, rendered) = render_dir(dir.path(), &options("r"));
-    let err = rendered.unwrap_err();
-    assert!(matches!(err, RenderError::Helm { .. }));
+    let err = render_dir(dir.path(), &options("r")).unwrap_err();
+    assert!(matches!(
+        err,
+        pipeline::Error::Render(RenderError::Helm { .. })
+    ));
+    assert!(
+        !err.is_transient(),
+        "a chart that fails to render stays failed"
+    );
     let message = err.to_string();
     assert!(message.starts_with("rendering chart "), "{message}");
     assert!(
@@ -300,8 +326,9 @@ fn a_template_that_does_not_render_an_object_is_named() {
         "templates/nameless.yaml",
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  labels: {a: b}\n",
     );
-    let (_, rendered) = render_dir(dir.path(), &options("r"));
-    let message = rendered.unwrap_err().to_string();
+    let message = render_dir(dir.path(), &options("r"))
+        .unwrap_err()
+        .to_string();
     assert_eq!(
         message,
         "odd/templates/nameless.yaml: a ConfigMap without metadata.name"
@@ -312,12 +339,10 @@ fn a_template_that_does_not_render_an_object_is_named() {
 fn a_missing_helm_says_how_to_install_it() {
     let dir = TempDir::new().unwrap();
     chart(dir.path(), "app", "0.1.0", "");
-    let loaded = chart::load(dir.path()).unwrap();
-    let tree = chart::resolve(&loaded, &Default::default()).unwrap();
     let missing = Helm::at(dir.path().join("no-such-helm"));
-    let message = render::render(&missing, dir.path(), &tree, &options("r"))
-        .unwrap_err()
-        .to_string();
+    let err = render_with(&missing, dir.path(), &options("r")).unwrap_err();
+    assert!(err.is_transient(), "helm may be installed later");
+    let message = err.to_string();
     assert!(message.contains("no-such-helm"), "{message}");
     assert!(message.contains("no such file or directory"), "{message}");
     let not_found = HelmError::NotFound.to_string();

@@ -1,16 +1,19 @@
-//! Reading a chart directory or packaged chart with its subcharts, following Helm's loader:
-//! `.helmignore` for directories, the archive rules (one top directory, no paths outside it, size
-//! limits), subcharts as directories or `.tgz` files in `charts/`, names starting with `_` or `.`
-//! skipped, `.prov` files ignored.
+//! Reading the Chart.yaml files of a chart directory or packaged chart and its subcharts,
+//! following Helm's loader: `.helmignore` for directories, the archive rules (one top directory,
+//! no paths outside it, size limits), subcharts as directories or `.tgz` files in `charts/`,
+//! names starting with `_` or `.` skipped, `.prov` files ignored.
+//!
+//! Charts are rendered by `helm template` before they are loaded here, so Helm has already
+//! reported what it finds wrong with a chart (a missing dependency, an invalid version, a
+//! values.yaml that is not YAML); this loader keeps only the checks it needs to read safely.
 
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
 use super::helmignore::Rules;
-use super::metadata::{parse_metadata, parse_requirements, validate};
-use super::values::{Values, parse_values};
-use super::{Chart, ChartError, Location, io_message};
+use super::metadata::{parse_metadata, parse_requirements};
+use super::{Chart, ChartError, Location, Metadata, io_message};
 
 /// Helm's limit on a whole decompressed chart.
 const MAX_CHART_SIZE: u64 = 100 * 1024 * 1024;
@@ -18,7 +21,7 @@ const MAX_CHART_SIZE: u64 = 100 * 1024 * 1024;
 const MAX_FILE_SIZE: u64 = 5 * 1024 * 1024;
 
 /// The files of one chart that sequencing reads, by path relative to the chart root:
-/// Chart.yaml, values.yaml, requirements.yaml, and everything under charts/.
+/// Chart.yaml, requirements.yaml, and everything under charts/.
 type Files = BTreeMap<String, Vec<u8>>;
 
 /// The same files, borrowed: a subchart's view of its parent's files, without copying them.
@@ -94,7 +97,7 @@ fn collect_directory(
     files: &mut Files,
     budget: &mut u64,
 ) -> Result<(), ChartError> {
-    for name in ["Chart.yaml", "values.yaml", "requirements.yaml"] {
+    for name in ["Chart.yaml", "requirements.yaml"] {
         let relative = format!("{rel}{name}");
         let full = top.join(&relative);
         if full.is_file() && !rules.ignores(&relative, false) {
@@ -253,7 +256,7 @@ fn read_archive(bytes: &[u8]) -> Result<Files, String> {
 
 /// Whether the loader needs a file of an archive.
 fn wanted(name: &str) -> bool {
-    matches!(name, "Chart.yaml" | "values.yaml" | "requirements.yaml")
+    matches!(name, "Chart.yaml" | "requirements.yaml")
         || (name.starts_with("charts/") && !name.ends_with(".prov"))
 }
 
@@ -282,8 +285,22 @@ fn clean_path(path: &str) -> Option<String> {
     Some(parts.join("/"))
 }
 
-/// Builds a chart from its files, loading its subcharts recursively.
-fn load_files(files: &FileView<'_>, location: Location) -> Result<Chart, ChartError> {
+/// The top Chart.yaml of a packaged chart on disk (what `helm pull` wrote).
+pub(super) fn archive_metadata(path: &Path) -> Result<Metadata, ChartError> {
+    let location = Location::archive(path.display().to_string());
+    let bytes = std::fs::read(path).map_err(|e| ChartError::Read {
+        path: path.display().to_string(),
+        message: io_message(&e),
+    })?;
+    let files = read_archive(&bytes).map_err(|message| ChartError::Archive {
+        path: location.to_string(),
+        message,
+    })?;
+    read_metadata(&view(&files), &location)
+}
+
+/// Chart.yaml (with requirements.yaml of apiVersion v1 charts) of the chart whose files these are.
+fn read_metadata(files: &FileView<'_>, location: &Location) -> Result<Metadata, ChartError> {
     let chart_file = location.file("Chart.yaml");
     let chart_yaml = files
         .get("Chart.yaml")
@@ -319,19 +336,18 @@ fn load_files(files: &FileView<'_>, location: Location) -> Result<Chart, ChartEr
             metadata.dependencies = Some(dependencies);
         }
     }
-    validate(&metadata).map_err(|message| ChartError::ChartYaml {
-        file: chart_file.clone(),
-        message,
-    })?;
+    if metadata.name.is_empty() {
+        return Err(ChartError::ChartYaml {
+            file: chart_file,
+            message: "chart.metadata.name is required".to_string(),
+        });
+    }
+    Ok(metadata)
+}
 
-    let values = match files.get("values.yaml") {
-        None => Values::new(),
-        Some(bytes) => {
-            let file = location.file("values.yaml");
-            parse_values(utf8(bytes, &file)?)
-                .map_err(|message| ChartError::Values { file, message })?
-        }
-    };
+/// Builds a chart from its files, loading its subcharts recursively.
+fn load_files(files: &FileView<'_>, location: Location) -> Result<Chart, ChartError> {
+    let metadata = read_metadata(files, &location)?;
 
     // Group charts/ by the first path element after it, as Helm does.
     let mut groups: BTreeMap<&str, FileView<'_>> = BTreeMap::new();
@@ -369,7 +385,6 @@ fn load_files(files: &FileView<'_>, location: Location) -> Result<Chart, ChartEr
     }
     Ok(Chart {
         metadata,
-        values,
         subcharts,
         location,
     })

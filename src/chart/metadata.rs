@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::constraint;
+use super::describe;
 
 /// The fields of a Chart.yaml that sequencing uses.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -30,10 +30,10 @@ pub struct Metadata {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Dependency {
     pub name: String,
-    /// A version or constraint the subchart in charts/ must satisfy.
+    /// A version or constraint the subchart in charts/ must satisfy (Helm checks it).
     pub version: String,
     pub repository: String,
-    /// Comma-separated value paths; the first one that holds a boolean decides.
+    /// Comma-separated value paths; Helm enables the dependency by the first that holds a boolean.
     pub condition: String,
     pub tags: Vec<String>,
     pub alias: Option<String>,
@@ -46,6 +46,23 @@ impl Dependency {
     pub fn effective_name(&self) -> &str {
         self.alias.as_deref().unwrap_or(&self.name)
     }
+
+    /// What the entry declares to switch it on or off, in words (`condition bar.enabled`,
+    /// `tags front-end, web`), or `None` when it declares neither. Their values are Helm's to
+    /// judge.
+    pub fn switches(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        let condition = self.condition.trim();
+        if !condition.is_empty() {
+            parts.push(format!("condition {condition}"));
+        }
+        match self.tags.as_slice() {
+            [] => {}
+            [tag] => parts.push(format!("tag {tag}")),
+            tags => parts.push(format!("tags {}", tags.join(", "))),
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
 }
 
 /// Reads Chart.yaml (already parsed from YAML). The error says which field is wrong.
@@ -56,7 +73,7 @@ pub fn parse_metadata(document: &Value) -> Result<Metadata, String> {
         other => {
             return Err(format!(
                 "Chart.yaml must be a mapping of fields, not {}",
-                super::values::describe(other)
+                describe(other)
             ));
         }
     };
@@ -78,7 +95,7 @@ pub fn parse_metadata(document: &Value) -> Result<Metadata, String> {
                     Value::Array(_) | Value::Object(_) => {
                         return Err(format!(
                             "{field} must be a string, not {}: Helm rejects it; quote the value, e.g. '{}'",
-                            super::values::describe(value),
+                            describe(value),
                             serde_json::to_string(value).unwrap_or_default()
                         ));
                     }
@@ -90,7 +107,7 @@ pub fn parse_metadata(document: &Value) -> Result<Metadata, String> {
         Some(other) => {
             return Err(format!(
                 "annotations must be a mapping of strings, not {}",
-                super::values::describe(other)
+                describe(other)
             ));
         }
     }
@@ -104,7 +121,7 @@ pub fn parse_requirements(document: &Value) -> Result<Option<Vec<Dependency>>, S
         Value::Null => Ok(None),
         other => Err(format!(
             "requirements.yaml must be a mapping, not {}",
-            super::values::describe(other)
+            describe(other)
         )),
     }
 }
@@ -116,7 +133,7 @@ fn parse_dependencies(value: Option<&Value>) -> Result<Option<Vec<Dependency>>, 
         Some(other) => {
             return Err(format!(
                 "dependencies must be a list, not {}",
-                super::values::describe(other)
+                describe(other)
             ));
         }
     };
@@ -132,7 +149,7 @@ fn parse_dependencies(value: Option<&Value>) -> Result<Option<Vec<Dependency>>, 
             other => {
                 return Err(format!(
                     "dependencies[{index}] must be a mapping, not {}",
-                    super::values::describe(other)
+                    describe(other)
                 ));
             }
         };
@@ -167,7 +184,7 @@ fn string_field(value: Option<&Value>, field: &str) -> Result<Option<String>, St
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(_)) | Some(Value::Object(_)) => Err(format!(
             "{field} must be a string, not {}",
-            super::values::describe(value.unwrap_or(&Value::Null))
+            describe(value.unwrap_or(&Value::Null))
         )),
         Some(other) => Ok(Some(sanitize(&scalar_to_string(other)))),
     }
@@ -186,7 +203,7 @@ fn string_list(
             .map(|item| match item {
                 Value::Array(_) | Value::Object(_) | Value::Null => Err(format!(
                     "{field} must be a list of strings; it holds {}",
-                    super::values::describe(item)
+                    describe(item)
                 )),
                 other => Ok(sanitize(&scalar_to_string(other))),
             })
@@ -198,7 +215,7 @@ fn string_list(
             .collect()),
         Some(other) => Err(format!(
             "{field} must be a list of strings, not {}",
-            super::values::describe(other)
+            describe(other)
         )),
     }
 }
@@ -237,58 +254,6 @@ pub fn scalar_to_string(value: &Value) -> String {
     }
 }
 
-/// Helm's checks on Chart.yaml (`Metadata.Validate`), with its messages.
-pub fn validate(md: &Metadata) -> Result<(), String> {
-    if md.api_version.is_empty() {
-        return Err("chart.metadata.apiVersion is required".to_string());
-    }
-    if md.name.is_empty() {
-        return Err("chart.metadata.name is required".to_string());
-    }
-    if md.name == "." || md.name == ".." {
-        return Err(format!("chart.metadata.name {:?} is not allowed", md.name));
-    }
-    if md.name.contains('/') || md.name.contains('\\') {
-        return Err(format!("chart.metadata.name {:?} is invalid", md.name));
-    }
-    if md.version.is_empty() {
-        return Err("chart.metadata.version is required".to_string());
-    }
-    if constraint::parse_version(&md.version).is_err() {
-        return Err(format!(
-            "chart.metadata.version {:?} is invalid",
-            md.version
-        ));
-    }
-    if let Some(t) = &md.chart_type
-        && !t.is_empty()
-        && t != "application"
-        && t != "library"
-    {
-        return Err("chart.metadata.type must be application or library".to_string());
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    for dependency in md.dependencies.iter().flatten() {
-        if let Some(alias) = &dependency.alias
-            && !alias
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
-            return Err(format!(
-                "dependency {:?} has disallowed characters in the alias",
-                dependency.name
-            ));
-        }
-        let key = dependency.effective_name();
-        if !seen.insert(key.to_string()) {
-            return Err(format!(
-                "more than one dependency with name or alias {key:?}"
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,7 +278,6 @@ mod tests {
         assert_eq!(deps[1].tags, vec!["front", "web"]);
         assert_eq!(deps[1].depends_on, vec!["a", "b"]);
         assert_eq!(md.annotations["n"], "1.5");
-        validate(&md).unwrap();
     }
 
     #[test]
@@ -339,58 +303,5 @@ mod tests {
         assert_eq!(scalar_to_string(&json!(1000000.0)), "1e+06");
         assert_eq!(scalar_to_string(&json!(123456.0)), "123456");
         assert_eq!(scalar_to_string(&json!(0.00001)), "1e-05");
-    }
-
-    #[test]
-    fn validation_follows_helm() {
-        let base = Metadata {
-            api_version: "v2".into(),
-            name: "foo".into(),
-            version: "1.0.0".into(),
-            ..Default::default()
-        };
-        assert!(validate(&base).is_ok());
-        let err = |md: Metadata| validate(&md).unwrap_err();
-        assert!(
-            err(Metadata {
-                name: String::new(),
-                ..base.clone()
-            })
-            .contains("name is required")
-        );
-        assert!(
-            err(Metadata {
-                version: "x.y".into(),
-                ..base.clone()
-            })
-            .contains("\"x.y\" is invalid")
-        );
-        let dup = Metadata {
-            dependencies: Some(vec![
-                Dependency {
-                    name: "a".into(),
-                    alias: Some("b".into()),
-                    ..Default::default()
-                },
-                Dependency {
-                    name: "b".into(),
-                    ..Default::default()
-                },
-            ]),
-            ..base.clone()
-        };
-        assert_eq!(
-            err(dup),
-            "more than one dependency with name or alias \"b\""
-        );
-        let bad_alias = Metadata {
-            dependencies: Some(vec![Dependency {
-                name: "a".into(),
-                alias: Some("a/b".into()),
-                ..Default::default()
-            }]),
-            ..base
-        };
-        assert!(err(bad_alias).contains("disallowed characters in the alias"));
     }
 }

@@ -1,33 +1,29 @@
-//! Charts: loading a chart and its whole subchart tree, and deciding which subcharts are enabled.
+//! Charts: loading a chart's Chart.yaml files, and the tree of the charts Helm rendered.
 //!
 //! [`load`] reads a chart directory or packaged `.tgz` with every subchart in `charts/`
 //! (directories or `.tgz`, nested at any depth), keeping what sequencing needs from each
-//! Chart.yaml. [`resolve`] then applies the merged values the way Helm does (conditions, tags,
-//! aliases) and gives the [`ChartTree`] of enabled charts, each with its chart path (`foo`,
-//! `foo/bar`). [`source`] fetches remote charts into a cache.
+//! Chart.yaml. Which subcharts are enabled is Helm's decision, read from what `helm template`
+//! rendered: [`tree`] builds the [`ChartTree`] of the charts that rendered something, each with
+//! its chart path (`foo`, `foo/bar`). [`source`] fetches remote charts into a cache.
 
-pub mod constraint;
-mod deps;
 pub mod helmignore;
 mod load;
 pub mod metadata;
 pub mod source;
-pub mod strvals;
-pub mod values;
+mod tree;
 
-pub use deps::{ChartNode, ChartTree, DisabledDependency, resolve};
 pub use load::{load, load_archive};
 pub use metadata::{Dependency, Metadata};
-pub use values::Values;
+pub use tree::{ChartNode, ChartTree, tree};
 
 use std::fmt;
 
-/// A chart as loaded, before values decide which subcharts are enabled.
+use serde_json::Value;
+
+/// A chart as loaded, with every chart in its charts/ directory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Chart {
     pub metadata: Metadata,
-    /// The chart's values.yaml.
-    pub values: Values,
     /// Every chart found in charts/, sorted by file name.
     pub subcharts: Vec<Chart>,
     /// Where the chart was read from, for messages.
@@ -108,24 +104,6 @@ pub enum ChartError {
     Archive { path: String, message: String },
     #[error("{file}: {message}")]
     ChartYaml { file: String, message: String },
-    #[error("{file}: {message}")]
-    Values { file: String, message: String },
-    #[error("{flag} {input:?}: {message}")]
-    ValueFlag {
-        flag: &'static str,
-        input: String,
-        message: String,
-    },
-    #[error(
-        "chart {chart} ({file}): found in Chart.yaml, but missing in charts/ directory: {names}"
-    )]
-    MissingDependencies {
-        chart: String,
-        file: String,
-        names: String,
-    },
-    #[error("chart {chart}: {message}")]
-    Coalesce { chart: String, message: String },
 }
 
 impl ChartError {
@@ -137,61 +115,7 @@ impl ChartError {
             ChartError::Read { .. } => "io",
             ChartError::Archive { .. } => "archive",
             ChartError::ChartYaml { .. } => "chart_yaml",
-            ChartError::Values { .. } | ChartError::ValueFlag { .. } => "values",
-            ChartError::MissingDependencies { .. } => "missing_dependency",
-            ChartError::Coalesce { .. } => "values",
         }
-    }
-}
-
-/// The values a user gives on the command line, merged as Helm merges them: every values file in
-/// order, then `--set-json`, `--set`, `--set-string` and `--set-literal`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ValueOptions {
-    pub files: Vec<std::path::PathBuf>,
-    pub set_json: Vec<String>,
-    pub set: Vec<String>,
-    pub set_string: Vec<String>,
-    pub set_literal: Vec<String>,
-}
-
-impl ValueOptions {
-    /// The merged user values. Errors name the file or the flag.
-    pub fn merge(&self) -> Result<Values, ChartError> {
-        let mut merged = Values::new();
-        for file in &self.files {
-            let display = file.display().to_string();
-            let text = std::fs::read_to_string(file).map_err(|e| ChartError::Read {
-                path: display.clone(),
-                message: io_message(&e),
-            })?;
-            let values = values::parse_values(&text).map_err(|message| ChartError::Values {
-                file: display,
-                message,
-            })?;
-            merged = values::merge_maps(merged, values);
-        }
-        type Parser = fn(&str, &mut Values) -> Result<(), strvals::Error>;
-        let flags: [(&'static str, &[String], Parser); 4] = [
-            ("--set-json", &self.set_json, strvals::parse_set_json),
-            ("--set", &self.set, strvals::parse_set),
-            ("--set-string", &self.set_string, strvals::parse_set_string),
-            (
-                "--set-literal",
-                &self.set_literal,
-                strvals::parse_set_literal,
-            ),
-        ];
-        for (flag, inputs, parse) in flags {
-            for input in inputs {
-                parse(input, &mut merged).map_err(|e| ChartError::ValueFlag {
-                    flag,
-                    input: input.clone(),
-                    message: e.to_string(),
-                })?;
-            }
-        }
-        Ok(merged)
     }
 }
 
@@ -207,5 +131,17 @@ pub(crate) fn io_message(error: &std::io::Error) -> String {
                 None => text,
             }
         }
+    }
+}
+
+/// A few words naming the type of a value, for error messages.
+pub fn describe(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
     }
 }

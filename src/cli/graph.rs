@@ -2,12 +2,16 @@
 
 use super::template::{CommandError, load_and_render};
 use super::{GraphArgs, GraphFormat};
+use crate::pipeline;
 use crate::plan::draw;
 
 /// Runs the command and returns what it prints.
 pub fn run(args: &GraphArgs) -> Result<String, CommandError> {
     let loaded = load_and_render(&args.chart)?;
-    let plan = crate::plan::plan(&loaded.tree, loaded.rendered)?;
+    let plan = pipeline::plan(pipeline::Rendered {
+        tree: loaded.tree,
+        documents: loaded.rendered,
+    })?;
     Ok(match args.format {
         GraphFormat::Text => draw::text(&plan),
         GraphFormat::Dot => draw::dot(&plan),

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use super::LintArgs;
 use super::template::load_and_render;
+use crate::pipeline;
 use crate::plan::Severity;
 
 /// What the command prints and whether it found errors.
@@ -16,8 +17,19 @@ pub struct Report {
 pub fn run(args: &LintArgs) -> Report {
     let mut output = String::new();
     let _ = writeln!(output, "==> Linting {}", args.chart.chart);
-    let diagnostics = match load_and_render(&args.chart) {
-        Ok(loaded) => crate::plan::lint(&loaded.tree, loaded.rendered),
+    let planned = load_and_render(&args.chart).and_then(|loaded| {
+        let rendered = pipeline::Rendered {
+            tree: loaded.tree,
+            documents: loaded.rendered,
+        };
+        match pipeline::plan(rendered) {
+            Ok(plan) => Ok(Ok(plan)),
+            Err(pipeline::Error::Plan(e)) => Ok(Err(e)),
+            Err(e) => Err(e.into()),
+        }
+    });
+    let diagnostics = match planned {
+        Ok(outcome) => crate::plan::diagnostics(outcome),
         Err(e) => {
             let _ = writeln!(output, "[ERROR] {e}");
             let _ = writeln!(output, "\nError: 1 error, 0 warnings");

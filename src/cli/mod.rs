@@ -12,8 +12,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::chart::ValueOptions;
 use crate::chart::source::{ChartCache, ChartReference, Credentials};
+use crate::pipeline::{ValueFlags, ValuesFile};
 
 /// Exit code for an error (bad input, a chart that cannot be rendered, a failed command).
 pub const EXIT_ERROR: u8 = 2;
@@ -198,12 +198,29 @@ impl ChartArgs {
         )
     }
 
-    pub fn value_options(&self) -> ValueOptions {
-        ValueOptions {
-            files: self.values.clone(),
-            set_json: self.set_json.clone(),
+    /// The `-f` files, read in order; an error names the file.
+    pub fn values_files(&self) -> Result<Vec<ValuesFile>, crate::pipeline::Error> {
+        self.values
+            .iter()
+            .map(|path| {
+                let origin = path.display().to_string();
+                match std::fs::read_to_string(path) {
+                    Ok(text) => Ok(ValuesFile { origin, text }),
+                    Err(e) => Err(crate::pipeline::Error::Values {
+                        origin,
+                        message: crate::chart::io_message(&e),
+                    }),
+                }
+            })
+            .collect()
+    }
+
+    /// The `--set*` flags, passed to helm as they are.
+    pub fn value_flags(&self) -> ValueFlags {
+        ValueFlags {
             set: self.set.clone(),
             set_string: self.set_string.clone(),
+            set_json: self.set_json.clone(),
             set_literal: self.set_literal.clone(),
         }
     }

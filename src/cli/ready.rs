@@ -159,7 +159,7 @@ fn judge(object: &Value, place: String) -> Outcome {
     if !object.is_object() {
         return bad(format!(
             "{}, not a Kubernetes object",
-            crate::chart::values::describe(object)
+            crate::chart::describe(object)
         ));
     }
     let field = |pointer: &str| {

@@ -4,68 +4,81 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use super::{ChartArgs, TemplateArgs};
-use crate::chart::source::{FetchedChart, SourceError};
-use crate::chart::{ChartError, ChartNode, ChartTree};
+use crate::chart::{ChartNode, ChartTree};
 use crate::helm::{Helm, HelmError};
-use crate::plan::{Plan, PlanError, Resource};
-use crate::render::{RenderError, RenderOptions, Rendered};
+use crate::pipeline::{self, ChartSource, RenderRequest, Resolved};
+use crate::plan::{Plan, Resource};
+use crate::render::Rendered;
 
-/// Anything that stops a chart from being loaded and rendered.
+/// Anything that stops a chart from being fetched, rendered or planned.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
     #[error(transparent)]
     Helm(#[from] HelmError),
     #[error(transparent)]
-    Source(#[from] SourceError),
-    #[error(transparent)]
-    Chart(#[from] ChartError),
-    #[error(transparent)]
-    Render(#[from] RenderError),
-    #[error(transparent)]
-    Plan(#[from] PlanError),
+    Pipeline(#[from] pipeline::Error),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("interrupted")]
+    Interrupted,
 }
 
-/// A chart fetched, loaded, resolved against the values and rendered.
+/// A chart resolved, rendered, and its tree built from what Helm rendered.
 pub struct LoadedChart {
-    pub fetched: FetchedChart,
+    pub resolved: Resolved,
     pub tree: ChartTree,
     pub rendered: Rendered,
     pub release_name: String,
     pub namespace: String,
 }
 
-/// Fetches, loads and renders the chart the arguments name.
+/// Resolves and renders the chart the arguments name, through the chart pipeline the operator
+/// uses. Ctrl-C stops helm too.
 pub fn load_and_render(args: &ChartArgs) -> Result<LoadedChart, CommandError> {
     let helm = Helm::locate()?;
-    let values = args.value_options();
     // Read the user's values before any download, so a typo fails fast.
-    let user_values = values.merge()?;
-    let fetched = args
-        .cache()
-        .fetch(&helm, &args.reference(), args.credentials().as_ref())?;
-    let chart = crate::chart::load(&fetched.path)?;
-    let tree = crate::chart::resolve(&chart, &user_values)?;
-    let release_name = args
-        .release_name
-        .clone()
-        .unwrap_or_else(|| chart.metadata.name.clone());
-    let options = RenderOptions {
+    let values = args.values_files()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(CommandError::Runtime)?;
+    runtime.block_on(async {
+        tokio::select! {
+            loaded = load(&helm, args, values) => loaded,
+            _ = tokio::signal::ctrl_c() => Err(CommandError::Interrupted),
+        }
+    })
+}
+
+async fn load(
+    helm: &Helm,
+    args: &ChartArgs,
+    values: Vec<pipeline::ValuesFile>,
+) -> Result<LoadedChart, CommandError> {
+    let source = ChartSource::Reference(args.reference());
+    let credentials = args.credentials();
+    let resolved = pipeline::resolve(helm, &args.cache(), &source, credentials.as_ref()).await?;
+    // The release is named after the chart unless told otherwise. A chart whose Chart.yaml
+    // cannot be read is left for helm to report.
+    let release_name = args.release_name.clone().unwrap_or_else(|| {
+        crate::chart::load(&resolved.path)
+            .map(|chart| chart.metadata.name)
+            .unwrap_or_else(|_| "release-name".to_string())
+    });
+    let request = RenderRequest {
         release_name: release_name.clone(),
         namespace: args.namespace.clone(),
-        values_files: values.files.clone(),
-        set_json: values.set_json.clone(),
-        set: values.set.clone(),
-        set_string: values.set_string.clone(),
-        set_literal: values.set_literal.clone(),
+        values,
+        flags: args.value_flags(),
         kube_version: args.kube_version.clone(),
         api_versions: args.api_versions.clone(),
         is_upgrade: false,
     };
-    let rendered = crate::render::render(&helm, &fetched.path, &tree, &options)?;
+    let rendered = pipeline::render(helm, &resolved, &request).await?;
     Ok(LoadedChart {
-        fetched,
-        tree,
-        rendered,
+        resolved,
+        tree: rendered.tree,
+        rendered: rendered.documents,
         release_name,
         namespace: args.namespace.clone(),
     })
@@ -76,8 +89,11 @@ pub fn run(args: &TemplateArgs) -> Result<String, CommandError> {
     let mut loaded = load_and_render(&args.chart)?;
     let texts = original_texts(&loaded.rendered);
     // The planner takes the documents; the output needs only their texts, kept above.
-    let rendered = std::mem::take(&mut loaded.rendered);
-    let plan = crate::plan::plan(&loaded.tree, rendered)?;
+    let rendered = pipeline::Rendered {
+        tree: loaded.tree.clone(),
+        documents: std::mem::take(&mut loaded.rendered),
+    };
+    let plan = pipeline::plan(rendered)?;
     Ok(format_output(&loaded, &plan, &texts))
 }
 
@@ -172,7 +188,7 @@ pub fn format_output(
     let root = &loaded.tree.root;
     let mut out = String::new();
     let version = loaded
-        .fetched
+        .resolved
         .version
         .as_deref()
         .unwrap_or(&root.metadata.version);
@@ -180,7 +196,7 @@ pub fn format_output(
         out,
         "# sequenced template: chart {} {version} ({}), release {} in namespace {}",
         root.metadata.name,
-        loaded.fetched.path.display(),
+        loaded.resolved.path.display(),
         loaded.release_name,
         loaded.namespace,
     );
@@ -191,14 +207,18 @@ pub fn format_output(
         .map(|c| describe_chart(c))
         .collect();
     let _ = writeln!(out, "# Charts: {}", charts.join(", "));
+    // Helm decided which dependencies are enabled; what can be said of one it rendered nothing
+    // of is what it declares to switch it on or off, not the value those had.
     for node in loaded.tree.charts() {
-        for disabled in &node.disabled {
+        for dependency in &node.not_rendered {
+            let switches = dependency
+                .switches()
+                .unwrap_or_else(|| "no condition or tags".to_string());
             let _ = writeln!(
                 out,
-                "# Disabled: {}/{} ({})",
+                "# Not rendered: {}/{} ({switches})",
                 node.path,
-                disabled.dependency.effective_name(),
-                disabled.reason
+                dependency.effective_name(),
             );
         }
     }

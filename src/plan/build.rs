@@ -450,10 +450,11 @@ impl<'t> Builder<'t> {
                     }
                 }
             }
+            // Dependencies Helm rendered nothing of: edges to them are dropped.
             let mut disabled: HashSet<&str> = HashSet::default();
-            for d in &node.disabled {
-                disabled.insert(d.dependency.effective_name());
-                disabled.extend(d.dependency.tags.iter().map(String::as_str));
+            for d in &node.not_rendered {
+                disabled.insert(d.effective_name());
+                disabled.extend(d.tags.iter().map(String::as_str));
             }
             let known = |names: &BTreeMap<&str, Vec<usize>>| {
                 let mut all: Vec<&str> = names.keys().copied().collect();
@@ -1310,9 +1311,9 @@ impl<'t> Builder<'t> {
                         .collect(),
                     disabled: c
                         .node
-                        .disabled
+                        .not_rendered
                         .iter()
-                        .map(|d| d.dependency.effective_name().to_string())
+                        .map(|d| d.effective_name().to_string())
                         .collect(),
                 }
             })

@@ -39,7 +39,7 @@ pub fn text(plan: &Plan) -> String {
     );
     for chart in &plan.charts {
         for disabled in &chart.disabled {
-            let _ = writeln!(out, "  disabled: {}/{disabled}", chart.path);
+            let _ = writeln!(out, "  not rendered: {}/{disabled}", chart.path);
         }
     }
     out.push('\n');

@@ -242,7 +242,8 @@ pub struct ChartPlan {
     /// (`helm.sh/depends-on/subcharts`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub own_after: Vec<String>,
-    /// Dependencies left out by conditions or tags; edges to them are dropped.
+    /// Dependencies of which Helm rendered nothing (disabled by a condition or tags, or enabled
+    /// and empty); edges to them are dropped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disabled: Vec<String>,
 }
@@ -438,9 +439,9 @@ pub fn plan(tree: &ChartTree, rendered: Rendered) -> Result<Plan, PlanError> {
     build::Builder::new(tree).build(rendered)
 }
 
-/// Every error and warning of a rendered chart tree, errors first.
-pub fn lint(tree: &ChartTree, rendered: Rendered) -> Vec<Diagnostic> {
-    let mut out = match plan(tree, rendered) {
+/// Every error and warning of a plan's outcome, errors first.
+pub fn diagnostics(outcome: Result<Plan, PlanError>) -> Vec<Diagnostic> {
+    let mut out = match outcome {
         Ok(plan) => plan.warnings,
         Err(e) => e.errors.into_iter().chain(e.warnings).collect(),
     };

@@ -1,11 +1,12 @@
 //! Rendering: `helm template`, then every document attributed to the chart it came from.
 //!
 //! Helm prints each rendered document after a `# Source: foo/charts/bar/templates/x.yaml` line.
-//! From it we take the chart path (`foo/bar`) and the template file (`templates/x.yaml`). CRDs
-//! from `crds/` directories and hooks (`helm.sh/hook`) are kept apart from the main resources,
-//! because they run in their own stages.
+//! From it we take the chart path (`foo/bar`) and the template file (`templates/x.yaml`); the
+//! chart paths of all documents are also what says which subcharts Helm enabled
+//! ([`rendered_charts`]). CRDs from `crds/` directories and hooks (`helm.sh/hook`) are kept apart
+//! from the main resources, because they run in their own stages.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -146,7 +147,7 @@ pub enum RenderError {
     #[error("helm printed document {index} without a # Source: line")]
     NoSource { index: usize },
     #[error(
-        "{source_path}: rendered for chart {chart}, which is not an enabled chart of {root} (enabled: {enabled})"
+        "{source_path}: rendered for chart {chart}, which is not a chart of {root} found in its charts/ directories (charts: {enabled})"
     )]
     UnknownChart {
         source_path: String,
@@ -167,21 +168,29 @@ impl RenderError {
     }
 }
 
-/// Renders `chart` (a directory or .tgz) with `helm template`, CRDs included, and attributes every
-/// document to a chart of `tree`.
-pub fn render(
+/// Renders `chart` (a directory or .tgz) with `helm template`, CRDs included, and returns what
+/// helm printed.
+pub async fn template(
     helm: &Helm,
     chart: &Path,
-    tree: &ChartTree,
     options: &RenderOptions,
-) -> Result<Rendered, RenderError> {
-    let output = helm
-        .run("helm template", &template_args(chart, options))
+) -> Result<String, RenderError> {
+    let args = template_args(chart, options);
+    helm.run("helm template", &args, helm.timeouts().template)
+        .await
         .map_err(|source| RenderError::Helm {
             chart: chart.display().to_string(),
             source,
-        })?;
-    parse_output(&output, tree)
+        })
+}
+
+/// The chart path (`foo`, `foo/bar`) of every document in the output of `helm template`.
+pub fn rendered_charts(output: &str) -> BTreeSet<String> {
+    split_output(output)
+        .into_iter()
+        .filter_map(|raw| raw.source)
+        .map(|source| attribute(source).0)
+        .collect()
 }
 
 /// The arguments of `helm template` for these options.
@@ -379,7 +388,7 @@ fn check_object(document: &Document) -> Result<(), RenderError> {
     if !document.object.is_object() {
         return Err(error(format!(
             "the document is {}, not a Kubernetes object",
-            crate::chart::values::describe(&document.object)
+            crate::chart::describe(&document.object)
         )));
     }
     let mut missing = Vec::new();

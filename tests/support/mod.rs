@@ -130,24 +130,20 @@ pub fn tar_gz(dir: &Path, top: &str, destination: &Path) {
 }
 
 /// Writes Chart.yaml files under `dir` (`("shop", "...")`, `("shop/charts/db", "...")`) and
-/// returns the chart tree of the first, resolved with these `--set` flags. No helm involved.
+/// returns the chart tree of the first as it is when Helm rendered documents for the chart paths
+/// `rendered` (`"shop/db"`; the top chart is always in the tree). No helm involved.
 pub fn chart_tree(
     dir: &Path,
     charts: &[(&str, &str)],
-    set: &[&str],
+    rendered: &[&str],
 ) -> sequenced::chart::ChartTree {
     for (path, chart_yaml) in charts {
         write(&dir.join(path), "Chart.yaml", chart_yaml);
     }
     let root = dir.join(charts[0].0);
     let chart = sequenced::chart::load(&root).unwrap_or_else(|e| panic!("load: {e}"));
-    let values = sequenced::chart::ValueOptions {
-        set: set.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-    .merge()
-    .expect("values");
-    sequenced::chart::resolve(&chart, &values).unwrap_or_else(|e| panic!("resolve: {e}"))
+    let rendered = rendered.iter().map(|p| p.to_string()).collect();
+    sequenced::chart::tree(&chart, &rendered)
 }
 
 /// A Kubernetes object as YAML (JSON is YAML), with the annotations given.
