@@ -1,7 +1,7 @@
 //! Remote charts: pulled with `helm pull` from a chart repository or an OCI registry served on
 //! loopback, cached by source and resolved version, and not downloaded again on a second use.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! dependencies. Every case is also rendered by the real helm, and the charts sequenced considers
 //! enabled must be exactly the charts helm rendered.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

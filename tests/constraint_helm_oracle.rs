@@ -9,7 +9,7 @@
 //! tells whether helm matched them: the subchart's template is rendered as
 //! `parent/charts/matched/...` if so and as `parent/charts/sub/...` if not.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::fs;
 use std::path::Path;

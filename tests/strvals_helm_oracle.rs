@@ -3,7 +3,7 @@
 //! produces. This is what guarantees `sequenced template --set …` enables the same subcharts
 //! as `helm template --set …`.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::path::Path;
 use std::process::Command;
