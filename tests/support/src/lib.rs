@@ -5,7 +5,6 @@
 //!
 //! A workspace crate that the tests and benches use as a dev-dependency, so that it is compiled
 //! once rather than into every test binary.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 
