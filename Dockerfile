@@ -5,10 +5,12 @@
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
-# Cargo reads every target that Cargo.toml declares (the [[bench]] too) before it builds one.
+# Cargo reads every target that Cargo.toml declares (the [[bench]] too) and every workspace member
+# (the test support crate in tests/support) before it builds one.
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY benches ./benches
+COPY tests/support ./tests/support
 RUN cargo build --release --locked --bin sequenced
 
 FROM debian:bookworm-slim AS helm

@@ -10,9 +10,7 @@
 //!
 //! `cargo bench --bench controller` (set SEQUENCED_HELM or run scripts/install-helm.sh first).
 
-#[path = "../tests/support/mod.rs"]
-#[allow(unused_imports)]
-mod support;
+use sequenced_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -9,8 +9,11 @@ export SEQUENCED_HELM
 
 echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
+# The workspace is this package and the test support crate (tests/support). Clippy lints both
+# (--workspace). The test commands cover this package only: the support crate has no tests of its
+# own, and --all-targets with --workspace would compile it once more as an empty test binary.
 echo "== cargo clippy" >&2
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== tests" >&2
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --all-targets --locked --no-fail-fast

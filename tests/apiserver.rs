@@ -1,7 +1,7 @@
-//! The test API server (tests/support/apiserver.rs) answers as the recorded kube-apiserver
+//! The test API server (tests/support/src/apiserver.rs) answers as the recorded kube-apiserver
 //! v1.28 in tests/apiserver-recordings/ does, and works with kube's client and runtime.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::collections::BTreeMap;
 use std::future::Future;

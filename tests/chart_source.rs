@@ -2,7 +2,7 @@
 //! loopback. Helm resolves version ranges; the cache holds one file per source and version, and
 //! an exact version that is cached is not downloaded again.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

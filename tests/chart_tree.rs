@@ -2,7 +2,7 @@
 //! subcharts (directories and .tgz), aliases, charts no dependency selected, dependencies Helm
 //! rendered nothing of, and Helm's own errors naming the chart.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! The `sequenced` command line as a user runs it: output, exit codes and one-line errors.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::path::Path;
 use std::process::{Command, Output};

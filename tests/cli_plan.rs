@@ -1,7 +1,7 @@
 //! `sequenced template`, `graph` and `lint` on the seed's examples and on bad charts, as a chart
 //! author runs them.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::process::{Command, Output};
 

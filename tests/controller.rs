@@ -2,7 +2,7 @@
 //! upgrade and prune, uninstall, failures, ownership, dependsOn, many releases. Each runs under a
 //! timeout; the server plays the kubelet through status writes.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::future::Future;
 use std::path::Path;

@@ -10,7 +10,7 @@
 //! SEQUENCED_E2E_KUBECONFIG=/tmp/kind.yaml cargo nextest run --test e2e --test-threads 2
 //! ```
 
-mod support;
+use sequenced_testkit as support;
 
 use std::time::{Duration, Instant};
 

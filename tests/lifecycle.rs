@@ -3,7 +3,7 @@
 //! on the test API server (tests/controller.rs, tests/lock.rs) exercise end to end, here without
 //! a server, a clock or helm: each case takes milliseconds.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! releases, a killed controller taken over after its lease expires, SIGTERM, a valid lease that
 //! blocks, clock skew, and failed installs that are retried.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;

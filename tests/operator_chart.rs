@@ -1,7 +1,7 @@
 //! The operator's own install: the chart in charts/sequenced, the plain manifests in deploy/
 //! generated from it, and the Dockerfile that builds the image they run.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -2,7 +2,7 @@
 //! werf weights and external dependencies (seed 003), KOTS phases (seed 002), subcharts, hooks,
 //! CRDs, uninstall order, and the errors each names. Pure: no helm, no cluster.
 
-mod support;
+use sequenced_testkit as support;
 
 use sequenced::chart::ChartTree;
 use sequenced::plan::{self, Grouping, Plan, PlanError, Problem, Severity, Wait};

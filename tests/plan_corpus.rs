@@ -1,7 +1,7 @@
 //! The corpus of bad charts in tests/plan-corpus: each is rendered by the real helm and linted
 //! by the `sequenced` binary, and the output must hold the expected messages.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::path::Path;
 use std::process::Command;

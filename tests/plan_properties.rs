@@ -1,7 +1,7 @@
 //! Property tests of the planner on random graphs: every resource appears once, every
 //! dependency precedes its dependent, and every cycle is reported as a real cycle.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,7 +1,7 @@
 //! Rendering with the real helm: every document attributed to its chart path and template file,
 //! CRDs and hooks kept apart, Helm's own errors passed on intact.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! The rollout of one revision, step by step, without a cluster: what each step applies, what
 //! it waits for and what the status says. Time is passed in; nothing here reads a clock.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::time::Duration;
 

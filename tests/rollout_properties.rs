@@ -3,7 +3,7 @@
 //! applied exactly once, never before everything it waits on was seen ready, as soon as that was
 //! seen, and the release ends Ready.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

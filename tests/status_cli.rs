@@ -2,7 +2,7 @@
 //! in-process test API server, and SequencedReleases whose status the test writes (or a real
 //! controller writes). Exact tree text, JSON, `--watch` exit codes and one-line errors.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 //! Helm's numbers are all float64 by the time `toJson` writes them, so numbers are compared as
 //! f64. Where helm reports an error, `parse` must fail too.
 
-mod support;
+use sequenced_testkit as support;
 
 use std::path::Path;
 use std::process::Command;

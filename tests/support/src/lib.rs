@@ -1,5 +1,10 @@
-//! Shared helpers for the integration tests.
-#![allow(dead_code)]
+//! Shared helpers for the integration tests and benches of `sequenced`: the in-process test
+//! Kubernetes API server ([`apiserver`]), the controller run in-process against it
+//! ([`operator`]), charts and release objects for scenarios ([`charts`]), a small HTTP server
+//! ([`http`](crate::http)), and helm and chart helpers here.
+//!
+//! A workspace crate that the tests and benches use as a dev-dependency, so that it is compiled
+//! once rather than into every test binary.
 
 use std::path::PathBuf;
 
@@ -9,7 +14,7 @@ pub fn helm() -> PathBuf {
     if let Some(path) = std::env::var_os("SEQUENCED_HELM") {
         return PathBuf::from(path);
     }
-    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/helm");
+    let local = charts::repo().join(".tools/bin/helm");
     if local.is_file() {
         return local;
     }

@@ -4,9 +4,14 @@ use sequenced::api::v1alpha1::{LayerPhase, SequencedRelease};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-/// Where the repository is.
+/// Where the repository is: two levels above this crate (tests/support).
 pub fn repo() -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let manifest_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("tests/support is two levels below the repository")
+        .to_path_buf()
 }
 
 /// A chart named `name` in a temporary directory: Chart.yaml, then `(file, content)` pairs.
@@ -14,13 +19,13 @@ pub fn repo() -> std::path::PathBuf {
 pub fn chart(name: &str, files: &[(&str, &str)]) -> TempDir {
     let dir = TempDir::new().expect("temp dir");
     let root = dir.path().join(name);
-    super::write(
+    crate::write(
         &root,
         "Chart.yaml",
         &format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n"),
     );
     for (file, content) in files {
-        super::write(&root, file, content);
+        crate::write(&root, file, content);
     }
     dir
 }

@@ -40,18 +40,6 @@ pub fn now_time() -> String {
     format!("{}Z", format_secs(secs))
 }
 
-/// Now as a metav1.MicroTime: RFC 3339 in UTC with six fraction digits.
-pub fn now_micro_time() -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    format!(
-        "{}.{:06}Z",
-        format_secs(now.as_secs() as i64),
-        now.subsec_micros()
-    )
-}
-
 /// A random version 4 UUID, as the server gives each object.
 pub fn new_uid() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -177,13 +165,6 @@ pub fn meta_str<'a>(v: &'a Value, field: &str) -> Option<&'a str> {
 
 pub fn meta_mut(v: &mut Value) -> &mut Map<String, Value> {
     obj_mut(v, &["metadata"])
-}
-
-/// The resourceVersion of a stored object as a number (0 when absent).
-pub fn rv_of(v: &Value) -> u64 {
-    meta_str(v, "resourceVersion")
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
 }
 
 /// The finalizers of an object.

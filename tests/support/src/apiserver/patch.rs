@@ -103,7 +103,8 @@ fn remove(doc: &mut Value, path: &[String], raw: &str) -> Result<Value, String> 
     }
 }
 
-/// Applies an RFC 6902 patch; the error text is what the server puts in its 422.
+/// Applies an RFC 6902 patch; the error text of [`PatchError::Apply`] is that of the server's
+/// patch library (which the server does not pass on).
 pub fn json_patch(doc: &mut Value, patch: &Value) -> Result<(), PatchError> {
     let ops = patch.as_array().ok_or_else(|| {
         PatchError::Decode(
@@ -211,8 +212,9 @@ fn parent_exists(doc: &Value, path: &[String]) -> bool {
 pub enum PatchError {
     /// The patch itself could not be read (400).
     Decode(String),
-    /// The patch does not apply (422).
-    Apply(String),
+    /// The patch does not apply (422). The text, in the words of the server's patch library, is
+    /// for debugging only: the server's 422 does not carry it.
+    Apply(#[expect(dead_code, reason = "read through Debug only")] String),
 }
 
 /// RFC 7386 JSON merge patch.

@@ -14,8 +14,8 @@ use sequenced::helm::Helm;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use super::apiserver::{RecordedRequest, TestApiServer};
-pub use super::charts::repo;
+use crate::apiserver::{RecordedRequest, TestApiServer};
+pub use crate::charts::repo;
 
 /// A test API server with the CRD installed and a controller running against it.
 pub struct Operator {
@@ -40,7 +40,7 @@ impl Controller {
     pub fn start(server: &TestApiServer, identity: &str, concurrency: u16) -> Controller {
         let cache = tempfile::tempdir().expect("cache dir");
         let options = Options {
-            helm: Helm::at(super::helm()),
+            helm: Helm::at(crate::helm()),
             cache: ChartCache::new(cache.path()),
             concurrency,
             identity: identity.to_string(),

@@ -14,7 +14,7 @@ use super::patch;
 use super::resources::{self, ResourceType};
 use super::select::{FieldSelector, LabelSelector};
 use super::typed::{self, DecodeError};
-use super::util::{self, at, finalizers, meta_mut, meta_str, now_time, obj_mut, rv_of, str_at};
+use super::util::{self, at, finalizers, meta_mut, meta_str, now_time, obj_mut, str_at};
 use super::validation;
 
 /// Where an object lives: storage group and resource, namespace ("" when cluster scoped), name.
@@ -1800,9 +1800,4 @@ fn success_status(rt: &ResourceType, name: &str, uid: &str) -> Value {
         "status": "Success",
         "details": Value::Object(details),
     })
-}
-
-/// The resourceVersion of an object as a number.
-pub fn object_rv(v: &Value) -> u64 {
-    rv_of(v)
 }
