@@ -7,36 +7,24 @@ use sequenced_testkit as support;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use sequenced::chart::source::{ChartCache, ChartReference};
 use sequenced::chart::{self, ChartTree};
 use sequenced::helm::Helm;
-use sequenced::pipeline::{self, ChartSource, RenderRequest, ValueFlags};
+use sequenced::pipeline::{self, RenderRequest, ValueFlags};
 use support::{chart, helm_chart_paths, package, tar_gz, write};
 use tempfile::TempDir;
 
 /// The chart pipeline's result for the chart at `path` with these `--set` flags.
 fn render(path: &Path, set: &[&str]) -> Result<pipeline::Rendered, pipeline::Error> {
-    let helm = Helm::at(support::helm());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let cache = TempDir::new().expect("cache");
-        let source = ChartSource::Reference(ChartReference::Path(path.to_path_buf()));
-        let resolved =
-            pipeline::resolve(&helm, &ChartCache::new(cache.path()), &source, None).await?;
-        let request = RenderRequest {
-            release_name: "r".into(),
-            namespace: "default".into(),
-            flags: ValueFlags {
-                set: set.iter().map(|s| s.to_string()).collect(),
-                ..Default::default()
-            },
+    let request = RenderRequest {
+        release_name: "r".into(),
+        namespace: "default".into(),
+        flags: ValueFlags {
+            set: set.iter().map(|s| s.to_string()).collect(),
             ..Default::default()
-        };
-        pipeline::render(&helm, &resolved, &request).await
-    })
+        },
+        ..Default::default()
+    };
+    support::pipeline_render(&Helm::at(support::helm()), path, &request)
 }
 
 fn tree(path: &Path, set: &[&str]) -> ChartTree {

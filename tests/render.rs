@@ -5,9 +5,8 @@ use sequenced_testkit as support;
 
 use std::path::Path;
 
-use sequenced::chart::source::{ChartCache, ChartReference};
 use sequenced::helm::{Helm, HelmError};
-use sequenced::pipeline::{self, ChartSource, RenderRequest, ValuesFile};
+use sequenced::pipeline::{self, RenderRequest, ValuesFile};
 use sequenced::render::{self, RenderError, Rendered};
 use support::{chart, write};
 use tempfile::TempDir;
@@ -24,27 +23,8 @@ fn options(release: &str) -> RenderRequest {
     }
 }
 
-/// Renders a chart directory through the chart pipeline with `helm`.
-fn render_with(
-    helm: &Helm,
-    path: &Path,
-    request: &RenderRequest,
-) -> Result<pipeline::Rendered, pipeline::Error> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let cache = TempDir::new().expect("cache");
-        let source = ChartSource::Reference(ChartReference::Path(path.to_path_buf()));
-        let resolved =
-            pipeline::resolve(helm, &ChartCache::new(cache.path()), &source, None).await?;
-        pipeline::render(helm, &resolved, request).await
-    })
-}
-
 fn render_dir(path: &Path, request: &RenderRequest) -> Result<Rendered, pipeline::Error> {
-    render_with(&helm(), path, request).map(|rendered| rendered.documents)
+    support::pipeline_render(&helm(), path, request).map(|rendered| rendered.documents)
 }
 
 /// (chart, template, resource) of every document of a stage.
@@ -340,7 +320,7 @@ fn a_missing_helm_says_how_to_install_it() {
     let dir = TempDir::new().unwrap();
     chart(dir.path(), "app", "0.1.0", "");
     let missing = Helm::at(dir.path().join("no-such-helm"));
-    let err = render_with(&missing, dir.path(), &options("r")).unwrap_err();
+    let err = support::pipeline_render(&missing, dir.path(), &options("r")).unwrap_err();
     assert!(err.is_transient(), "helm may be installed later");
     let message = err.to_string();
     assert!(message.contains("no-such-helm"), "{message}");

@@ -151,6 +151,28 @@ pub fn chart_tree(
     sequenced::chart::tree(&chart, &rendered)
 }
 
+/// The chart pipeline's rendering of the chart directory or archive at `path`: resolved, then
+/// rendered as `request` asks, with `helm`, on a runtime of its own.
+pub fn pipeline_render(
+    helm: &sequenced::helm::Helm,
+    path: &Path,
+    request: &sequenced::pipeline::RenderRequest,
+) -> Result<sequenced::pipeline::Rendered, sequenced::pipeline::Error> {
+    use sequenced::chart::source::{ChartCache, ChartReference};
+    use sequenced::pipeline::{self, ChartSource};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let cache = tempfile::TempDir::new().expect("cache");
+        let source = ChartSource::Reference(ChartReference::Path(path.to_path_buf()));
+        let resolved =
+            pipeline::resolve(helm, &ChartCache::new(cache.path()), &source, None).await?;
+        pipeline::render(helm, &resolved, request).await
+    })
+}
+
 /// A Kubernetes object as YAML (JSON is YAML), with the annotations given.
 pub fn object(kind: &str, name: &str, annotations: &[(&str, &str)]) -> String {
     let api_version = match kind {
