@@ -48,8 +48,6 @@ pub enum Reason {
     // Transient: retried with backoff, the status unchanged.
     /// The chart could not be downloaded.
     ChartUnavailable,
-    /// The API server's discovery could not be read.
-    DiscoveryFailed,
 }
 
 impl Reason {
@@ -72,7 +70,6 @@ impl Reason {
             Reason::ApplyFailed => "ApplyFailed",
             Reason::DeleteFailed => "DeleteFailed",
             Reason::ChartUnavailable => "ChartUnavailable",
-            Reason::DiscoveryFailed => "DiscoveryFailed",
         }
     }
 }
