@@ -15,11 +15,11 @@ use sequenced::api::{
     Claim, EventReason, LayerPhase, ObjectKey, Reason, ReleasePhase, SequencedRelease,
     SequencedReleaseStatus,
 };
-use sequenced::history::{Inventory, Record};
+use sequenced::history::{HookRecord, Inventory, Record};
 use sequenced::plan::{self, Plan};
 use sequenced::rollout::dependencies::{DependencyFacts, DependencyState};
 use sequenced::rollout::install::InstallAction;
-use sequenced::rollout::lifecycle::{PlanFact, Refusal, Source};
+use sequenced::rollout::lifecycle::{Begin, PlanFact, Refusal, Source};
 use sequenced::rollout::{
     Deployable, Facts, LockView, Need, Next, Requeue, Settings, holds_lock, next, requeue,
 };
@@ -116,6 +116,7 @@ fn deployable() -> Arc<Deployable> {
         chart_version: Some("1.2.0".into()),
         keys,
         crd_keys: Vec::new(),
+        hooks: Vec::new(),
         inventory,
     })
 }
@@ -137,6 +138,8 @@ fn record(revision: i64, digest: &str, inventory: Inventory) -> Option<Arc<Recor
         sequenced: true,
         inventory,
         prune: Vec::new(),
+        hooks: Vec::new(),
+        upgrade: None,
     }))
 }
 
@@ -284,41 +287,128 @@ fn unusable_specs_and_charts_stall_with_their_reason_once() {
     assert_eq!(requeue, Requeue::After(Duration::from_secs(600)));
 }
 
-#[test]
-fn hooks_other_than_tests_stall_naming_each() {
+/// A plan with hooks: a pre-install Job, a post-upgrade Job and a test Pod.
+fn hooked() -> Arc<Deployable> {
     let plan = plan_of(&[
         (
             "shop/templates/job.yaml",
             object("Job", "db-migrate", &[("helm.sh/hook", "pre-install")]),
         ),
         (
+            "shop/templates/notify.yaml",
+            object("Job", "notify", &[("helm.sh/hook", "post-upgrade")]),
+        ),
+        (
             "shop/templates/test.yaml",
             object("Pod", "smoke", &[("helm.sh/hook", "test")]),
         ),
+        (
+            "shop/templates/app.yaml",
+            object("ConfigMap", "app", &[]),
+        ),
     ]);
+    let key = |r: &sequenced::plan::Resource| ObjectKey {
+        api_version: r.api_version.clone(),
+        kind: r.kind.clone(),
+        namespace: Some("apps".into()),
+        name: r.name.clone(),
+    };
+    let keys = plan.resources.iter().map(key).collect();
+    let hooks = plan
+        .hooks
+        .iter()
+        .filter(|h| !h.only_test())
+        .map(|h| HookRecord::of(h, key(&h.resource)))
+        .collect();
+    let inventory = Inventory::from_plan(&plan, |_| Some("apps".into()));
+    Arc::new(Deployable {
+        plan,
+        chart_version: None,
+        keys,
+        crd_keys: Vec::new(),
+        hooks,
+        inventory,
+    })
+}
+
+fn begin_with(f: &Facts) -> Box<Begin> {
+    match next(f) {
+        Next::Begin(begin) => begin,
+        other => panic!("a revision begins: {other:?}"),
+    }
+}
+
+#[test]
+fn hook_stages_surround_the_layers_and_the_record_lists_hooks_apart() {
     let mut f = facts(release(json!({}), json!({})));
+    f.source = source("sha256:1");
+    let plan = |is_upgrade| {
+        Some(PlanFact {
+            digest: "sha256:1".into(),
+            is_upgrade,
+            outcome: Ok(hooked()),
+        })
+    };
+    f.plan = plan(false);
+    let begin = begin_with(&f);
+    let names: Vec<&str> = begin.status.layers.iter().map(|l| l.name.as_str()).collect();
+    // A first install runs the pre-install hooks; post-upgrade hooks have no stage.
+    assert_eq!(names, ["(pre-install)", "(default)"]);
+    assert_eq!(begin.status.layers[0].resources, 1);
+    // The hooks are kept apart from the inventory; test hooks are never run, so not kept.
+    let hooks: Vec<&str> = begin.record.hooks.iter().map(|h| h.key.name.as_str()).collect();
+    assert_eq!(hooks, ["db-migrate", "notify"]);
+    let inventory: Vec<&str> = begin.record.inventory.objects().map(|k| k.name.as_str()).collect();
+    assert_eq!(inventory, ["app"]);
+    assert_eq!(begin.record.upgrade, Some(false));
+
+    // After a Ready revision, the next one is an upgrade: rendered as one, upgrade hooks.
+    let mut f = facts(release(json!({}), json!({})));
+    f.status = ready(1, "sha256:0");
+    f.source = source("sha256:1");
+    f.records.insert(1, record(1, "sha256:0", Inventory::default()));
+    f.plan = plan(false);
+    assert_eq!(
+        next(&f),
+        Next::Need(Need::Plan {
+            digest: "sha256:1".into(),
+            is_upgrade: true
+        })
+    );
+    f.plan = plan(true);
+    let begin = begin_with(&f);
+    let names: Vec<&str> = begin.status.layers.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["(default)", "(post-upgrade)"]);
+    assert_eq!(begin.record.upgrade, Some(true));
+}
+
+#[test]
+fn a_retry_of_a_failed_first_install_is_an_install_and_disable_hooks_drops_the_stages() {
+    let mut f = facts(release(json!({"disableHooks": true}), json!({})));
     f.source = source("sha256:1");
     f.plan = Some(PlanFact {
         digest: "sha256:1".into(),
         is_upgrade: false,
-        outcome: Ok(Arc::new(Deployable {
-            plan,
-            chart_version: None,
-            keys: Vec::new(),
-            crd_keys: Vec::new(),
-            inventory: Inventory::default(),
-        })),
+        outcome: Ok(hooked()),
     });
-    let Next::Stall { status, .. } = next(&f) else {
-        panic!("stalls")
-    };
+    let begin = begin_with(&f);
+    let names: Vec<&str> = begin.status.layers.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["(default)"], "spec.disableHooks: no hook stage");
+
+    // Revision 1 failed; a spec change starts revision 2, still an install.
+    let mut failed = begin.status.clone();
+    failed.phase = Some(ReleasePhase::Failed);
+    failed.history[0].phase = ReleasePhase::Failed;
+    let mut f = facts(release(json!({}), json!({})));
+    f.status = failed;
+    f.source = source("sha256:2");
+    f.records.insert(1, Some(Arc::new(begin.record.clone())));
     assert_eq!(
-        condition(&status, "Stalled"),
-        (
-            "True".into(),
-            "HooksNotSupported".into(),
-            "hooks are not supported yet: pre-install Job/db-migrate".into()
-        )
+        next(&f),
+        Next::Need(Need::Plan {
+            digest: "sha256:2".into(),
+            is_upgrade: false
+        })
     );
 }
 
@@ -511,9 +601,9 @@ fn a_failed_revision_is_retried_when_due_as_a_new_revision_and_a_spec_change_sta
         requeue(&settings, &step.status, None, &f.now),
         Requeue::After(Duration::from_millis(3_100))
     );
-    // Due: a new revision, the count goes on.
+    // Due: a new revision, the count goes on. No revision was Ready: still an install.
     f.now = at(104);
-    f.plan = plan_fact("sha256:1", true);
+    f.plan = plan_fact("sha256:1", false);
     let Next::Begin(begin) = next(&f) else {
         panic!("retries");
     };
@@ -522,7 +612,7 @@ fn a_failed_revision_is_retried_when_due_as_a_new_revision_and_a_spec_change_sta
     // A changed digest (a new chart version) starts over at once.
     f.now = at(99);
     f.source = source("sha256:2");
-    f.plan = plan_fact("sha256:2", true);
+    f.plan = plan_fact("sha256:2", false);
     let Next::Begin(begin) = next(&f) else {
         panic!("begins");
     };

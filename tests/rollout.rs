@@ -11,8 +11,9 @@ use sequenced::api::{
     CRD_LAYER, Claim, EventReason, Identity, LayerPhase, ObjectKey, PRUNE_LAYER, Reason,
     ReleasePhase, SequencedReleaseStatus,
 };
-use sequenced::history::Inventory;
+use sequenced::history::{HookRecord, Inventory};
 use sequenced::plan::{self, Plan};
+use sequenced::rollout::hooks::HookAction;
 use sequenced::rollout::install::{self, InstallAction, InstallStep};
 use sequenced::rollout::uninstall::UninstallStep;
 use sequenced::rollout::{self, ActionFailure, Observations, Outcome, Revision, Settings, begin};
@@ -36,6 +37,7 @@ fn settings() -> Settings {
         adopt: false,
         timeout: Duration::from_secs(300),
         interval: Duration::from_secs(600),
+        disable_hooks: false,
     }
 }
 
@@ -56,26 +58,33 @@ struct Fixture {
     plan: Plan,
     keys: Vec<ObjectKey>,
     prune: Vec<ObjectKey>,
+    hooks: Vec<HookRecord>,
+    upgrade: bool,
     settings: Settings,
     me: Identity,
 }
 
 impl Fixture {
     fn new(plan: Plan) -> Fixture {
-        let keys = plan
-            .resources
+        let key = |r: &plan::Resource| ObjectKey {
+            api_version: r.api_version.clone(),
+            kind: r.kind.clone(),
+            namespace: Some("shop".into()),
+            name: r.name.clone(),
+        };
+        let keys = plan.resources.iter().map(key).collect();
+        let hooks = plan
+            .hooks
             .iter()
-            .map(|r| ObjectKey {
-                api_version: r.api_version.clone(),
-                kind: r.kind.clone(),
-                namespace: Some("shop".into()),
-                name: r.name.clone(),
-            })
+            .filter(|h| !h.only_test())
+            .map(|h| HookRecord::of(h, key(&h.resource)))
             .collect();
         Fixture {
             plan,
             keys,
             prune: Vec::new(),
+            hooks,
+            upgrade: false,
             settings: settings(),
             me: me(),
         }
@@ -91,6 +100,13 @@ impl Fixture {
             plan: &self.plan,
             keys: &self.keys,
             prune: &self.prune,
+            hooks: if self.settings.disable_hooks {
+                &[]
+            } else {
+                &self.hooks
+            },
+            upgrade: self.upgrade,
+            run: "uid-shop/1".into(),
             settings: self.settings,
             me: &self.me,
         }
@@ -165,6 +181,12 @@ fn absent(observed: &mut Observations, wanted: &rollout::Wanted) {
     for k in &wanted.present {
         observed.present.entry(k.clone()).or_insert(None);
     }
+    for &h in &wanted.hooks {
+        observed.hooks.entry(h).or_insert(None);
+    }
+    for &e in &wanted.hook_external {
+        observed.hook_external.entry(e).or_insert(None);
+    }
 }
 
 fn me() -> Identity {
@@ -172,6 +194,7 @@ fn me() -> Identity {
         owner: "shop/shop".into(),
         release_name: "shop".into(),
         target_namespace: "shop".into(),
+        uid: "uid-shop".into(),
     }
 }
 
@@ -678,9 +701,25 @@ fn uninstall(
     observed: &Observations,
     now: Time,
 ) -> UninstallStep {
+    let u = rollout::Uninstall {
+        inventory,
+        sequenced,
+        hooks: &[],
+        run: "uid-shop/1",
+        timeout: Duration::from_secs(300),
+    };
+    uninstall_with(&u, status, observed, now)
+}
+
+fn uninstall_with(
+    u: &rollout::Uninstall,
+    status: &SequencedReleaseStatus,
+    observed: &Observations,
+    now: Time,
+) -> UninstallStep {
     let mut observed = observed.clone();
     for _ in 0..4 {
-        match rollout::uninstall_step(inventory, sequenced, status, &observed, &me(), &now) {
+        match rollout::uninstall_step(u, status, &observed, &me(), &now) {
             Outcome::Decided(step) => return step,
             Outcome::Need(wanted) => absent(&mut observed, &wanted),
         }
@@ -928,4 +967,493 @@ fn an_interrupted_operation_is_reconciling_and_keeps_its_layers() {
     assert_eq!(interrupted.phase, Some(ReleasePhase::Deploying));
     assert_eq!(interrupted.layers, status.layers);
     assert_eq!(interrupted.lock, None);
+}
+
+// Hooks (DESIGN.md "Stages" 2 and 5): one at a time by weight, each waited on until done.
+
+/// The run marker of revision 1's hooks of `event`.
+fn run(event: &str) -> String {
+    format!("uid-shop/1/{event}")
+}
+
+/// A hook object as the API server returns it: ours, created by run `run` (None: by no run).
+fn hook_object(kind: &str, name: &str, run: Option<&str>, status: Value) -> Value {
+    let mut annotations = json!({"sequenced.dev/owner": "shop/shop"});
+    if let Some(run) = run {
+        annotations["sequenced.dev/hook-run"] = json!(run);
+    }
+    let api_version = if kind == "Job" { "batch/v1" } else { "v1" };
+    json!({
+        "apiVersion": api_version, "kind": kind,
+        "metadata": {"name": name, "namespace": "shop", "annotations": annotations},
+        "status": status,
+    })
+}
+
+/// Job statuses as kube-controller-manager writes them (tests/apiserver-recordings,
+/// requests-lifecycle.json).
+fn job_running() -> Value {
+    json!({"startTime": "2026-11-23T19:11:57Z", "active": 1, "ready": 0, "terminating": 0,
+           "uncountedTerminatedPods": {}})
+}
+
+fn job_complete() -> Value {
+    json!({
+        "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
+             "message": "Reached expected number of succeeded pods"},
+            {"type": "Complete", "status": "True", "reason": "CompletionsReached",
+             "message": "Reached expected number of succeeded pods"}
+        ],
+        "startTime": "2026-11-23T19:11:57Z", "completionTime": "2026-11-23T19:11:59Z",
+        "succeeded": 1, "terminating": 0, "uncountedTerminatedPods": {}, "ready": 0
+    })
+}
+
+fn job_failed() -> Value {
+    json!({
+        "conditions": [
+            {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
+             "message": "Job has reached the specified backoff limit"},
+            {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+             "message": "Job has reached the specified backoff limit"}
+        ],
+        "startTime": "2026-11-23T19:11:57Z", "failed": 1, "terminating": 0,
+        "uncountedTerminatedPods": {}, "ready": 0
+    })
+}
+
+impl Fixture {
+    fn hook(&self, name: &str) -> usize {
+        self.hooks.iter().position(|h| h.key.name == name).unwrap()
+    }
+
+    /// Observes the hooks given, by name.
+    fn with_hooks(&self, mut observed: Observations, hooks: &[(&str, Value)]) -> Observations {
+        for (name, object) in hooks {
+            observed.hooks.insert(self.hook(name), Some(object.clone()));
+        }
+        observed
+    }
+
+    fn stage_names(&self, status: &SequencedReleaseStatus) -> Vec<String> {
+        status.layers.iter().map(|l| l.name.clone()).collect()
+    }
+
+    /// The actions of a step, named: `apply a`, `create migrate (run)`, `delete migrate`.
+    fn named(&self, step: &InstallStep) -> Vec<String> {
+        step.actions
+            .iter()
+            .map(|a| match a {
+                InstallAction::ApplyLayer(i) => format!("apply {}", self.plan.layers[*i].name),
+                InstallAction::Hook { action, .. } => match action {
+                    HookAction::Create { hook, run } => {
+                        format!("create {} ({run})", self.hooks[*hook].key.name)
+                    }
+                    HookAction::Delete { hook } => format!("delete {}", self.hooks[*hook].key.name),
+                },
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+}
+
+fn layered_with_hooks(hooks: &[(&str, &str, &[(&str, &str)])]) -> Fixture {
+    let mut documents = vec![
+        (
+            "templates/config.yaml".to_string(),
+            object("ConfigMap", "config", &[("helm.sh/layer", "a")]),
+        ),
+        (
+            "templates/app.yaml".to_string(),
+            object(
+                "ConfigMap",
+                "app",
+                &[("helm.sh/layer", "b"), ("helm.sh/depends-on/layers", "a")],
+            ),
+        ),
+    ];
+    for (kind, name, annotations) in hooks {
+        documents.push((format!("templates/{name}.yaml"), object(kind, name, annotations)));
+    }
+    let documents: Vec<(&str, String)> = documents
+        .iter()
+        .map(|(f, y)| (f.as_str(), y.clone()))
+        .collect();
+    Fixture::new(plan_of(&documents))
+}
+
+fn event_reasons(step: &InstallStep) -> Vec<EventReason> {
+    step.events.iter().map(|e| e.reason).collect()
+}
+
+#[test]
+fn a_pre_install_job_completes_before_the_first_layer_and_post_install_runs_after_the_last() {
+    let fx = layered_with_hooks(&[
+        ("Job", "migrate", &[("helm.sh/hook", "pre-install")]),
+        ("Job", "notify", &[("helm.sh/hook", "post-install")]),
+        ("Job", "upgrade-only", &[("helm.sh/hook", "pre-upgrade")]),
+    ]);
+    let status = fx.started();
+    assert_eq!(
+        fx.stage_names(&status),
+        ["(pre-install)", "a", "b", "(post-install)"]
+    );
+    // Only the hook is created; no layer starts.
+    let s1 = fx.step(&status, &Observations::default(), at(1));
+    assert_eq!(
+        fx.named(&s1),
+        [format!("create migrate ({})", run("pre-install"))]
+    );
+    assert_eq!(event_reasons(&s1), [EventReason::HookStarted]);
+    assert_eq!(s1.status.layers[0].phase, LayerPhase::Waiting);
+    // Running: nothing to do, the status names the hook and why it is not done.
+    let running = fx.with_hooks(
+        Observations::default(),
+        &[("migrate", hook_object("Job", "migrate", Some(&run("pre-install")), job_running()))],
+    );
+    let s2 = fx.step(&s1.status, &running, at(2));
+    assert!(s2.actions.is_empty(), "{:?}", s2.actions);
+    assert_eq!(
+        s2.status.message.as_deref(),
+        Some(
+            "pre-install hooks: hook 1 of 1: waiting for Job migrate: running: 0 of 1 completions succeeded (1 active)"
+                .replace("0 of 1 completions succeeded", "0 pods succeeded")
+                .as_str()
+        )
+    );
+    // Complete: the first layer starts in the same step.
+    let done = fx.with_hooks(
+        Observations::default(),
+        &[("migrate", hook_object("Job", "migrate", Some(&run("pre-install")), job_complete()))],
+    );
+    let s3 = fx.step(&s2.status, &done, at(3));
+    assert_eq!(fx.named(&s3), ["apply a"]);
+    assert_eq!(
+        event_reasons(&s3),
+        [EventReason::HookSucceeded, EventReason::LayerStarted]
+    );
+    assert_eq!(s3.status.layers[0].phase, LayerPhase::Ready);
+    // Layer a ready starts b; the post-install hook waits for b.
+    let objects = fx.observe(&[("config", json!({"kind": "ConfigMap"}))]);
+    let s4 = fx.step(&s3.status, &objects, at(4));
+    assert_eq!(fx.named(&s4), ["apply b"]);
+    let objects = fx.observe(&[
+        ("config", json!({"kind": "ConfigMap"})),
+        ("app", json!({"kind": "ConfigMap"})),
+    ]);
+    let s5 = fx.step(&s4.status, &objects, at(5));
+    assert_eq!(
+        fx.named(&s5),
+        [format!("create notify ({})", run("post-install"))]
+    );
+    assert!(!s5.finished);
+    let s6 = fx.step(
+        &s5.status,
+        &fx.with_hooks(
+            objects,
+            &[("notify", hook_object("Job", "notify", Some(&run("post-install")), job_complete()))],
+        ),
+        at(6),
+    );
+    assert!(s6.finished && s6.actions.is_empty());
+    assert_eq!(s6.status.phase, Some(ReleasePhase::Ready));
+    assert_eq!(
+        s6.status.message.as_deref(),
+        Some("revision 1 (chart version 0.1.0) is ready: 2 layers, 2 resources, 2 hooks")
+    );
+}
+
+#[test]
+fn hooks_run_one_at_a_time_by_weight_with_their_delete_policies() {
+    let fx = layered_with_hooks(&[
+        (
+            "Job",
+            "second",
+            &[
+                ("helm.sh/hook", "pre-install"),
+                ("helm.sh/hook-weight", "1"),
+                ("helm.sh/hook-delete-policy", "hook-succeeded"),
+            ],
+        ),
+        (
+            "Job",
+            "first",
+            &[("helm.sh/hook", "pre-install"), ("helm.sh/hook-weight", "-1")],
+        ),
+    ]);
+    let pre = run("pre-install");
+    let status = fx.started();
+    // An object of `first` from an earlier run: deleted (before-hook-creation, the default),
+    // and its deletion awaited before the hook is created again.
+    let earlier = hook_object("Job", "first", Some("uid-shop/0/pre-install"), job_complete());
+    let s1 = fx.step(
+        &status,
+        &fx.with_hooks(Observations::default(), &[("first", earlier.clone())]),
+        at(1),
+    );
+    assert_eq!(fx.named(&s1), ["delete first"]);
+    assert_eq!(s1.status.layers[0].phase, LayerPhase::Deleting);
+    let s2 = fx.step(
+        &s1.status,
+        &fx.with_hooks(Observations::default(), &[("first", earlier)]),
+        at(2),
+    );
+    assert!(s2.actions.is_empty());
+    assert!(
+        s2.status.layers[0]
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("deleting the previous Job shop/first (before-hook-creation)"),
+        "{:?}",
+        s2.status.layers[0].message
+    );
+    let s3 = fx.step(&s2.status, &Observations::default(), at(3));
+    assert_eq!(fx.named(&s3), [format!("create first ({pre})")]);
+    // `first` done (kept: no hook-succeeded policy); `second` is created only now.
+    let first_done = hook_object("Job", "first", Some(&pre), job_complete());
+    let s4 = fx.step(
+        &s3.status,
+        &fx.with_hooks(Observations::default(), &[("first", first_done.clone())]),
+        at(4),
+    );
+    assert_eq!(fx.named(&s4), [format!("create second ({pre})")]);
+    assert_eq!(s4.status.layers[0].ready, 1);
+    // `second` done: deleted (hook-succeeded), and the first layer starts.
+    let s5 = fx.step(
+        &s4.status,
+        &fx.with_hooks(
+            Observations::default(),
+            &[
+                ("first", first_done),
+                ("second", hook_object("Job", "second", Some(&pre), job_complete())),
+            ],
+        ),
+        at(5),
+    );
+    assert_eq!(fx.named(&s5), ["delete second", "apply a"]);
+}
+
+#[test]
+fn a_failed_hook_job_fails_the_operation_naming_it_and_hook_failed_deletes_it() {
+    let fx = layered_with_hooks(&[(
+        "Job",
+        "x-admission-create",
+        &[
+            ("helm.sh/hook", "pre-install"),
+            ("helm.sh/hook-delete-policy", "before-hook-creation,hook-failed"),
+        ],
+    )]);
+    let pre = run("pre-install");
+    let s1 = fx.step(&fx.started(), &Observations::default(), at(1));
+    let failed = fx.with_hooks(
+        Observations::default(),
+        &[(
+            "x-admission-create",
+            hook_object("Job", "x-admission-create", Some(&pre), job_failed()),
+        )],
+    );
+    let s2 = fx.step(&s1.status, &failed, at(2));
+    assert_eq!(fx.named(&s2), ["delete x-admission-create"]);
+    assert!(s2.finished);
+    assert_eq!(s2.status.phase, Some(ReleasePhase::Failed));
+    let message = "pre-install hook Job/x-admission-create (chart shop, templates/x-admission-create.yaml) failed: Job x-admission-create: failed (BackoffLimitExceeded: Job has reached the specified backoff limit)";
+    assert_eq!(s2.status.message.as_deref(), Some(message));
+    let stalled = s2.status.conditions.iter().find(|c| c.type_ == "Stalled").unwrap();
+    assert_eq!(stalled.reason, Reason::HookFailed.as_str());
+    assert_eq!(event_reasons(&s2), [EventReason::HookFailed]);
+    assert!(s2.status.layers[1..3].iter().all(|l| l.phase == LayerPhase::Pending));
+}
+
+#[test]
+fn a_hook_pod_must_succeed_and_a_hook_not_done_within_the_timeout_fails() {
+    let fx = layered_with_hooks(&[("Pod", "check", &[("helm.sh/hook", "pre-install")])])
+        .with(Settings {
+            timeout: Duration::from_secs(20),
+            ..settings()
+        });
+    let pre = run("pre-install");
+    let s1 = fx.step(&fx.started(), &Observations::default(), at(1));
+    let pod = |status: Value| {
+        fx.with_hooks(
+            Observations::default(),
+            &[("check", hook_object("Pod", "check", Some(&pre), status))],
+        )
+    };
+    let running = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
+    let s2 = fx.step(&s1.status, &pod(running.clone()), at(5));
+    assert!(s2.actions.is_empty());
+    assert!(
+        s2.status.message.as_deref().unwrap().contains("waiting for it to complete"),
+        "{:?}",
+        s2.status.message
+    );
+    assert_eq!(s2.requeue_after, Some(Duration::from_secs(16)));
+    let s3 = fx.step(&s1.status, &pod(json!({"phase": "Succeeded"})), at(6));
+    assert_eq!(fx.named(&s3), ["apply a"]);
+    let s4 = fx.step(&s1.status, &pod(json!({"phase": "Failed"})), at(6));
+    assert_eq!(s4.status.phase, Some(ReleasePhase::Failed));
+    // Still running 20 s after it was created: spec.timeout is over.
+    let s5 = fx.step(&s1.status, &pod(running), at(22));
+    assert_eq!(s5.status.phase, Some(ReleasePhase::Failed));
+    assert!(
+        s5.status.message.as_deref().unwrap().contains("readiness timeout after 20s"),
+        "{:?}",
+        s5.status.message
+    );
+}
+
+#[test]
+fn after_a_takeover_a_hook_created_by_this_run_is_not_created_again() {
+    let fx = layered_with_hooks(&[("Job", "migrate", &[("helm.sh/hook", "pre-install")])]);
+    let pre = run("pre-install");
+    // The previous holder created the Job, then died before its status said so.
+    let mut status = fx.started();
+    status.layers[0].phase = LayerPhase::Applying;
+    let running = fx.with_hooks(
+        Observations::default(),
+        &[("migrate", hook_object("Job", "migrate", Some(&pre), job_running()))],
+    );
+    let s1 = fx.step(&status, &running, at(1));
+    assert!(s1.actions.is_empty(), "{:?}", fx.named(&s1));
+    assert_eq!(s1.status.layers[0].phase, LayerPhase::Waiting);
+    // Done and already deleted by its policy (or a ttlSecondsAfterFinished): the stage goes on.
+    status.layers[0].phase = LayerPhase::Waiting;
+    let s2 = fx.step(&status, &Observations::default(), at(2));
+    assert_eq!(fx.named(&s2), ["apply a"]);
+}
+
+#[test]
+fn a_multi_event_hook_is_created_again_for_each_event_and_upgrades_run_upgrade_hooks() {
+    let events = "pre-install,post-install,pre-upgrade";
+    let fx = layered_with_hooks(&[("ServiceAccount", "hook-sa", &[("helm.sh/hook", events)])]);
+    let mut status = fx.started();
+    for layer in &mut status.layers[..3] {
+        layer.phase = LayerPhase::Ready;
+        layer.ready = layer.resources;
+    }
+    // At post-install the object made at pre-install is replaced by one of this event.
+    let made_before = hook_object("ServiceAccount", "hook-sa", Some(&run("pre-install")), json!(null));
+    let objects = fx.observe(&[
+        ("config", json!({"kind": "ConfigMap"})),
+        ("app", json!({"kind": "ConfigMap"})),
+    ]);
+    let s1 = fx.step(
+        &status,
+        &fx.with_hooks(objects.clone(), &[("hook-sa", made_before)]),
+        at(1),
+    );
+    assert_eq!(fx.named(&s1), ["delete hook-sa"]);
+    let s2 = fx.step(&s1.status, &objects, at(2));
+    assert_eq!(
+        fx.named(&s2),
+        [format!("create hook-sa ({})", run("post-install"))]
+    );
+
+    let mut upgrade = layered_with_hooks(&[("ServiceAccount", "hook-sa", &[("helm.sh/hook", events)])]);
+    upgrade.upgrade = true;
+    assert_eq!(upgrade.stage_names(&upgrade.started()), ["(pre-upgrade)", "a", "b"]);
+    let mut disabled = layered_with_hooks(&[("ServiceAccount", "hook-sa", &[("helm.sh/hook", events)])]);
+    disabled.settings.disable_hooks = true;
+    let s = disabled.step(&disabled.started(), &Observations::default(), at(1));
+    assert_eq!(disabled.named(&s), ["apply a"]);
+}
+
+#[test]
+fn a_hook_waits_for_its_external_dependency_before_it_is_created() {
+    let fx = layered_with_hooks(&[(
+        "Job",
+        "migrate",
+        &[
+            ("helm.sh/hook", "pre-install"),
+            ("db.external-dependency.werf.io/resource", "secret/db-credentials"),
+        ],
+    )]);
+    let s1 = fx.step(&fx.started(), &Observations::default(), at(1));
+    assert!(s1.actions.is_empty());
+    assert!(
+        s1.status.message.as_deref().unwrap().contains(
+            "waiting for external dependency secret db-credentials: secret db-credentials: not found"
+        ),
+        "{:?}",
+        s1.status.message
+    );
+    let mut observed = Observations::default();
+    observed.hooks.insert(fx.hook("migrate"), None);
+    observed
+        .hook_external
+        .insert((fx.hook("migrate"), 0), Some(json!({"kind": "Secret", "metadata": {"name": "db-credentials"}})));
+    let s2 = fx.step(&s1.status, &observed, at(2));
+    assert_eq!(
+        fx.named(&s2),
+        [format!("create migrate ({})", run("pre-install"))]
+    );
+}
+
+#[test]
+fn uninstall_runs_pre_delete_hooks_first_post_delete_last_and_retries_a_failed_one() {
+    let fx = layered_with_hooks(&[
+        ("Job", "backup", &[("helm.sh/hook", "pre-delete")]),
+        ("Job", "cleanup", &[("helm.sh/hook", "post-delete")]),
+    ]);
+    let inventory = Inventory::from_plan(&fx.plan, |_| Some("shop".into()));
+    let u = rollout::Uninstall {
+        inventory: &inventory,
+        sequenced: true,
+        hooks: &fx.hooks,
+        run: "uid-shop/1",
+        timeout: Duration::from_secs(300),
+    };
+    let first = "uid-shop/1/0/pre-delete";
+    let s1 = uninstall_with(&u, &SequencedReleaseStatus::default(), &Observations::default(), at(1));
+    let names: Vec<&str> = s1.status.layers.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["(pre-delete)", "b", "a", "(post-delete)"]);
+    assert_eq!(
+        s1.hooks_before,
+        [HookAction::Create { hook: fx.hook("backup"), run: first.into() }]
+    );
+    assert!(s1.deletes.is_empty());
+    // The backup fails: the uninstall waits and says how to get past it.
+    let failed = fx.with_hooks(
+        Observations::default(),
+        &[("backup", hook_object("Job", "backup", Some(first), job_failed()))],
+    );
+    let s2 = uninstall_with(&u, &s1.status, &failed, at(2));
+    assert!(s2.deletes.is_empty() && !s2.finished);
+    assert_eq!(s2.requeue_after, Some(Duration::from_secs(5)));
+    assert!(
+        s2.status.message.as_deref().unwrap().starts_with(
+            "uninstall blocked: pre-delete hook Job/backup (chart shop, templates/backup.yaml) failed"
+        ),
+        "{:?}",
+        s2.status.message
+    );
+    assert!(s2.status.message.as_deref().unwrap().contains("spec.disableHooks: true"));
+    let s3 = uninstall_with(&u, &s2.status, &failed, at(4));
+    assert!(s3.hooks_before.is_empty());
+    // Five seconds later, a new attempt: the failed Job goes, then the hook runs again.
+    let s4 = uninstall_with(&u, &s2.status, &failed, at(8));
+    assert_eq!(s4.hooks_before, [HookAction::Delete { hook: fx.hook("backup") }]);
+    let second = "uid-shop/1/1/pre-delete";
+    let s5 = uninstall_with(&u, &s4.status, &Observations::default(), at(9));
+    assert_eq!(
+        s5.hooks_before,
+        [HookAction::Create { hook: fx.hook("backup"), run: second.into() }]
+    );
+    // Done: the layers are deleted, dependents first; the post-delete hook comes last.
+    let done = fx.with_hooks(
+        Observations::default(),
+        &[("backup", hook_object("Job", "backup", Some(second), job_complete()))],
+    );
+    let s6 = uninstall_with(&u, &s5.status, &done, at(10));
+    assert!(s6.hooks_before.is_empty() && s6.hooks_after.is_empty());
+    assert_eq!(s6.deletes.len(), 1, "layer b first");
+    let s7 = uninstall_with(&u, &s6.status, &done, at(11));
+    let s8 = uninstall_with(&u, &s7.status, &done, at(12));
+    assert_eq!(
+        s8.hooks_after,
+        [HookAction::Create { hook: fx.hook("cleanup"), run: second.replace("pre", "post") }]
+    );
+    assert!(!s8.finished);
 }

@@ -91,13 +91,13 @@ proptest! {
         let plan = plan_dag(layers, &edges, &sizes);
         let settings = Settings {
             sequenced: true, wait: true, readiness_timeout: Duration::from_secs(3600), max_history: 10,
-            retries: 0, adopt: false, timeout: Duration::from_secs(300), interval: Duration::from_secs(600),
+            retries: 0, adopt: false, timeout: Duration::from_secs(300), interval: Duration::from_secs(600), disable_hooks: false,
         };
         let keys: Vec<ObjectKey> = plan.resources.iter().map(|r| ObjectKey {
             api_version: r.api_version.clone(), kind: r.kind.clone(), namespace: Some("g".into()), name: r.name.clone(),
         }).collect();
-        let me = Identity { owner: "g/g".into(), release_name: "g".into(), target_namespace: "g".into() };
-        let revision = Revision { plan: &plan, keys: &keys, prune: &[], settings, me: &me };
+        let me = Identity { owner: "g/g".into(), release_name: "g".into(), target_namespace: "g".into(), uid: "u".into() };
+        let revision = Revision { plan: &plan, keys: &keys, prune: &[], hooks: &[], upgrade: false, run: "u/1".into(), settings, me: &me };
         let at = |s: i64| Time(Timestamp::from_second(1_800_000_000 + s).unwrap());
         let mut status = begin(&revision, &SequencedReleaseStatus::default(), Some(1), "d", None, &at(0));
         // When each resource was applied and when it becomes ready (in steps).

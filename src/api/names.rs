@@ -38,6 +38,16 @@ pub const CRD_LAYER: &str = "(crds)";
 /// The `status.layers` entry of the prune stage.
 pub const PRUNE_LAYER: &str = "(prune)";
 
+/// The `status.layers` entry of the hooks of `event`: `(pre-install)`, `(post-delete)`.
+pub fn hook_stage(event: &str) -> String {
+    format!("({event})")
+}
+
+/// The annotation on a hook object naming the run that created it:
+/// `<release uid>/<revision>/<event>`. An object that carries the current run's value was
+/// created by this run (before a takeover, say) and is not created again.
+pub const HOOK_RUN_ANNOTATION: &str = "sequenced.dev/hook-run";
+
 /// The Secret type of release records.
 pub const RECORD_TYPE: &str = "sequenced.dev/release.v1";
 /// The Secret key that holds an encoded record.
@@ -90,6 +100,8 @@ pub struct Identity {
     pub release_name: String,
     /// The namespace the chart is deployed to.
     pub target_namespace: String,
+    /// The SequencedRelease's `metadata.uid`: tells one incarnation of a name from the next.
+    pub uid: String,
 }
 
 impl Identity {
@@ -106,6 +118,7 @@ impl Identity {
             owner: owner_value(&namespace, &name),
             release_name: sr.spec.release_name.clone().unwrap_or_else(|| name.clone()),
             target_namespace: sr.spec.target_namespace.clone().unwrap_or(namespace),
+            uid: sr.metadata.uid.clone().unwrap_or_default(),
         }
     }
 }
@@ -162,6 +175,7 @@ mod tests {
             owner: "apps/shop".into(),
             release_name: "shop".into(),
             target_namespace: "apps".into(),
+            uid: String::new(),
         }
     }
 

@@ -30,8 +30,6 @@ pub enum Reason {
     RenderFailed,
     /// The chart's sequencing cannot be planned: a cycle, an unknown layer, a bad annotation.
     PlanFailed,
-    /// The chart has hooks, which are not executed yet.
-    HooksNotSupported,
     /// `dependsOn` releases form a cycle.
     DependencyCycle,
 
@@ -44,6 +42,8 @@ pub enum Reason {
     ApplyFailed,
     /// The API server refused a deletion.
     DeleteFailed,
+    /// A Helm hook failed, or was not done within `spec.timeout`.
+    HookFailed,
 
     // Transient: retried with backoff, the status unchanged.
     /// The chart could not be downloaded.
@@ -63,12 +63,12 @@ impl Reason {
             Reason::InvalidChart => "InvalidChart",
             Reason::RenderFailed => "RenderFailed",
             Reason::PlanFailed => "PlanFailed",
-            Reason::HooksNotSupported => "HooksNotSupported",
             Reason::DependencyCycle => "DependencyCycle",
             Reason::ReadinessFailed => "ReadinessFailed",
             Reason::OwnershipConflict => "OwnershipConflict",
             Reason::ApplyFailed => "ApplyFailed",
             Reason::DeleteFailed => "DeleteFailed",
+            Reason::HookFailed => "HookFailed",
             Reason::ChartUnavailable => "ChartUnavailable",
         }
     }
@@ -92,6 +92,9 @@ pub enum EventReason {
     LayerDeleted,
     Stalled,
     LockTakenOver,
+    HookStarted,
+    HookSucceeded,
+    HookFailed,
 }
 
 impl EventReason {
@@ -106,6 +109,9 @@ impl EventReason {
             EventReason::LayerDeleted => "LayerDeleted",
             EventReason::Stalled => "Stalled",
             EventReason::LockTakenOver => "LockTakenOver",
+            EventReason::HookStarted => "HookStarted",
+            EventReason::HookSucceeded => "HookSucceeded",
+            EventReason::HookFailed => "HookFailed",
         }
     }
 }

@@ -156,6 +156,11 @@ pub struct SequencedReleaseSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uninstall: Option<UninstallSpec>,
 
+    /// Skip the chart's Helm hooks (`helm.sh/hook`), as Helm's `--no-hooks` and Flux's
+    /// `disableHooks`: no hook stage runs on install, upgrade or uninstall.
+    #[serde(default)]
+    pub disable_hooks: bool,
+
     /// Take over existing objects that no release owns. Objects owned by another release are never
     /// taken over.
     #[serde(default)]

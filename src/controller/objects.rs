@@ -8,10 +8,13 @@ use serde_json::{Value, json};
 use super::Error;
 use super::run::Context;
 use crate::api::{
-    Claim, Identity, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION, ObjectKey,
+    Claim, HOOK_RUN_ANNOTATION, Identity, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION, ObjectKey,
     RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, Reason, SequencedRelease,
 };
 use crate::cluster::ClusterError;
+use crate::history::HookRecord;
+use crate::plan::ExternalDependency;
+use crate::rollout::hooks::HookAction;
 use crate::rollout::{ActionFailure, Deployable, Observations, Wanted};
 
 /// How many objects are read at once.
@@ -55,6 +58,7 @@ impl Objects<'_> {
     pub async fn observe(
         &self,
         deployable: Option<&Deployable>,
+        hooks: &[HookRecord],
         wanted: &Wanted,
     ) -> Result<Observations, Error> {
         let cluster = &self.ctx.cluster;
@@ -78,9 +82,37 @@ impl Objects<'_> {
                 }
             }
             for &(layer, index) in &wanted.external {
-                let found = self.external(deployable, layer, index).await?;
+                let external = deployable
+                    .plan
+                    .layers
+                    .get(layer)
+                    .and_then(|l| l.external.get(index));
+                let found = match external {
+                    Some(external) => self.external(external).await?,
+                    None => None,
+                };
                 observed.external.insert((layer, index), found);
             }
+        }
+        for &hook in &wanted.hooks {
+            let found = match hooks.get(hook) {
+                Some(h) => {
+                    // Its changes (a Job completing) wake the release.
+                    if let Ok(kind) = cluster.kind(&h.key.api_version, &h.key.kind).await {
+                        self.ctx.watches.managed(&kind);
+                    }
+                    cluster.find(&h.key).await?
+                }
+                None => None,
+            };
+            observed.hooks.insert(hook, found);
+        }
+        for &(hook, index) in &wanted.hook_external {
+            let found = match hooks.get(hook).and_then(|h| h.external.get(index)) {
+                Some(external) => self.external(external).await?,
+                None => None,
+            };
+            observed.hook_external.insert((hook, index), found);
         }
         for chunk in wanted.present.chunks(READ_CONCURRENCY) {
             let found = futures::future::join_all(chunk.iter().map(|key| cluster.find(key))).await;
@@ -93,23 +125,10 @@ impl Objects<'_> {
         Ok(observed)
     }
 
-    /// An external dependency of a layer (werf), watched from now on; None when it or its kind
-    /// does not exist.
-    async fn external(
-        &self,
-        deployable: &Deployable,
-        layer: usize,
-        index: usize,
-    ) -> Result<Option<Value>, Error> {
+    /// An external dependency of a layer or hook (werf), watched from now on; None when it or
+    /// its kind does not exist.
+    async fn external(&self, external: &ExternalDependency) -> Result<Option<Value>, Error> {
         let cluster = &self.ctx.cluster;
-        let Some(external) = deployable
-            .plan
-            .layers
-            .get(layer)
-            .and_then(|l| l.external.get(index))
-        else {
-            return Ok(None);
-        };
         let api_version = match &external.group {
             Some(group) if !group.is_empty() => match self.preferred_version(group).await {
                 Some(v) => format!("{group}/{v}"),
@@ -198,6 +217,37 @@ impl Objects<'_> {
             cluster.apply(key, &object).await.map_err(fail)?;
         }
         Ok(())
+    }
+
+    /// Creates (server-side applies) a hook, marked with its run, or deletes it as its delete
+    /// policy says (in the background, as Helm deletes hooks).
+    pub async fn hook(&self, hooks: &[HookRecord], action: &HookAction) -> Result<(), Failed> {
+        let cluster = &self.ctx.cluster;
+        match action {
+            HookAction::Create { hook, run } => {
+                let Some(hook) = hooks.get(*hook) else {
+                    return Ok(());
+                };
+                let fail = |e| Failed::of(e, Reason::HookFailed, Some((&hook.chart, &hook.template)));
+                let kind = cluster
+                    .kind(&hook.key.api_version, &hook.key.kind)
+                    .await
+                    .map_err(fail)?;
+                self.ctx.watches.managed(&kind);
+                let mut object = self.owned(&hook.object, &hook.key);
+                if let Some(annotations) = object
+                    .pointer_mut("/metadata/annotations")
+                    .and_then(Value::as_object_mut)
+                {
+                    annotations.insert(HOOK_RUN_ANNOTATION.into(), run.clone().into());
+                }
+                cluster.apply(&hook.key, &object).await.map_err(fail)
+            }
+            HookAction::Delete { hook } => match hooks.get(*hook) {
+                Some(hook) => self.delete(std::slice::from_ref(&hook.key)).await,
+                None => Ok(()),
+            },
+        }
     }
 
     /// Deletes these objects, in order.

@@ -13,10 +13,10 @@ use super::source::Prepared;
 use crate::api::{ObjectKey, SequencedRelease};
 use crate::cluster::Cluster;
 use crate::helm::Helm;
-use crate::history::Inventory;
+use crate::history::{HookRecord, Inventory};
 use crate::metrics::Metrics;
 use crate::pipeline::{self, RenderRequest};
-use crate::plan::Plan;
+use crate::plan::{Plan, Resource};
 use crate::rollout::Deployable;
 use crate::rollout::lifecycle::{PlanFact, Refusal};
 
@@ -135,24 +135,12 @@ async fn deployable(
         .collect();
     let mut keys = Vec::with_capacity(plan.resources.len());
     for resource in &plan.resources {
-        let namespaced = match cluster.kind(&resource.api_version, &resource.kind).await {
-            Ok(kind) => kind.namespaced,
-            Err(_) => crd_scopes
-                .get(&(resource.api_version.clone(), resource.kind.clone()))
-                .copied()
-                .unwrap_or(true),
-        };
-        keys.push(ObjectKey {
-            api_version: resource.api_version.clone(),
-            kind: resource.kind.clone(),
-            namespace: namespaced.then(|| {
-                resource
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| target_namespace.to_string())
-            }),
-            name: resource.name.clone(),
-        });
+        keys.push(key_of(resource, cluster, &crd_scopes, target_namespace).await);
+    }
+    let mut hooks = Vec::with_capacity(plan.hooks.len());
+    for hook in plan.hooks.iter().filter(|h| !h.only_test()) {
+        let key = key_of(&hook.resource, cluster, &crd_scopes, target_namespace).await;
+        hooks.push(HookRecord::of(hook, key));
     }
     let crd_keys = plan
         .crds
@@ -176,6 +164,35 @@ async fn deployable(
         chart_version,
         keys,
         crd_keys,
+        hooks,
         inventory,
+    }
+}
+
+/// A planned object's identity: its namespace as the cluster scopes its kind (a kind the
+/// cluster does not serve yet is scoped as the chart's CRDs say, else namespaced).
+async fn key_of(
+    resource: &Resource,
+    cluster: &Cluster,
+    crd_scopes: &HashMap<(String, String), bool>,
+    target_namespace: &str,
+) -> ObjectKey {
+    let namespaced = match cluster.kind(&resource.api_version, &resource.kind).await {
+        Ok(kind) => kind.namespaced,
+        Err(_) => crd_scopes
+            .get(&(resource.api_version.clone(), resource.kind.clone()))
+            .copied()
+            .unwrap_or(true),
+    };
+    ObjectKey {
+        api_version: resource.api_version.clone(),
+        kind: resource.kind.clone(),
+        namespace: namespaced.then(|| {
+            resource
+                .namespace
+                .clone()
+                .unwrap_or_else(|| target_namespace.to_string())
+        }),
+        name: resource.name.clone(),
     }
 }

@@ -22,6 +22,7 @@ use super::{Error, Halt, Stop, kube_error};
 use crate::api::{
     EventReason, FINALIZER, Identity, LayerPhase, SequencedRelease, SequencedReleaseStatus,
 };
+use crate::history::HookRecord;
 use crate::lock::Acquired;
 use crate::rollout::dependencies::{self, DependencyFacts, DependencyState};
 use crate::rollout::install::{self, InstallAction, InstallStep};
@@ -202,9 +203,10 @@ impl<'a> Reconcile<'a> {
             }
             Need::Observe(wanted) => {
                 let deployable = self.deployable();
+                let hooks = self.hooks();
                 let observed = self
                     .objects()
-                    .observe(deployable.as_deref(), &wanted)
+                    .observe(deployable.as_deref(), &hooks, &wanted)
                     .await?;
                 self.facts.observed.extend(observed);
             }
@@ -214,6 +216,23 @@ impl<'a> Reconcile<'a> {
 
     fn deployable(&self) -> Option<Arc<Deployable>> {
         self.facts.plan.as_ref()?.outcome.as_ref().ok().cloned()
+    }
+
+    /// The hooks the lifecycle's observations and actions index: the revision's record's while
+    /// uninstalling (the chart may be gone), the plan's otherwise.
+    fn hooks(&self) -> Vec<HookRecord> {
+        if self.sr().metadata.deletion_timestamp.is_some() {
+            self.facts
+                .status
+                .revision
+                .and_then(|n| self.facts.records.get(&n)?.clone())
+                .map(|record| record.hooks.clone())
+                .unwrap_or_default()
+        } else {
+            self.deployable()
+                .map(|d| d.hooks.clone())
+                .unwrap_or_default()
+        }
     }
 
     fn objects(&self) -> Objects<'_> {
@@ -292,6 +311,9 @@ impl<'a> Reconcile<'a> {
                     ("layer", objects.apply_layer(deployable, *i).await)
                 }
                 InstallAction::Prune(keys) => ("prune", objects.delete(keys).await),
+                InstallAction::Hook { action, .. } => {
+                    ("hook", objects.hook(&deployable.hooks, action).await)
+                }
             };
             metrics
                 .layer_apply_duration
@@ -353,8 +375,18 @@ impl<'a> Reconcile<'a> {
     }
 
     async fn uninstall(&mut self, step: UninstallStep) -> Result<Action, Stop> {
-        if !step.deletes.is_empty() {
+        let writes = !step.deletes.is_empty()
+            || !step.hooks_before.is_empty()
+            || !step.hooks_after.is_empty();
+        if writes {
             self.lock(true).await?;
+        }
+        let hooks = self.hooks();
+        for action in &step.hooks_before {
+            self.still_held().await?;
+            if let Err(failed) = self.objects().hook(&hooks, action).await {
+                return self.failed_delete(&step, failed).await;
+            }
         }
         for (_, keys) in &step.deletes {
             self.still_held().await?;
@@ -367,15 +399,36 @@ impl<'a> Reconcile<'a> {
                 .with_label_values(&["delete"])
                 .observe(deleting.elapsed().as_secs_f64());
             if let Err(failed) = result {
-                let status = uninstall::fail_delete(&step, &failed.failure.message);
-                self.write_status(&status).await?;
-                return Err(Stop::Failed(failed.error));
+                return self.failed_delete(&step, failed).await;
+            }
+        }
+        for action in &step.hooks_after {
+            self.still_held().await?;
+            if let Err(failed) = self.objects().hook(&hooks, action).await {
+                return self.failed_delete(&step, failed).await;
             }
         }
         self.write_status(&step.status).await?;
         self.publish(&step.events).await;
-        let requeue = rollout::requeue(&self.settings, &step.status, None, &self.facts.now);
+        if step.finished {
+            // Done once the last hook's delete policy is carried out: finish at once.
+            return Ok(Action::requeue(Duration::from_millis(100)));
+        }
+        let requeue = rollout::requeue(
+            &self.settings,
+            &step.status,
+            step.requeue_after,
+            &self.facts.now,
+        );
         Ok(action(requeue))
+    }
+
+    /// A deletion (or hook) of an uninstall step failed: the status says why; the uninstall goes
+    /// on from there when it is tried again.
+    async fn failed_delete(&mut self, step: &UninstallStep, failed: Failed) -> Result<Action, Stop> {
+        let status = uninstall::fail_delete(step, &failed.failure.message);
+        self.write_status(&status).await?;
+        Err(Stop::Failed(failed.error))
     }
 
     /// Everything is gone: drop the records, the finalizer and the lease.

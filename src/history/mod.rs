@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::ObjectKey;
 use crate::api::PRUNE_LAYER;
-use crate::plan::Plan;
+use crate::plan::{ExternalDependency, Hook, Plan};
 
 /// Records larger than this, decompressed, are refused (a Secret holds at most 1 MiB compressed).
 const MAX_DECODED: u64 = 64 * 1024 * 1024;
@@ -80,6 +80,60 @@ impl Inventory {
     }
 }
 
+/// A Helm hook of a revision: not a release resource (never pruned or uninstalled with the
+/// layers), kept apart with the object itself, so that its delete and rollback hooks can run
+/// from the record when the chart is gone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HookRecord {
+    pub key: ObjectKey,
+    /// The chart path and file it came from.
+    pub chart: String,
+    pub template: String,
+    /// `pre-install`, `post-delete`, ... as written in `helm.sh/hook`.
+    pub events: Vec<String>,
+    pub weight: i64,
+    pub delete_policies: Vec<String>,
+    /// The object as rendered (without the operator's labels and annotations).
+    pub object: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub external: Vec<ExternalDependency>,
+}
+
+impl HookRecord {
+    /// A planned hook, with its identity resolved against the cluster.
+    pub fn of(hook: &Hook, key: ObjectKey) -> HookRecord {
+        HookRecord {
+            key,
+            chart: hook.resource.chart.clone(),
+            template: hook.resource.template.clone(),
+            events: hook.events.clone(),
+            weight: hook.weight,
+            delete_policies: hook.delete_policies.clone(),
+            object: hook.resource.object.clone(),
+            external: hook.external.clone(),
+        }
+    }
+
+    /// Whether it runs at `event`.
+    pub fn runs_at(&self, event: &str) -> bool {
+        self.events.iter().any(|e| e == event)
+    }
+
+    /// Whether `helm.sh/hook-delete-policy` has `policy`.
+    pub fn has_policy(&self, policy: &str) -> bool {
+        self.delete_policies.iter().any(|p| p == policy)
+    }
+
+    /// `Job/migrate (chart shop, templates/migrate.yaml)`, as messages name a hook.
+    pub fn label(&self) -> String {
+        format!(
+            "{}/{} (chart {}, {})",
+            self.key.kind, self.key.name, self.chart, self.template
+        )
+    }
+}
+
 /// What one revision deployed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -94,6 +148,13 @@ pub struct Record {
     /// Objects of the revision before that this one no longer has, in delete order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prune: Vec<ObjectKey>,
+    /// The revision's hooks, in run order (records written before hooks ran have none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<HookRecord>,
+    /// Whether the revision is an upgrade (an earlier one was Ready); absent in records written
+    /// before this was kept, where any revision after the first counts as one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<bool>,
 }
 
 /// A record that cannot be read back.
@@ -105,6 +166,11 @@ pub struct RecordError {
 }
 
 impl Record {
+    /// Whether the revision is an upgrade, running the upgrade hooks.
+    pub fn is_upgrade(&self) -> bool {
+        self.upgrade.unwrap_or(self.revision > 1)
+    }
+
     /// What an uninstall deletes: the objects this revision was still pruning first, then the
     /// revision's own inventory.
     pub fn uninstall_inventory(&self) -> Inventory {
@@ -179,6 +245,17 @@ mod tests {
                 }],
             },
             prune: vec![key("ConfigMap", "old")],
+            hooks: vec![HookRecord {
+                key: key("Job", "migrate"),
+                chart: "shop".into(),
+                template: "templates/migrate.yaml".into(),
+                events: vec!["pre-install".into(), "pre-delete".into()],
+                weight: -1,
+                delete_policies: vec!["hook-succeeded".into()],
+                object: serde_json::json!({"kind": "Job"}),
+                external: vec![],
+            }],
+            upgrade: Some(false),
         };
         assert_eq!(Record::decode("s", &record.encode()).unwrap(), record);
         let err = Record::decode("s", b"nope").unwrap_err();
@@ -186,6 +263,19 @@ mod tests {
             err.to_string().starts_with("release record s: not gzip"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn records_written_before_hooks_still_read() {
+        let old = serde_json::json!({
+            "revision": 1, "digest": "sha256:ab", "chart": "shop", "sequenced": true,
+            "inventory": {"steps": []},
+        });
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        encoder.write_all(old.to_string().as_bytes()).unwrap();
+        let record = Record::decode("s", &encoder.finish().unwrap()).unwrap();
+        assert!(record.hooks.is_empty());
+        assert_eq!(record.revision, 1);
     }
 
     #[test]

@@ -216,10 +216,18 @@ impl Hook {
 
     /// `test` hooks run only on `helm test`, never on install or upgrade.
     pub fn is_test(&self) -> bool {
-        self.events
-            .iter()
-            .any(|e| e == "test" || e == "test-success")
+        self.events.iter().any(|e| is_test_event(e))
     }
+
+    /// A hook of `helm test` only: the operator never runs it.
+    pub fn only_test(&self) -> bool {
+        self.events.iter().all(|e| is_test_event(e))
+    }
+}
+
+/// `test` (and Helm 2's `test-success`): run by `helm test`, never by the operator.
+pub fn is_test_event(event: &str) -> bool {
+    event == "test" || event == "test-success"
 }
 
 /// One chart of the tree and how it is ordered against its siblings and subcharts.

@@ -1,5 +1,6 @@
-//! One revision of an install or upgrade, stepped through `status.layers`: `(crds)`, the plan's
-//! layers, `(prune)`.
+//! One revision of an install or upgrade, stepped through `status.layers`: `(crds)`, the
+//! `pre-install` (or `pre-upgrade`) hooks, the plan's layers, `(prune)`, the `post-install` (or
+//! `post-upgrade`) hooks. Stages that have nothing to do have no entry.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -7,8 +8,9 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
+use super::hooks::{self, HookAction, Stage};
 use super::status::{elapsed, failed, progressing, set_conditions};
-use super::{ActionFailure, Note, Observations, Outcome, Revision, Wanted};
+use super::{ActionFailure, Note, Observations, Outcome, Revision, Wanted, external_blocker};
 use crate::api::{
     CRD_LAYER, Claim, EventReason, HistoryEntry, LayerPhase, LayerStatus, ObjectKey, Owner,
     PRUNE_LAYER, Reason, ReleasePhase, SequencedReleaseStatus,
@@ -25,6 +27,8 @@ pub enum InstallAction {
     /// Delete these objects of the previous revision, in order: those that still exist and are
     /// ours.
     Prune(Vec<ObjectKey>),
+    /// Create or delete a hook of the stage before the layers (`post: false`) or after them.
+    Hook { post: bool, action: HookAction },
 }
 
 /// The outcome of [`step`]: what to do, the status once it is done, and when to look again.
@@ -51,13 +55,35 @@ fn entry(chart: &str, name: &str, resources: usize) -> LayerStatus {
     }
 }
 
-/// The `status.layers` of a fresh revision: `(crds)`, the plan's layers, `(prune)`.
+/// The hook events of a revision: `pre-install`/`post-install`, or the upgrade ones.
+fn events(revision: &Revision) -> (&'static str, &'static str) {
+    if revision.upgrade {
+        ("pre-upgrade", "post-upgrade")
+    } else {
+        ("pre-install", "post-install")
+    }
+}
+
+/// The hook stages of a revision: before and after the layers (None when no hook runs there).
+fn stages<'a>(revision: &Revision<'a>) -> (Option<Stage<'a>>, Option<Stage<'a>>) {
+    let (pre, post) = events(revision);
+    let timeout = revision.settings.timeout;
+    (
+        Stage::of(revision.hooks, pre, &revision.run, timeout),
+        Stage::of(revision.hooks, post, &revision.run, timeout),
+    )
+}
+
+/// The `status.layers` of a fresh revision: `(crds)`, `(pre-install)`, the plan's layers,
+/// `(prune)`, `(post-install)`.
 pub fn layout(revision: &Revision) -> Vec<LayerStatus> {
     let plan = revision.plan;
-    let mut layers = Vec::with_capacity(plan.layers.len() + 2);
+    let (pre, post) = stages(revision);
+    let mut layers = Vec::with_capacity(plan.layers.len() + 4);
     if !plan.crds.is_empty() {
         layers.push(entry(&plan.chart, CRD_LAYER, plan.crds.len()));
     }
+    layers.extend(pre.map(|stage| stage.entry(&plan.chart)));
     layers.extend(
         plan.layers
             .iter()
@@ -66,6 +92,7 @@ pub fn layout(revision: &Revision) -> Vec<LayerStatus> {
     if !revision.prune.is_empty() {
         layers.push(entry(&plan.chart, PRUNE_LAYER, revision.prune.len()));
     }
+    layers.extend(post.map(|stage| stage.entry(&plan.chart)));
     layers
 }
 
@@ -79,15 +106,27 @@ fn same_layout(a: &[LayerStatus], b: &[LayerStatus]) -> bool {
 /// Where the stages sit in `status.layers`.
 struct Slots {
     crds: Option<usize>,
+    pre: Option<usize>,
     main: usize,
     prune: Option<usize>,
+    post: Option<usize>,
 }
 
 fn slots(revision: &Revision) -> Slots {
+    let (pre, post) = stages(revision);
     let crds = (!revision.plan.crds.is_empty()).then_some(0);
-    let main = usize::from(crds.is_some());
-    let prune = (!revision.prune.is_empty()).then_some(main + revision.plan.layers.len());
-    Slots { crds, main, prune }
+    let pre = pre.map(|_| usize::from(crds.is_some()));
+    let main = usize::from(crds.is_some()) + usize::from(pre.is_some());
+    let after = main + revision.plan.layers.len();
+    let prune = (!revision.prune.is_empty()).then_some(after);
+    let post = post.map(|_| after + usize::from(prune.is_some()));
+    Slots {
+        crds,
+        pre,
+        main,
+        prune,
+        post,
+    }
 }
 
 /// The entry in `status.layers` of an action.
@@ -97,6 +136,8 @@ fn slot_of(revision: &Revision, action: &InstallAction) -> usize {
         InstallAction::ApplyCrds => 0,
         InstallAction::ApplyLayer(i) => s.main + i,
         InstallAction::Prune(_) => s.main + revision.plan.layers.len(),
+        InstallAction::Hook { post: false, .. } => s.pre.unwrap_or(0),
+        InstallAction::Hook { post: true, .. } => s.post.unwrap_or(0),
     }
 }
 
@@ -217,7 +258,58 @@ pub fn wanted(revision: &Revision, status: &SequencedReleaseStatus) -> Wanted {
     {
         wanted.present.extend(revision.prune.iter().cloned());
     }
+    let (pre, post) = stages(revision);
+    for (stage, slot) in [(pre, s.pre), (post, s.post)] {
+        if let (Some(stage), Some(slot)) = (stage, slot) {
+            stage.wanted(&status.layers[slot], &mut wanted);
+        }
+    }
     wanted
+}
+
+/// Steps the hook stage at `slot` of `st` (started unless Ready or Failed), adding its actions
+/// and events; `Err` with what must be observed first.
+#[allow(clippy::too_many_arguments)]
+fn step_hooks(
+    stage: &Stage,
+    post: bool,
+    slot: usize,
+    st: &mut SequencedReleaseStatus,
+    revision: &Revision,
+    observed: &Observations,
+    now: &Time,
+    progress: &mut Progress,
+) -> Result<(), Wanted> {
+    if matches!(st.layers[slot].phase, LayerPhase::Ready | LayerPhase::Failed) {
+        return Ok(());
+    }
+    let mut entry = st.layers[slot].clone();
+    let Some(out) = hooks::step(stage, &mut entry, observed, revision.me, now) else {
+        let mut wanted = Wanted::default();
+        stage.wanted(&entry, &mut wanted);
+        return Err(wanted);
+    };
+    st.layers[slot] = entry;
+    progress.actions.extend(
+        out.actions
+            .into_iter()
+            .map(|action| InstallAction::Hook { post, action }),
+    );
+    progress.events.extend(out.events);
+    progress.requeue_after = min_duration(progress.requeue_after, out.requeue_after);
+    if let Some(failure) = out.failure {
+        progress.failure.get_or_insert(failure);
+    }
+    Ok(())
+}
+
+/// What a step has decided so far.
+#[derive(Default)]
+struct Progress {
+    actions: Vec<InstallAction>,
+    events: Vec<Note>,
+    requeue_after: Option<Duration>,
+    failure: Option<(Reason, String)>,
 }
 
 fn verdict_of(
@@ -299,10 +391,11 @@ pub(super) fn layer_label(layer: &LayerStatus) -> String {
     format!("{} of chart {}", layer.name, layer.chart)
 }
 
-/// One step of an install or upgrade that [`begin`] started: judge the layers waited on, start
-/// every layer whose prerequisites hold, prune at the end. Before a layer starts, the objects it
-/// writes must have been observed ([`Outcome::Need`]); an object that belongs to someone else
-/// fails the step before anything is written.
+/// One step of an install or upgrade that [`begin`] started: judge the layers waited on, run
+/// the hooks before the layers, start every layer whose prerequisites hold, prune, run the hooks
+/// after them. Before a layer starts, the objects it writes must have been observed
+/// ([`Outcome::Need`]); an object that belongs to someone else fails the step before anything
+/// is written.
 pub fn step(
     revision: &Revision,
     status: &SequencedReleaseStatus,
@@ -312,34 +405,35 @@ pub fn step(
     let plan = revision.plan;
     let settings = revision.settings;
     let mut st = status.clone();
-    let mut actions = Vec::new();
-    let mut events = Vec::new();
-    let mut requeue_after = None;
+    let mut p = Progress::default();
     let fresh = layout(revision);
     if !same_layout(&st.layers, &fresh) {
         st.layers = fresh;
     }
     if matches!(st.phase, Some(ReleasePhase::Ready | ReleasePhase::Failed)) {
         return Outcome::Decided(InstallStep {
-            actions,
+            actions: Vec::new(),
             status: st,
-            events,
-            requeue_after,
+            events: Vec::new(),
+            requeue_after: None,
             finished: true,
             timeouts: 0,
         });
     }
     let s = slots(revision);
+    let (pre, post) = stages(revision);
     let timeout = settings.readiness_timeout;
-    let mut failure: Option<String> = None;
     let mut timeouts = 0;
+    let done = |st: &SequencedReleaseStatus, slot: Option<usize>| {
+        slot.is_none_or(|i| st.layers[i].phase == LayerPhase::Ready)
+    };
 
     // Stage 1: CRDs.
     if let Some(c) = s.crds {
         match st.layers[c].phase {
             LayerPhase::Pending | LayerPhase::Applying => {
-                actions.push(InstallAction::ApplyCrds);
-                start(&mut st.layers[c], now, &mut events);
+                p.actions.push(InstallAction::ApplyCrds);
+                start(&mut st.layers[c], now, &mut p.events);
             }
             LayerPhase::Waiting => {
                 let waited = elapsed(st.layers[c].started_at.as_ref(), now);
@@ -352,16 +446,25 @@ pub fn step(
                         });
                     tally.add(verdict, &rules, waited, timeout);
                 }
-                requeue_after = min_duration(requeue_after, tally.next_timeout);
+                p.requeue_after = min_duration(p.requeue_after, tally.next_timeout);
                 timeouts += tally.timeouts;
-                settle(&mut st.layers[c], tally, now, &mut events, &mut failure);
+                settle(&mut st.layers[c], tally, now, &mut p.events, &mut p.failure);
             }
             _ => {}
         }
     }
-    let crds_done = s
-        .crds
-        .is_none_or(|c| st.layers[c].phase == LayerPhase::Ready);
+    let crds_done = done(&st, s.crds);
+
+    // Stage 2: the hooks before the layers, one at a time.
+    if let (Some(stage), Some(slot)) = (&pre, s.pre)
+        && crds_done
+        && p.failure.is_none()
+        && let Err(wanted) =
+            step_hooks(stage, false, slot, &mut st, revision, observed, now, &mut p)
+    {
+        return Outcome::Need(wanted);
+    }
+    let pre_done = crds_done && done(&st, s.pre);
 
     // Stage 3: the layers. First judge those that were applied.
     let checked = checked_resources(revision);
@@ -399,18 +502,24 @@ pub fn step(
                     }
                     tally.add(verdict, &rules, waited, timeout);
                 }
-                requeue_after = min_duration(requeue_after, tally.next_timeout);
+                p.requeue_after = min_duration(p.requeue_after, tally.next_timeout);
                 timeouts += tally.timeouts;
-                settle(&mut st.layers[slot], tally, now, &mut events, &mut failure);
+                settle(
+                    &mut st.layers[slot],
+                    tally,
+                    now,
+                    &mut p.events,
+                    &mut p.failure,
+                );
             }
             _ => {}
         }
     }
     // What a refusal of the objects about to be written goes back to.
-    let judged = (st.clone(), events.len());
+    let judged = (st.clone(), p.events.len());
 
     // Then start every layer whose prerequisites hold, until none more can start.
-    if failure.is_none() && crds_done {
+    if p.failure.is_none() && pre_done {
         let mut started = true;
         while started {
             started = false;
@@ -429,8 +538,8 @@ pub fn step(
                 };
                 match blocker {
                     None => {
-                        actions.push(InstallAction::ApplyLayer(i));
-                        start(&mut st.layers[slot], now, &mut events);
+                        p.actions.push(InstallAction::ApplyLayer(i));
+                        start(&mut st.layers[slot], now, &mut p.events);
                         started = true;
                     }
                     Some(reason) => st.layers[slot].message = Some(reason),
@@ -439,50 +548,61 @@ pub fn step(
         }
     }
 
-    let main_ready = st.layers[s.main..s.main + plan.layers.len()]
-        .iter()
-        .all(|l| l.phase == LayerPhase::Ready);
+    let main_ready = pre_done
+        && st.layers[s.main..s.main + plan.layers.len()]
+            .iter()
+            .all(|l| l.phase == LayerPhase::Ready);
 
     // Stage 4: prune.
-    let mut pruned = true;
-    if let Some(p) = s.prune
-        && failure.is_none()
+    if let Some(i) = s.prune
+        && p.failure.is_none()
+        && main_ready
     {
-        pruned = st.layers[p].phase == LayerPhase::Deleted;
-        if main_ready && crds_done {
-            match st.layers[p].phase {
-                LayerPhase::Pending | LayerPhase::Applying => {
-                    actions.push(InstallAction::Prune(Vec::new()));
-                    st.layers[p].phase = LayerPhase::Deleting;
-                    st.layers[p].started_at = Some(now.clone());
-                    events.push(Note::normal(
-                        EventReason::PruneStarted,
-                        format!(
-                            "Deleting {} objects the previous revision had",
-                            revision.prune.len()
-                        ),
-                    ));
-                }
-                LayerPhase::Deleting => {
-                    pruned = settle_deletion(
-                        &mut st.layers[p],
-                        revision.prune,
-                        |k| observed.ours(k, revision.me),
-                        now,
-                    );
-                }
-                _ => {}
+        match st.layers[i].phase {
+            LayerPhase::Pending | LayerPhase::Applying => {
+                p.actions.push(InstallAction::Prune(Vec::new()));
+                st.layers[i].phase = LayerPhase::Deleting;
+                st.layers[i].started_at = Some(now.clone());
+                p.events.push(Note::normal(
+                    EventReason::PruneStarted,
+                    format!(
+                        "Deleting {} objects the previous revision had",
+                        revision.prune.len()
+                    ),
+                ));
             }
+            LayerPhase::Deleting => {
+                settle_deletion(
+                    &mut st.layers[i],
+                    revision.prune,
+                    |k| observed.ours(k, revision.me),
+                    now,
+                );
+            }
+            _ => {}
         }
     }
+    let pruned = main_ready && s.prune.is_none_or(|i| st.layers[i].phase == LayerPhase::Deleted);
+
+    // Stage 5: the hooks after the layers.
+    if let (Some(stage), Some(slot)) = (&post, s.post)
+        && pruned
+        && p.failure.is_none()
+        && let Err(wanted) =
+            step_hooks(stage, true, slot, &mut st, revision, observed, now, &mut p)
+    {
+        return Outcome::Need(wanted);
+    }
+    let post_done = pruned && done(&st, s.post);
 
     // Before anything is written: whose are the objects about to be written or deleted?
-    let unseen = unseen(revision, &actions, observed);
+    let unseen = unseen(revision, &p.actions, observed);
     if !unseen.is_empty() {
         return Outcome::Need(unseen);
     }
-    if let Some((i, message)) = refusal(revision, &actions, observed) {
+    if let Some((i, message)) = refusal(revision, &p.actions, observed) {
         let (mut st, kept) = judged;
+        let mut events = p.events;
         events.truncate(kept);
         let slot = s.main + i;
         st.layers[slot].phase = LayerPhase::Failed;
@@ -498,8 +618,14 @@ pub fn step(
             now,
         );
         events.push(Note::warning(EventReason::LayerFailed, message));
+        // The hooks before the layers are done; what their delete policies ask still happens.
+        let actions = p
+            .actions
+            .into_iter()
+            .filter(|a| matches!(a, InstallAction::Hook { post: false, .. }))
+            .collect();
         return Outcome::Decided(InstallStep {
-            actions: Vec::new(),
+            actions,
             status: st,
             events,
             requeue_after: retry,
@@ -507,7 +633,7 @@ pub fn step(
             timeouts,
         });
     }
-    for action in &mut actions {
+    for action in &mut p.actions {
         if let InstallAction::Prune(keys) = action {
             *keys = revision
                 .prune
@@ -519,24 +645,18 @@ pub fn step(
     }
 
     st.progress = Some(progress(revision, &st.layers));
+    let mut requeue_after = p.requeue_after;
     let finished;
-    if let Some(reason) = failure {
+    if let Some((reason, message)) = p.failure {
         finished = true;
         st.phase = Some(ReleasePhase::Failed);
-        st.message = Some(reason.clone());
+        st.message = Some(message.clone());
         let generation = st.observed_generation;
-        let (mut failed, retry) = failed(
-            &st,
-            generation,
-            Reason::ReadinessFailed,
-            &reason,
-            settings.retries,
-            now,
-        );
+        let (mut failed, retry) = failed(&st, generation, reason, &message, settings.retries, now);
         failed.progress = st.progress.clone();
         st = failed;
         requeue_after = retry;
-    } else if crds_done && main_ready && pruned {
+    } else if post_done {
         finished = true;
         st.phase = Some(ReleasePhase::Ready);
         st.failures = None;
@@ -548,8 +668,17 @@ pub fn step(
             .and_then(|h| h.chart_version.as_deref())
             .map(|v| format!(" (chart version {v})"))
             .unwrap_or_default();
+        let ran: usize = [&pre, &post]
+            .iter()
+            .filter_map(|stage| stage.as_ref().map(|s| s.order.len()))
+            .sum();
+        let hooks = if ran > 0 {
+            format!(", {ran} hooks")
+        } else {
+            String::new()
+        };
         let message = format!(
-            "revision {number}{version} is ready: {} layers, {} resources",
+            "revision {number}{version} is ready: {} layers, {} resources{hooks}",
             plan.layers.len(),
             plan.resources.len()
         );
@@ -566,15 +695,22 @@ pub fn step(
             current.phase = ReleasePhase::Ready;
             current.finished_at = Some(now.clone());
         }
-        events.push(Note::normal(EventReason::ReleaseReady, message));
+        p.events
+            .push(Note::normal(EventReason::ReleaseReady, message));
     } else {
         finished = false;
         st.phase = Some(ReleasePhase::Deploying);
         let message = st
             .layers
             .iter()
-            .find(|l| matches!(l.phase, LayerPhase::Waiting | LayerPhase::Deleting))
+            .find(|l| {
+                matches!(l.phase, LayerPhase::Waiting | LayerPhase::Deleting)
+                    || (is_hook_stage(l) && l.phase == LayerPhase::Applying && l.message.is_some())
+            })
             .map(|l| match &l.message {
+                Some(m) if is_hook_stage(l) => {
+                    format!("{} hooks: {m}", l.name.trim_matches(|c| c == '(' || c == ')'))
+                }
                 Some(m) => format!("layer {}: {m}", layer_label(l)),
                 None => format!("layer {}: applied", layer_label(l)),
             })
@@ -583,13 +719,18 @@ pub fn step(
         progressing(&mut st, Reason::Progressing, &message, now);
     }
     Outcome::Decided(InstallStep {
-        actions,
+        actions: p.actions,
         status: st,
-        events,
+        events: p.events,
         requeue_after,
         finished,
         timeouts,
     })
+}
+
+/// Whether a `status.layers` entry is a hook stage: `(pre-install)`, ...
+pub(super) fn is_hook_stage(layer: &LayerStatus) -> bool {
+    layer.name.starts_with("(pre-") || layer.name.starts_with("(post-")
 }
 
 /// The objects the actions write or delete that have not been looked at.
@@ -613,7 +754,7 @@ fn unseen(revision: &Revision, actions: &[InstallAction], observed: &Observation
                     .filter(|k| !observed.present.contains_key(*k))
                     .cloned(),
             ),
-            InstallAction::ApplyCrds => {}
+            InstallAction::ApplyCrds | InstallAction::Hook { .. } => {}
         }
     }
     wanted
@@ -663,11 +804,8 @@ pub fn fail_action(
     now: &Time,
 ) -> (SequencedReleaseStatus, Vec<Note>, Option<Duration>) {
     let mut status = step.status.clone();
-    if let Some(layer) = step
-        .actions
-        .get(done)
-        .and_then(|a| status.layers.get_mut(slot_of(revision, a)))
-    {
+    let action = step.actions.get(done);
+    if let Some(layer) = action.and_then(|a| status.layers.get_mut(slot_of(revision, a))) {
         layer.phase = if failure.transient {
             LayerPhase::Applying
         } else {
@@ -689,7 +827,11 @@ pub fn fail_action(
         revision.settings.retries,
         now,
     );
-    let event = Note::warning(EventReason::LayerFailed, failure.message.clone());
+    let reason = match action {
+        Some(InstallAction::Hook { .. }) => EventReason::HookFailed,
+        _ => EventReason::LayerFailed,
+    };
+    let event = Note::warning(reason, failure.message.clone());
     (status, vec![event], retry)
 }
 
@@ -701,7 +843,9 @@ pub fn cut_short(revision: &Revision, step: &InstallStep, done: usize) -> Sequen
     status
 }
 
-/// The layers of the step's actions from `from` on were not reached: back to Pending.
+/// The layers of the step's actions from `from` on were not reached: back to Pending. A hook
+/// stage keeps the hooks it has done: its running hook is created (or its earlier object
+/// deleted) again.
 fn unreached(
     revision: &Revision,
     step: &InstallStep,
@@ -712,8 +856,12 @@ fn unreached(
         if let Some(layer) = status.layers.get_mut(slot_of(revision, action))
             && matches!(layer.phase, LayerPhase::Waiting | LayerPhase::Deleting)
         {
-            layer.phase = LayerPhase::Pending;
-            layer.started_at = None;
+            if matches!(action, InstallAction::Hook { .. }) {
+                layer.phase = LayerPhase::Applying;
+            } else {
+                layer.phase = LayerPhase::Pending;
+                layer.started_at = None;
+            }
         }
     }
 }
@@ -739,7 +887,7 @@ fn settle(
     tally: Tally,
     now: &Time,
     events: &mut Vec<Note>,
-    failure: &mut Option<String>,
+    failure: &mut Option<(Reason, String)>,
 ) {
     layer.ready = i32::try_from(tally.ready).unwrap_or(i32::MAX);
     if let Some(reason) = tally.failed {
@@ -748,7 +896,7 @@ fn settle(
         layer.message = Some(reason.clone());
         let message = format!("layer {} failed: {reason}", layer_label(layer));
         events.push(Note::warning(EventReason::LayerFailed, message.clone()));
-        failure.get_or_insert(message);
+        failure.get_or_insert((Reason::ReadinessFailed, message));
     } else if let Some(reason) = tally.blocking {
         layer.message = Some(format!("waiting for {reason}"));
     } else {
@@ -818,22 +966,9 @@ fn blocked_by(
     }
     let layer = plan.layers.get(i)?;
     for (e, external) in layer.external.iter().enumerate() {
-        let kind = match &external.group {
-            Some(g) if !g.is_empty() => format!("{}.{g}", external.kind),
-            _ => external.kind.clone(),
-        };
-        let name = match &external.namespace {
-            Some(ns) => format!("{ns}/{}", external.name),
-            None => external.name.clone(),
-        };
-        let verdict = match observed.external.get(&(i, e)) {
-            Some(Some(object)) => readiness::check(object, &Rules::default(), None, Duration::MAX),
-            _ => Verdict::InProgress(format!("{kind} {name}: not found")),
-        };
-        if let Some(reason) = verdict.reason().filter(|_| !verdict.is_ready()) {
-            return Some(format!(
-                "waiting for external dependency {kind} {name}: {reason}"
-            ));
+        let seen = observed.external.get(&(i, e)).and_then(Option::as_ref);
+        if let Some(reason) = external_blocker(external, seen) {
+            return Some(reason);
         }
     }
     None

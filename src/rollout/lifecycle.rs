@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::dependencies::{self, DependencyFacts};
 use super::install::{self, InstallStep};
 use super::status::{pending, retry_due, stalled};
-use super::uninstall::{UninstallStep, uninstall_step};
+use super::uninstall::{Uninstall, UninstallStep, uninstall_step};
 use super::{Deployable, Note, Observations, Outcome, Revision, Settings, Wanted};
 use crate::api::{
     EventReason, FINALIZER, Identity, Reason, ReleasePhase, SequencedRelease,
@@ -108,9 +108,16 @@ impl Facts {
     /// The revision being stepped: its plan and record, when both are known.
     pub fn revision<'a>(&'a self, me: &'a Identity) -> Option<Revision<'a>> {
         let settings = Settings::of(&self.release.spec);
-        let deployable = self.plan.as_ref()?.outcome.as_ref().ok()?;
+        let plan = self.plan.as_ref()?;
+        let deployable = plan.outcome.as_ref().ok()?;
         let record = self.records.get(&self.status.revision?)?.as_ref()?;
-        Some(Revision::of(deployable, record, settings, me))
+        Some(Revision::of(
+            deployable,
+            record,
+            settings,
+            me,
+            plan.is_upgrade,
+        ))
     }
 }
 
@@ -298,7 +305,29 @@ fn deploy(facts: &Facts) -> Next {
     } else {
         status.revision.unwrap_or(1)
     };
-    let is_upgrade = number > 1;
+    // Whether this revision is an upgrade: decided when it begins, and kept in its record.
+    let is_upgrade = if new_revision {
+        let previous = match status.revision {
+            Some(n) => match facts.records.get(&n) {
+                None => return Next::Need(Need::Record(n)),
+                Some(record) => record.clone(),
+            },
+            None => None,
+        };
+        earlier_ready(status, number) || previous.is_some_and(|p| p.is_upgrade())
+    } else {
+        match facts.records.get(&number) {
+            None => return Next::Need(Need::Record(number)),
+            Some(None) => {
+                let mut status = status.clone();
+                status.last_applied_digest = None;
+                let message = "restarting the revision: its record is missing";
+                let status = pending(&status, generation, Reason::Progressing, message, now);
+                return Next::RestartRevision { status };
+            }
+            Some(Some(record)) => record.is_upgrade(),
+        }
+    };
     let deployable = match &facts.plan {
         Some(plan) if plan.digest == source.digest && plan.is_upgrade == is_upgrade => {
             match &plan.outcome {
@@ -315,24 +344,6 @@ fn deploy(facts: &Facts) -> Next {
             });
         }
     };
-    let hooks: Vec<String> = deployable
-        .plan
-        .hooks
-        .iter()
-        .filter(|h| !h.is_test())
-        .map(|h| {
-            format!(
-                "{} {}/{}",
-                h.events.join(","),
-                h.resource.kind,
-                h.resource.name
-            )
-        })
-        .collect();
-    if !hooks.is_empty() {
-        let message = format!("hooks are not supported yet: {}", hooks.join(", "));
-        return stall(facts, Reason::HooksNotSupported, &message, &settings);
-    }
     let me = facts.identity();
     if new_revision {
         let previous = match status.revision {
@@ -356,8 +367,10 @@ fn deploy(facts: &Facts) -> Next {
             prune: previous
                 .map(|p| p.inventory.removed_in(&deployable.inventory))
                 .unwrap_or_default(),
+            hooks: deployable.hooks.clone(),
+            upgrade: Some(is_upgrade),
         };
-        let revision = Revision::of(deployable, &record, settings, &me);
+        let revision = Revision::of(deployable, &record, settings, &me, is_upgrade);
         let status = install::begin(
             &revision,
             status,
@@ -375,18 +388,11 @@ fn deploy(facts: &Facts) -> Next {
             create_namespace: sr.spec.create_namespace,
         }));
     }
-    let record = match facts.records.get(&number) {
-        None => return Next::Need(Need::Record(number)),
-        Some(None) => {
-            let mut status = status.clone();
-            status.last_applied_digest = None;
-            let message = "restarting the revision: its record is missing";
-            let status = pending(&status, generation, Reason::Progressing, message, now);
-            return Next::RestartRevision { status };
-        }
-        Some(Some(record)) => record,
+    // Read above: a revision in progress has its record.
+    let Some(Some(record)) = facts.records.get(&number) else {
+        return Next::Need(Need::Record(number));
     };
-    let revision = Revision::of(deployable, record, settings, &me);
+    let revision = Revision::of(deployable, record, settings, &me, is_upgrade);
     let missing = facts.observed.missing(&install::wanted(&revision, status));
     if !missing.is_empty() {
         return Next::Need(Need::Observe(missing));
@@ -395,6 +401,17 @@ fn deploy(facts: &Facts) -> Next {
         Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
         Outcome::Decided(step) => Next::Install(Box::new(step)),
     }
+}
+
+/// Whether a revision before `number` was Ready, as far as the history tells: a new revision is
+/// an upgrade when one was (or when the revision before it was an upgrade itself). A first
+/// install and its retries are installs (as Flux retries a failed install), rendered with
+/// `.Release.IsInstall` and running the `pre-install`/`post-install` hooks.
+fn earlier_ready(status: &SequencedReleaseStatus, number: i64) -> bool {
+    status
+        .history
+        .iter()
+        .any(|h| h.revision != number && h.phase == ReleasePhase::Ready)
 }
 
 fn uninstall(facts: &Facts) -> Next {
@@ -425,19 +442,30 @@ fn uninstall(facts: &Facts) -> Next {
     };
     let inventory = record.uninstall_inventory();
     let me = facts.identity();
-    match uninstall_step(
-        &inventory,
-        record.sequenced,
-        status,
-        &facts.observed,
-        &me,
-        &facts.now,
-    ) {
-        Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
-        Outcome::Decided(step) if step.finished => Next::FinishUninstall {
-            events: step.events,
-            records,
+    let settings = Settings::of(&sr.spec);
+    let run = format!("{}/{}", me.uid, record.revision);
+    let u = Uninstall {
+        inventory: &inventory,
+        sequenced: record.sequenced,
+        hooks: if settings.disable_hooks {
+            &[]
+        } else {
+            &record.hooks
         },
+        run: &run,
+        timeout: settings.timeout,
+    };
+    match uninstall_step(&u, status, &facts.observed, &me, &facts.now) {
+        Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
+        // What the last step's hooks ask (a delete policy) is done first.
+        Outcome::Decided(step)
+            if step.finished && step.hooks_before.is_empty() && step.hooks_after.is_empty() =>
+        {
+            Next::FinishUninstall {
+                events: step.events,
+                records,
+            }
+        }
         Outcome::Decided(step) => Next::Uninstall(Box::new(step)),
     }
 }

@@ -19,6 +19,7 @@
 //! - [`status`] holds the status transitions they share (conditions, Failed, Stalled, retries).
 
 pub mod dependencies;
+pub mod hooks;
 pub mod install;
 pub mod lifecycle;
 pub mod status;
@@ -30,8 +31,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::api::{Claim, EventReason, Identity, ObjectKey, SequencedReleaseSpec, Sequencing};
-use crate::history::Inventory;
-use crate::plan::Plan;
+use crate::history::{HookRecord, Inventory};
+use crate::plan::{ExternalDependency, Plan};
+use crate::readiness::{self, Rules, Verdict};
 use crate::readiness::parse_duration;
 
 pub use install::{InstallAction, InstallStep, begin, layout, step};
@@ -40,7 +42,7 @@ pub use status::{
     failed, holds_lock, interrupted, pending, progressing, retry_delay, retry_due, seconds,
     set_condition, stalled,
 };
-pub use uninstall::{UninstallStep, uninstall_step};
+pub use uninstall::{Uninstall, UninstallStep, uninstall_step};
 
 /// What the spec says about how to deploy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -61,6 +63,8 @@ pub struct Settings {
     pub timeout: Duration,
     /// `interval`: how often a Ready release is looked at again.
     pub interval: Duration,
+    /// `disableHooks`: no hook stage runs.
+    pub disable_hooks: bool,
 }
 
 /// `spec.timeout` and `spec.readinessTimeout` when they cannot be read.
@@ -82,6 +86,7 @@ impl Settings {
             adopt: spec.adopt,
             timeout: parse_duration(&spec.timeout).unwrap_or(DEFAULT_TIMEOUT),
             interval: parse_duration(&spec.interval).unwrap_or(DEFAULT_INTERVAL),
+            disable_hooks: spec.disable_hooks,
         }
     }
 
@@ -105,18 +110,27 @@ pub struct Deployable {
     pub keys: Vec<ObjectKey>,
     /// By index into `plan.crds`.
     pub crd_keys: Vec<ObjectKey>,
+    /// The hooks the operator may run (not those of `helm test` only), in run order.
+    pub hooks: Vec<HookRecord>,
     /// What the revision applies, in uninstall order.
     pub inventory: Inventory,
 }
 
 /// What the current revision deploys.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Revision<'a> {
     pub plan: &'a Plan,
     /// Every resource's identity, by index into `plan.resources`.
     pub keys: &'a [ObjectKey],
     /// Objects of the previous revision to delete at the end, in delete order.
     pub prune: &'a [ObjectKey],
+    /// The hooks that may run (none with `spec.disableHooks`), in run order.
+    pub hooks: &'a [HookRecord],
+    /// An upgrade (an earlier revision was Ready) runs the `pre-upgrade`/`post-upgrade` hooks,
+    /// anything else the `pre-install`/`post-install` ones.
+    pub upgrade: bool,
+    /// `<release uid>/<revision>`: what the hook objects of this revision are marked with.
+    pub run: String,
     pub settings: Settings,
     /// The release, to judge whose the objects are.
     pub me: &'a Identity,
@@ -129,11 +143,19 @@ impl<'a> Revision<'a> {
         record: &'a crate::history::Record,
         settings: Settings,
         me: &'a Identity,
+        upgrade: bool,
     ) -> Revision<'a> {
         Revision {
             plan: &deployable.plan,
             keys: &deployable.keys,
             prune: &record.prune,
+            hooks: if settings.disable_hooks {
+                &[]
+            } else {
+                &deployable.hooks
+            },
+            upgrade,
+            run: format!("{}/{}", me.uid, record.revision),
             settings,
             me,
         }
@@ -151,6 +173,10 @@ pub struct Observations {
     pub resources: HashMap<usize, Option<Value>>,
     /// By (layer, index into its `external`).
     pub external: HashMap<(usize, usize), Option<Value>>,
+    /// By index into the revision's hooks: the running hook of a stage.
+    pub hooks: HashMap<usize, Option<Value>>,
+    /// By (hook, index into its `external`).
+    pub hook_external: HashMap<(usize, usize), Option<Value>>,
     /// Objects to delete, or waited on until they are gone: whose they say they are.
     pub present: HashMap<ObjectKey, Option<Claim>>,
 }
@@ -161,6 +187,8 @@ impl Observations {
         self.crds.extend(more.crds);
         self.resources.extend(more.resources);
         self.external.extend(more.external);
+        self.hooks.extend(more.hooks);
+        self.hook_external.extend(more.hook_external);
         self.present.extend(more.present);
     }
 
@@ -179,6 +207,18 @@ impl Observations {
                 .iter()
                 .copied()
                 .filter(|e| !self.external.contains_key(e))
+                .collect(),
+            hooks: wanted
+                .hooks
+                .iter()
+                .copied()
+                .filter(|h| !self.hooks.contains_key(h))
+                .collect(),
+            hook_external: wanted
+                .hook_external
+                .iter()
+                .copied()
+                .filter(|e| !self.hook_external.contains_key(e))
                 .collect(),
             present: wanted
                 .present
@@ -207,6 +247,8 @@ pub struct Wanted {
     pub crds: bool,
     pub resources: BTreeSet<usize>,
     pub external: Vec<(usize, usize)>,
+    pub hooks: BTreeSet<usize>,
+    pub hook_external: BTreeSet<(usize, usize)>,
     pub present: Vec<ObjectKey>,
 }
 
@@ -215,8 +257,41 @@ impl Wanted {
         !self.crds
             && self.resources.is_empty()
             && self.external.is_empty()
+            && self.hooks.is_empty()
+            && self.hook_external.is_empty()
             && self.present.is_empty()
     }
+
+    /// Adds what `more` wants.
+    pub fn extend(&mut self, more: Wanted) {
+        self.crds |= more.crds;
+        self.resources.extend(more.resources);
+        self.external.extend(more.external);
+        self.hooks.extend(more.hooks);
+        self.hook_external.extend(more.hook_external);
+        self.present.extend(more.present);
+    }
+}
+
+/// Why a layer or hook must still wait for an object outside the release (werf's
+/// `<id>.external-dependency.werf.io/resource`), or None once it exists and is ready.
+pub fn external_blocker(external: &ExternalDependency, seen: Option<&Value>) -> Option<String> {
+    let kind = match &external.group {
+        Some(g) if !g.is_empty() => format!("{}.{g}", external.kind),
+        _ => external.kind.clone(),
+    };
+    let name = match &external.namespace {
+        Some(ns) => format!("{ns}/{}", external.name),
+        None => external.name.clone(),
+    };
+    let verdict = match seen {
+        Some(object) => readiness::check(object, &Rules::default(), None, Duration::MAX),
+        None => Verdict::InProgress(format!("{kind} {name}: not found")),
+    };
+    verdict
+        .reason()
+        .filter(|_| !verdict.is_ready())
+        .map(|reason| format!("waiting for external dependency {kind} {name}: {reason}"))
 }
 
 /// The outcome of a stepping function: a decision, or what must be observed before it.

@@ -1,83 +1,212 @@
-//! An uninstall, stepped through the uninstall steps of the last revision's inventory: a step is
-//! deleted once the steps it comes after are gone, and waits until its objects have disappeared.
+//! An uninstall, stepped through the `pre-delete` hooks, the uninstall steps of the last
+//! revision's inventory (a step is deleted once the steps it comes after are gone, and waits
+//! until its objects have disappeared), and the `post-delete` hooks. The hooks come from the
+//! revision's record, not from the chart, which may be gone.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use std::time::Duration;
+
+use super::hooks::{self, HookAction, Stage};
 use super::install::{layer_label, settle_deletion};
-use super::status::progressing;
+use super::status::{elapsed, progressing, retry_delay};
 use super::{Note, Observations, Outcome, Wanted};
 use crate::api::{
     EventReason, Identity, LayerPhase, LayerStatus, ObjectKey, Reason, ReleasePhase,
     SequencedReleaseStatus,
 };
-use crate::history::Inventory;
+use crate::history::{HookRecord, Inventory};
+
+/// What an uninstall works from: the last revision's inventory and hooks.
+#[derive(Debug, Clone, Copy)]
+pub struct Uninstall<'a> {
+    pub inventory: &'a Inventory,
+    /// Whether the revision was sequenced; `false` deletes everything at once.
+    pub sequenced: bool,
+    /// The revision's hooks (none with `spec.disableHooks`).
+    pub hooks: &'a [HookRecord],
+    /// `<release uid>/<revision>`.
+    pub run: &'a str,
+    /// `spec.timeout`: how long one hook may take.
+    pub timeout: Duration,
+}
 
 /// The outcome of [`uninstall_step`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct UninstallStep {
+    /// The `pre-delete` hook actions, done first.
+    pub hooks_before: Vec<HookAction>,
     /// For each step that starts now, by index into the inventory's steps: its objects that
     /// still exist and are ours, in delete order.
     pub deletes: Vec<(usize, Vec<ObjectKey>)>,
     pub status: SequencedReleaseStatus,
+    /// The `post-delete` hook actions, done last.
+    pub hooks_after: Vec<HookAction>,
     pub events: Vec<Note>,
-    /// Every step is deleted: the finalizer can go.
+    /// When to look again even without an event: a hook's timeout, a failed hook's retry.
+    pub requeue_after: Option<Duration>,
+    /// Every step is deleted and the hooks are done: the finalizer can go.
     pub finished: bool,
 }
 
-/// Starts an uninstall of `inventory`: every step Pending.
-pub fn begin_uninstall(
-    inventory: &Inventory,
+/// The stages of an uninstall: the `pre-delete` hooks, the inventory's steps, the
+/// `post-delete` hooks. A failed hook is run again as a new attempt (`status.failures`), whose
+/// objects are marked apart from the failed one.
+fn stages<'a>(u: &Uninstall<'a>, status: &SequencedReleaseStatus) -> (Option<Stage<'a>>, Option<Stage<'a>>) {
+    let run = format!("{}/{}", u.run, status.failures.unwrap_or(0));
+    (
+        Stage::of(u.hooks, "pre-delete", &run, u.timeout),
+        Stage::of(u.hooks, "post-delete", &run, u.timeout),
+    )
+}
+
+fn layout(u: &Uninstall, status: &SequencedReleaseStatus) -> Vec<LayerStatus> {
+    let (pre, post) = stages(u, status);
+    let chart = u
+        .inventory
+        .steps
+        .first()
+        .map(|s| s.chart.clone())
+        .or_else(|| u.hooks.first().map(|h| h.chart.clone()))
+        .unwrap_or_default();
+    let mut layers = Vec::with_capacity(u.inventory.steps.len() + 2);
+    layers.extend(pre.map(|stage| stage.entry(&chart)));
+    layers.extend(u.inventory.steps.iter().map(|s| LayerStatus {
+        chart: s.chart.clone(),
+        name: s.name.clone(),
+        resources: i32::try_from(s.objects.len()).unwrap_or(i32::MAX),
+        ..LayerStatus::default()
+    }));
+    layers.extend(post.map(|stage| stage.entry(&chart)));
+    layers
+}
+
+/// Starts an uninstall: every stage Pending.
+fn begin_uninstall(
+    u: &Uninstall,
     status: &SequencedReleaseStatus,
     now: &Time,
 ) -> SequencedReleaseStatus {
     let mut status = status.clone();
     status.phase = Some(ReleasePhase::Uninstalling);
-    status.layers = inventory
-        .steps
-        .iter()
-        .map(|s| LayerStatus {
-            chart: s.chart.clone(),
-            name: s.name.clone(),
-            resources: i32::try_from(s.objects.len()).unwrap_or(i32::MAX),
-            ..LayerStatus::default()
-        })
-        .collect();
+    status.failures = None;
+    status.layers = layout(u, &status);
     let message = "uninstalling".to_string();
     status.message = Some(message.clone());
     progressing(&mut status, Reason::Uninstalling, &message, now);
     status
 }
 
-fn uninstall_layout_matches(inventory: &Inventory, status: &SequencedReleaseStatus) -> bool {
+fn layout_matches(u: &Uninstall, status: &SequencedReleaseStatus) -> bool {
+    let fresh = layout(u, status);
     status.phase == Some(ReleasePhase::Uninstalling)
-        && status.layers.len() == inventory.steps.len()
+        && status.layers.len() == fresh.len()
         && status
             .layers
             .iter()
-            .zip(&inventory.steps)
-            .all(|(l, s)| l.chart == s.chart && l.name == s.name)
+            .zip(&fresh)
+            .all(|(l, f)| l.chart == f.chart && l.name == f.name && l.resources == f.resources)
 }
 
-/// One step of an uninstall: delete each step once the steps it comes after are gone, and wait
-/// until its objects have disappeared. `sequenced: false` deletes everything at once. The
-/// objects of a step must be observed before it starts ([`Outcome::Need`]): only those that
-/// still exist and are ours are deleted.
+/// What a hook stage of an uninstall did.
+struct HookOutcome {
+    actions: Vec<HookAction>,
+    failed: bool,
+}
+
+/// Steps a hook stage of an uninstall. A failed hook is run again after a delay (doubling from
+/// 5 s to 5 min), as a new attempt; `Err` with what must be observed first.
+fn step_stage(
+    stage: &Stage,
+    slot: usize,
+    st: &mut SequencedReleaseStatus,
+    observed: &Observations,
+    me: &Identity,
+    now: &Time,
+    events: &mut Vec<Note>,
+    requeue_after: &mut Option<Duration>,
+) -> Result<HookOutcome, Wanted> {
+    let mut outcome = HookOutcome {
+        actions: Vec::new(),
+        failed: false,
+    };
+    let entry = &st.layers[slot];
+    match entry.phase {
+        LayerPhase::Ready => return Ok(outcome),
+        LayerPhase::Failed => {
+            let failures = u32::try_from(st.failures.unwrap_or(0)).unwrap_or(u32::MAX);
+            let delay = retry_delay(failures);
+            let waited = elapsed(entry.finished_at.as_ref(), now).unwrap_or(delay);
+            if waited < delay {
+                *requeue_after = Some(delay - waited);
+                outcome.failed = true;
+                return Ok(outcome);
+            }
+            // A new attempt: the failed hook runs again (its earlier object goes first).
+            st.layers[slot].phase = LayerPhase::Applying;
+        }
+        _ => {}
+    }
+    let mut entry = st.layers[slot].clone();
+    let Some(out) = hooks::step(stage, &mut entry, observed, me, now) else {
+        let mut wanted = Wanted::default();
+        stage.wanted(&entry, &mut wanted);
+        return Err(wanted);
+    };
+    st.layers[slot] = entry;
+    events.extend(out.events);
+    outcome.actions = out.actions;
+    if out.requeue_after.is_some() {
+        *requeue_after = out.requeue_after;
+    }
+    if out.failure.is_some() {
+        let failures = st.failures.unwrap_or(0) + 1;
+        st.failures = Some(failures);
+        let delay = retry_delay(u32::try_from(failures).unwrap_or(u32::MAX));
+        *requeue_after = Some(delay);
+        outcome.failed = true;
+    }
+    Ok(outcome)
+}
+
+/// One step of an uninstall: run the `pre-delete` hooks, delete each step once the steps it
+/// comes after are gone and wait until its objects have disappeared (`sequenced: false` deletes
+/// everything at once), then run the `post-delete` hooks. The objects of a step must be observed
+/// before it starts ([`Outcome::Need`]): only those that still exist and are ours are deleted.
 pub fn uninstall_step(
-    inventory: &Inventory,
-    sequenced: bool,
+    u: &Uninstall,
     status: &SequencedReleaseStatus,
     observed: &Observations,
     me: &Identity,
     now: &Time,
 ) -> Outcome<UninstallStep> {
-    let mut st = if uninstall_layout_matches(inventory, status) {
+    let inventory = u.inventory;
+    let mut st = if layout_matches(u, status) {
         status.clone()
     } else {
-        begin_uninstall(inventory, status, now)
+        begin_uninstall(u, status, now)
     };
+    let (pre, post) = stages(u, &st);
+    let offset = usize::from(pre.is_some());
+    let mut events = Vec::new();
+    let mut requeue_after = None;
+    let mut hook_failed = false;
+
+    // The hooks before the layers.
+    let mut hooks_before = Vec::new();
+    if let Some(stage) = &pre {
+        match step_stage(stage, 0, &mut st, observed, me, now, &mut events, &mut requeue_after) {
+            Err(wanted) => return Outcome::Need(wanted),
+            Ok(outcome) => {
+                hooks_before = outcome.actions;
+                hook_failed |= outcome.failed;
+            }
+        }
+    }
+    let pre_done = pre.is_none() || st.layers[0].phase == LayerPhase::Ready;
+
     // What is being deleted is waited on until it is gone.
-    let deleting: Vec<ObjectKey> = st
-        .layers
+    let deleting: Vec<ObjectKey> = st.layers[offset..]
         .iter()
         .zip(&inventory.steps)
         .filter(|(l, _)| l.phase == LayerPhase::Deleting)
@@ -88,34 +217,35 @@ pub fn uninstall_step(
         return Outcome::Need(missing);
     }
     let mut starting = Vec::new();
-    let mut events = Vec::new();
     for (i, step) in inventory.steps.iter().enumerate() {
-        if st.layers[i].phase != LayerPhase::Deleting {
+        let slot = offset + i;
+        if st.layers[slot].phase != LayerPhase::Deleting {
             continue;
         }
         if settle_deletion(
-            &mut st.layers[i],
+            &mut st.layers[slot],
             &step.objects,
             |k| observed.ours(k, me),
             now,
         ) {
-            let message = format!("Layer {} is deleted", layer_label(&st.layers[i]));
+            let message = format!("Layer {} is deleted", layer_label(&st.layers[slot]));
             events.push(Note::normal(EventReason::LayerDeleted, message));
         }
     }
     for (i, step) in inventory.steps.iter().enumerate() {
-        if st.layers[i].phase != LayerPhase::Pending {
+        let slot = offset + i;
+        if !pre_done || st.layers[slot].phase != LayerPhase::Pending {
             continue;
         }
-        let blocker = step.after.iter().filter(|_| sequenced).find(|&&a| {
+        let blocker = step.after.iter().filter(|_| u.sequenced).find(|&&a| {
             st.layers
-                .get(a)
+                .get(offset + a)
                 .is_some_and(|l| l.phase != LayerPhase::Deleted)
         });
         match blocker {
             None => {
                 starting.push(i);
-                let layer = &mut st.layers[i];
+                let layer = &mut st.layers[slot];
                 layer.phase = LayerPhase::Deleting;
                 layer.started_at = Some(now.clone());
                 layer.message = None;
@@ -129,8 +259,8 @@ pub fn uninstall_step(
                 ));
             }
             Some(&a) => {
-                let label = layer_label(&st.layers[a]);
-                st.layers[i].message = Some(format!("waiting for layer {label} to be deleted"));
+                let label = layer_label(&st.layers[offset + a]);
+                st.layers[slot].message = Some(format!("waiting for layer {label} to be deleted"));
             }
         }
     }
@@ -154,16 +284,52 @@ pub fn uninstall_step(
             (i, ours)
         })
         .collect();
-    let finished = st.layers.iter().all(|l| l.phase == LayerPhase::Deleted);
-    let deleting = |l: &&LayerStatus| l.phase == LayerPhase::Deleting;
-    // The layer that waits on an object names it; a layer that just started says less.
+    let deleted = pre_done
+        && st.layers[offset..offset + inventory.steps.len()]
+            .iter()
+            .all(|l| l.phase == LayerPhase::Deleted);
+
+    // The hooks after the layers.
+    let mut hooks_after = Vec::new();
+    if let Some(stage) = &post
+        && deleted
+    {
+        let slot = offset + inventory.steps.len();
+        match step_stage(stage, slot, &mut st, observed, me, now, &mut events, &mut requeue_after) {
+            Err(wanted) => return Outcome::Need(wanted),
+            Ok(outcome) => {
+                hooks_after = outcome.actions;
+                hook_failed |= outcome.failed;
+            }
+        }
+    }
+    let finished = deleted && st.layers.iter().all(|l| {
+        matches!(l.phase, LayerPhase::Deleted | LayerPhase::Ready)
+    });
+    let active = |l: &&LayerStatus| {
+        matches!(
+            l.phase,
+            LayerPhase::Deleting | LayerPhase::Waiting | LayerPhase::Applying | LayerPhase::Failed
+        )
+    };
+    // The stage that waits on something names it; one that just started says less.
     let message = match st
         .layers
         .iter()
-        .filter(deleting)
+        .filter(active)
         .find(|l| l.message.is_some())
-        .or_else(|| st.layers.iter().find(deleting))
+        .or_else(|| st.layers.iter().find(active))
     {
+        Some(l) if l.phase == LayerPhase::Failed => format!(
+            "uninstall blocked: {}; it is run again in {}s (set spec.disableHooks: true to uninstall without hooks)",
+            l.message.as_deref().unwrap_or("a hook failed"),
+            requeue_after.unwrap_or_default().as_secs()
+        ),
+        Some(l) if super::install::is_hook_stage(l) => format!(
+            "uninstalling, {} hooks: {}",
+            l.name.trim_matches(|c| c == '(' || c == ')'),
+            l.message.as_deref().unwrap_or("running")
+        ),
         Some(l) => format!(
             "uninstalling layer {}: {}",
             layer_label(l),
@@ -173,11 +339,19 @@ pub fn uninstall_step(
         None => "uninstalling".to_string(),
     };
     st.message = Some(message.clone());
-    progressing(&mut st, Reason::Uninstalling, &message, now);
+    let reason = if hook_failed {
+        Reason::HookFailed
+    } else {
+        Reason::Uninstalling
+    };
+    progressing(&mut st, reason, &message, now);
     Outcome::Decided(UninstallStep {
+        hooks_before,
         deletes,
+        hooks_after,
         status: st,
         events,
+        requeue_after,
         finished,
     })
 }
