@@ -12,7 +12,7 @@ echo "== building sequenced" >&2
 cargo build --release --locked --quiet
 bin=target/release/sequenced
 
-for chart in examples/shop examples/foo examples/werf examples/kots; do
+for chart in examples/shop examples/foo examples/werf examples/kots examples/migrate; do
   echo
   echo "==================== sequenced graph $chart"
   "$bin" graph "$chart"
@@ -20,7 +20,7 @@ for chart in examples/shop examples/foo examples/werf examples/kots; do
   echo "==================== sequenced lint $chart"
   "$bin" lint "$chart"
 done
-for chart in examples/shop examples/foo; do
+for chart in examples/shop examples/foo examples/migrate; do
   echo
   echo "==================== sequenced template $chart"
   "$bin" template "$chart"

@@ -220,7 +220,8 @@ struct ChartNode<'a> {
     children: Vec<usize>,
 }
 
-/// Whether a `status.layers` entry is a stage (`(crds)`, `(prune)`) rather than a layer of a chart.
+/// Whether a `status.layers` entry is a stage (`(crds)`, `(pre-install)`, `(prune)`, ...) rather
+/// than a layer of a chart.
 fn is_stage(layer: &LayerStatus) -> bool {
     layer.name.starts_with('(') && layer.name.ends_with(')') && layer.name != DEFAULT_LAYER
 }
@@ -752,6 +753,34 @@ shop
     └── ledger
         └── (default)  [████████] 1/1  Ready
 (prune)                [░░░░░░░░] 0/3  Pending
+"
+        );
+    }
+
+    #[test]
+    fn hook_stages_are_drawn_in_run_order_with_the_hook_that_blocks() {
+        let mut status = deploying();
+        status.layers = vec![
+            layer("shop", "(crds)", LayerPhase::Ready, 1, 1),
+            layer("shop", "(pre-install)", LayerPhase::Ready, 2, 2),
+            layer("shop", "app", LayerPhase::Ready, 2, 2),
+            layer("shop", "(prune)", LayerPhase::Deleted, 1, 1),
+            waiting(
+                layer("shop", "(post-install)", LayerPhase::Waiting, 0, 1),
+                "hook 1 of 1: waiting for Job notify: running: 0 pods succeeded (1 active)",
+            ),
+        ];
+        let text = format_status(&release(2, Some(status)), Style::default());
+        let tree = &text[text.find("(crds)").unwrap()..];
+        assert_eq!(
+            tree,
+            "(crds)          [████████] 1/1  Ready
+(pre-install)   [████████] 2/2  Ready
+shop
+└── app         [████████] 2/2  Ready
+(prune)         [████████] 1/1  Deleted
+(post-install)  [░░░░░░░░] 0/1  Waiting
+  hook 1 of 1: waiting for Job notify: running: 0 pods succeeded (1 active)
 "
         );
     }
