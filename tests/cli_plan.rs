@@ -202,3 +202,209 @@ fn template_and_graph_refuse_a_chart_that_cannot_be_planned() {
         );
     }
 }
+
+/// A chart with hooks of every stage: a pre-install Job (weight -1) that waits for a Secret
+/// outside the release, a ServiceAccount of both pre-install and post-install, a post-install
+/// Job, a pre-delete Job and a test Pod, around two named layers and the default one.
+fn hooked_chart() -> tempfile::TempDir {
+    let dir = tempfile::TempDir::new().expect("temp dir");
+    let root = dir.path();
+    support::chart(root, "hooked", "0.1.0", "");
+    support::write(
+        root,
+        "templates/database.yaml",
+        &support::object("ConfigMap", "db", &[("helm.sh/layer", "database")]),
+    );
+    support::write(
+        root,
+        "templates/app.yaml",
+        &support::object(
+            "ConfigMap",
+            "app",
+            &[
+                ("helm.sh/layer", "app"),
+                ("helm.sh/depends-on/layers", "database"),
+            ],
+        ),
+    );
+    let hook = |kind: &str, name: &str, annotations: &[(&str, &str)]| {
+        support::write(
+            root,
+            &format!("templates/hook-{name}.yaml"),
+            &support::object(kind, name, annotations),
+        );
+    };
+    hook(
+        "Job",
+        "migrate",
+        &[
+            ("helm.sh/hook", "pre-install"),
+            ("helm.sh/hook-weight", "-1"),
+            (
+                "creds.external-dependency.werf.io/resource",
+                "secret/db-credentials",
+            ),
+        ],
+    );
+    hook(
+        "ServiceAccount",
+        "hooks",
+        &[("helm.sh/hook", "pre-install,post-install")],
+    );
+    hook("Job", "smoke", &[("helm.sh/hook", "post-install")]);
+    hook(
+        "Job",
+        "cleanup",
+        &[
+            ("helm.sh/hook", "pre-delete"),
+            ("helm.sh/hook-delete-policy", "hook-succeeded"),
+        ],
+    );
+    hook("Pod", "check", &[("helm.sh/hook", "test")]);
+    dir
+}
+
+#[test]
+fn template_prints_hooks_in_the_stage_of_an_install_that_runs_them() {
+    let chart = hooked_chart();
+    let stdout = stdout_of(&["template", chart.path().to_str().expect("utf-8 path")]);
+    let marks: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("## ") || l.starts_with("# Runs again"))
+        .collect();
+    assert_eq!(
+        marks,
+        vec![
+            "## STAGE: crds (0 documents)",
+            "## STAGE: pre-install hooks (2 documents)",
+            "## START hook: hooked Job/migrate  events pre-install  weight -1  delete policy before-hook-creation",
+            "## END hook: hooked Job/migrate",
+            "## START hook: hooked ServiceAccount/hooks  events pre-install,post-install  weight 0  delete policy before-hook-creation",
+            "# Runs again at post-install, after the layers (printed only here).",
+            "## END hook: hooked ServiceAccount/hooks",
+            "## STAGE: resources (3 documents in 3 layers)",
+            "## START layer: hooked database",
+            "## END layer: hooked database",
+            "## START layer: hooked app",
+            "## END layer: hooked app",
+            "## START layer: hooked (default)",
+            "## END layer: hooked (default)",
+            "## STAGE: post-install hooks (1 document)",
+            "# Runs again here: hooked ServiceAccount/hooks (printed under pre-install hooks)",
+            "## START hook: hooked Job/smoke  events post-install  weight 0  delete policy before-hook-creation",
+            "## END hook: hooked Job/smoke",
+            "## STAGE: other hooks (2 documents: upgrade, rollback, delete and test hooks; an install does not run them, and the operator never runs test hooks)",
+            "## START hook: hooked Pod/check  events test  weight 0  delete policy before-hook-creation",
+            "## END hook: hooked Pod/check",
+            "## START hook: hooked Job/cleanup  events pre-delete  weight 0  delete policy hook-succeeded",
+            "## END hook: hooked Job/cleanup",
+        ],
+        "{stdout}"
+    );
+    // The werf dependency of the pre-install Job is named inside its hook.
+    let migrate = stdout
+        .find("## START hook: hooked Job/migrate")
+        .expect("migrate");
+    let waits = stdout
+        .find("# Waits for: secret/db-credentials\n")
+        .expect("waits for");
+    let end = stdout.find("## END hook: hooked Job/migrate").expect("end");
+    assert!(migrate < waits && waits < end, "{stdout}");
+    assert!(
+        stdout.contains("# A test hook: run by `helm test`, never by the operator."),
+        "{stdout}"
+    );
+    // Valid multi-document YAML, every object exactly once: kubectl apply -f takes it.
+    let documents = sequenced::yaml::parse_documents(&stdout).expect("valid YAML");
+    let mut objects: Vec<String> = documents
+        .iter()
+        .filter(|d| d.is_object())
+        .map(|d| {
+            format!(
+                "{}/{}",
+                d["kind"].as_str().unwrap_or(""),
+                d["metadata"]["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    objects.sort();
+    assert_eq!(
+        objects,
+        vec![
+            "ConfigMap/app",
+            "ConfigMap/db",
+            "ConfigMap/hooked-hooked-hooked",
+            "Job/cleanup",
+            "Job/migrate",
+            "Job/smoke",
+            "Pod/check",
+            "ServiceAccount/hooks",
+        ]
+    );
+}
+
+#[test]
+fn graph_text_shows_hooks_where_they_run() {
+    let chart = hooked_chart();
+    let stdout = stdout_of(&["graph", chart.path().to_str().expect("utf-8 path")]);
+    let expected = "
+CRDs: none
+Pre-install hooks (one at a time, by weight, each waited on until done):
+  weight -1   Job/migrate           (hooked templates/hook-migrate.yaml)
+    waits for secret/db-credentials (outside the release, declared by Job/migrate)
+  weight 0    ServiceAccount/hooks  (hooked templates/hook-hooks.yaml)  also post-install
+
+Level 1 (starts at once)
+  hooked database      1 resource  ConfigMap/db
+Level 2
+  hooked app           1 resource  ConfigMap/app
+    after hooked database
+Level 3
+  hooked (default)     1 resource  ConfigMap/hooked-hooked-hooked
+    after hooked app
+
+Post-install hooks (one at a time, by weight, each waited on until done):
+  weight 0    ServiceAccount/hooks  (hooked templates/hook-hooks.yaml)  also pre-install
+  weight 0    Job/smoke             (hooked templates/hook-smoke.yaml)
+
+Other hooks (an install does not run them):
+  test        weight 0    Pod/check    (hooked templates/hook-check.yaml)  never run by the operator (helm test)
+  pre-delete  weight 0    Job/cleanup  (hooked templates/hook-cleanup.yaml)
+
+Pre-delete hooks, before the uninstall steps (one at a time, by weight, each waited on until done):
+  weight 0    Job/cleanup  (hooked templates/hook-cleanup.yaml)
+
+Uninstall, in this order (CRDs are kept):
+   1. hooked (default)  1 resource
+   2. hooked app        1 resource
+   3. hooked database   1 resource
+";
+    assert!(stdout.contains(expected), "{stdout}");
+}
+
+#[test]
+fn graph_dot_and_mermaid_show_the_install_hook_stages() {
+    let chart = hooked_chart();
+    let path = chart.path().to_str().expect("utf-8 path");
+    let dot = stdout_of(&["graph", path, "--format", "dot"]);
+    for line in [
+        "  hooks_pre_install [label=\"pre-install hooks: 2\\nJob/migrate\\nServiceAccount/hooks\", fillcolor=\"#fff4e0\"];",
+        "  hooks_post_install [label=\"post-install hooks: 2\\nServiceAccount/hooks\\nJob/smoke\", fillcolor=\"#fff4e0\"];",
+        // To the one layer of level 1, from the one layer nothing waits on.
+        "  hooks_pre_install -> l0;\n  l2 -> hooks_post_install;\n",
+    ] {
+        assert!(dot.contains(line), "missing {line:?} in:\n{dot}");
+    }
+    assert_eq!(dot.matches("hooks_pre_install ->").count(), 1, "{dot}");
+    assert_eq!(dot.matches("-> hooks_post_install").count(), 1, "{dot}");
+    let mermaid = stdout_of(&["graph", path, "--format", "mermaid"]);
+    for line in [
+        "  hooks_pre_install[\"pre-install hooks: 2<br/>Job/migrate<br/>ServiceAccount/hooks\"]",
+        "  hooks_pre_install --> l0\n  l2 --> hooks_post_install\n",
+    ] {
+        assert!(mermaid.contains(line), "missing {line:?} in:\n{mermaid}");
+    }
+    // A chart without hooks has no hook nodes.
+    let dot = stdout_of(&["graph", "examples/foo", "--format", "dot"]);
+    assert!(!dot.contains("hooks_"), "{dot}");
+}

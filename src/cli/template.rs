@@ -7,7 +7,7 @@ use super::{ChartArgs, TemplateArgs};
 use crate::chart::{ChartNode, ChartTree};
 use crate::helm::{Helm, HelmError};
 use crate::pipeline::{self, ChartSource, RenderRequest, Resolved};
-use crate::plan::{Plan, Resource};
+use crate::plan::{Hook, Plan, Resource, draw};
 use crate::render::Rendered;
 
 /// Anything that stops a chart from being fetched, rendered or planned.
@@ -177,9 +177,12 @@ fn source_path(chart: &str, template: &str) -> String {
     format!("{}/{template}", chart.replace('/', "/charts/"))
 }
 
-/// The rendered documents in deploy order: CRDs, then hooks in run order, then the main
-/// resources layer by layer between `## START layer:` and `## END layer:` lines (seed 000). The
-/// output stays valid multi-document YAML: the annotations are comments.
+/// The rendered documents in the order of an install, under `## STAGE:` lines: CRDs, the
+/// pre-install hooks, the main resources layer by layer between `## START layer:` and
+/// `## END layer:` lines (seed 000), the post-install hooks, and last the hooks an install does
+/// not run. Each hook sits between `## START hook:` and `## END hook:` lines and is printed once,
+/// in the first stage that runs it. The output stays valid multi-document YAML: the annotations
+/// are comments.
 pub fn format_output(
     loaded: &LoadedChart,
     plan: &Plan,
@@ -224,30 +227,28 @@ pub fn format_output(
     }
     let _ = writeln!(
         out,
-        "# Documents are in deploy order: CRDs, hooks in run order, then the layers."
+        "# Documents are in install order: CRDs, pre-install hooks, the layers, post-install hooks;"
     );
-    let _ = writeln!(out, "## STAGE: crds ({} documents)", plan.crds.len());
+    let _ = writeln!(out, "# last, the hooks an install does not run.");
+    let _ = writeln!(out, "## STAGE: crds ({})", documents(plan.crds.len()));
     for crd in &plan.crds {
         out.push_str("---\n");
         write_resource(&mut out, crd, texts);
     }
-    let _ = writeln!(out, "## STAGE: hooks ({} documents)", plan.hooks.len());
-    for hook in &plan.hooks {
-        out.push_str("---\n");
-        let _ = writeln!(
-            out,
-            "# Hook: {}  weight {}  delete policy {}",
-            hook.events.join(","),
-            hook.weight,
-            hook.delete_policies.join(",")
-        );
-        write_resource(&mut out, &hook.resource, texts);
+    let stages = HookStages::of(plan);
+    let _ = writeln!(
+        out,
+        "## STAGE: pre-install hooks ({})",
+        documents(stages.pre_install.len())
+    );
+    for hook in &stages.pre_install {
+        write_hook(&mut out, hook, texts);
     }
     let _ = writeln!(
         out,
-        "## STAGE: resources ({} documents in {} layers)",
-        plan.resources.len(),
-        plan.layers.len()
+        "## STAGE: resources ({} in {})",
+        documents(plan.resources.len()),
+        plural(plan.layers.len(), "layer")
     );
     for layer in &plan.layers {
         out.push_str("---\n");
@@ -272,7 +273,112 @@ pub fn format_output(
         }
         let _ = writeln!(out, "## END layer: {} {}", layer.chart, layer.name);
     }
+    let _ = writeln!(
+        out,
+        "## STAGE: post-install hooks ({})",
+        documents(stages.post_install.len())
+    );
+    for hook in plan.hooks_at(POST_INSTALL) {
+        if hook.runs_at(PRE_INSTALL) {
+            // Printed once, in the pre-install stage; its place in this stage's order is kept.
+            let _ = writeln!(
+                out,
+                "# Runs again here: {} (printed under pre-install hooks)",
+                hook_title(hook)
+            );
+        } else {
+            write_hook(&mut out, hook, texts);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "## STAGE: other hooks ({}: upgrade, rollback, delete and test hooks; an install does not \
+         run them, and the operator never runs test hooks)",
+        documents(stages.other.len())
+    );
+    for hook in &stages.other {
+        write_hook(&mut out, hook, texts);
+    }
     out
+}
+
+fn plural(n: usize, one: &str) -> String {
+    if n == 1 {
+        format!("{n} {one}")
+    } else {
+        format!("{n} {one}s")
+    }
+}
+
+fn documents(n: usize) -> String {
+    plural(n, "document")
+}
+
+const PRE_INSTALL: &str = "pre-install";
+const POST_INSTALL: &str = "post-install";
+
+/// The hooks of a plan by the stage of an install they are printed in, each hook once, in run
+/// order: a hook of both pre-install and post-install is printed with the pre-install ones.
+struct HookStages<'a> {
+    pre_install: Vec<&'a Hook>,
+    post_install: Vec<&'a Hook>,
+    other: Vec<&'a Hook>,
+}
+
+impl<'a> HookStages<'a> {
+    fn of(plan: &'a Plan) -> Self {
+        let mut stages = HookStages {
+            pre_install: Vec::new(),
+            post_install: Vec::new(),
+            other: Vec::new(),
+        };
+        for hook in &plan.hooks {
+            if hook.runs_at(PRE_INSTALL) {
+                stages.pre_install.push(hook);
+            } else if hook.runs_at(POST_INSTALL) {
+                stages.post_install.push(hook);
+            } else {
+                stages.other.push(hook);
+            }
+        }
+        stages
+    }
+}
+
+/// `<chart> <Kind>/<name>`, as the `## START hook:` and `## END hook:` lines name a hook.
+fn hook_title(hook: &Hook) -> String {
+    format!("{} {}", hook.resource.chart, hook.resource.id())
+}
+
+/// One hook document between `## START hook:` and `## END hook:` lines, with when it runs.
+fn write_hook(out: &mut String, hook: &Hook, texts: &HashMap<TextKey, String>) {
+    out.push_str("---\n");
+    let _ = writeln!(
+        out,
+        "## START hook: {}  events {}  weight {}  delete policy {}",
+        hook_title(hook),
+        hook.events.join(","),
+        hook.weight,
+        hook.delete_policies.join(",")
+    );
+    if !hook.external.is_empty() {
+        let waits: Vec<String> = hook.external.iter().map(draw::external_name).collect();
+        let _ = writeln!(out, "# Waits for: {}", waits.join(", "));
+    }
+    if hook.runs_at(PRE_INSTALL) && hook.runs_at(POST_INSTALL) {
+        let _ = writeln!(
+            out,
+            "# Runs again at post-install, after the layers (printed only here)."
+        );
+    }
+    if hook.is_test() {
+        let _ = writeln!(
+            out,
+            "# A test hook: run by `helm test`, never by the operator."
+        );
+    }
+    write_resource(out, &hook.resource, texts);
+    let _ = writeln!(out, "## END hook: {}", hook_title(hook));
 }
 
 fn describe_chart(node: &ChartNode) -> String {
