@@ -229,6 +229,40 @@ async fn e2e_shop_installs_in_order_upgrades_and_uninstalls() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_migration_hook_runs_before_the_layers_on_install_and_upgrade() {
+    let Some(e2e) = setup().await else { return };
+    e2e.create(release(
+        "migrate",
+        &support::charts::repo().join("examples/migrate"),
+        json!({}),
+    ))
+    .await;
+    let sr = e2e.wait("migrate", "Ready", is_ready).await;
+    after(&sr, "config", "(pre-install)");
+    assert_eq!(layer(&sr, "(pre-install)").ready, 2);
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> =
+        Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    // hook-succeeded: the Job is gone; the ServiceAccount hook stays, as with Helm.
+    assert!(jobs.get_opt("migrate-migrate").await.unwrap().is_none());
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    assert!(accounts.get_opt("migrate-migrate").await.unwrap().is_some());
+    // An upgrade runs the migration again, as pre-upgrade.
+    let patch = json!({"spec": {"values": {"databaseUrl": "postgres://db2.example.internal/shop"}}});
+    e2e.releases()
+        .patch("migrate", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let sr = e2e
+        .wait("migrate", "revision 2 Ready", |sr| {
+            is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(2)
+        })
+        .await;
+    after(&sr, "config", "(pre-upgrade)");
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_the_subchart_example_follows_the_seed_order() {
     let Some(e2e) = setup().await else { return };
     e2e.create(release(

@@ -15,7 +15,7 @@ use sequenced::api::{
     Claim, EventReason, LayerPhase, ObjectKey, Reason, ReleasePhase, SequencedRelease,
     SequencedReleaseStatus,
 };
-use sequenced::history::{HookRecord, Inventory, Record};
+use sequenced::history::{Inventory, Record};
 use sequenced::plan::{self, Plan};
 use sequenced::rollout::dependencies::{DependencyFacts, DependencyState};
 use sequenced::rollout::install::InstallAction;
@@ -307,19 +307,7 @@ fn hooked() -> Arc<Deployable> {
             object("ConfigMap", "app", &[]),
         ),
     ]);
-    let key = |r: &sequenced::plan::Resource| ObjectKey {
-        api_version: r.api_version.clone(),
-        kind: r.kind.clone(),
-        namespace: Some("apps".into()),
-        name: r.name.clone(),
-    };
-    let keys = plan.resources.iter().map(key).collect();
-    let hooks = plan
-        .hooks
-        .iter()
-        .filter(|h| !h.only_test())
-        .map(|h| HookRecord::of(h, key(&h.resource)))
-        .collect();
+    let (keys, hooks) = support::identities(&plan, "apps");
     let inventory = Inventory::from_plan(&plan, |_| Some("apps".into()));
     Arc::new(Deployable {
         plan,

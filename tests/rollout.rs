@@ -66,19 +66,7 @@ struct Fixture {
 
 impl Fixture {
     fn new(plan: Plan) -> Fixture {
-        let key = |r: &plan::Resource| ObjectKey {
-            api_version: r.api_version.clone(),
-            kind: r.kind.clone(),
-            namespace: Some("shop".into()),
-            name: r.name.clone(),
-        };
-        let keys = plan.resources.iter().map(key).collect();
-        let hooks = plan
-            .hooks
-            .iter()
-            .filter(|h| !h.only_test())
-            .map(|h| HookRecord::of(h, key(&h.resource)))
-            .collect();
+        let (keys, hooks) = support::identities(&plan, "shop");
         Fixture {
             plan,
             keys,

@@ -193,6 +193,32 @@ pub fn object(kind: &str, name: &str, annotations: &[(&str, &str)]) -> String {
     serde_json::json!({ "apiVersion": api_version, "kind": kind, "metadata": metadata }).to_string()
 }
 
+/// Every planned object's identity in `namespace`, and the hooks the operator may run (not
+/// those of `helm test` only), as the controller resolves them against a cluster that serves
+/// every kind namespaced.
+pub fn identities(
+    plan: &sequenced::plan::Plan,
+    namespace: &str,
+) -> (
+    Vec<sequenced::api::ObjectKey>,
+    Vec<sequenced::history::HookRecord>,
+) {
+    let key = |r: &sequenced::plan::Resource| sequenced::api::ObjectKey {
+        api_version: r.api_version.clone(),
+        kind: r.kind.clone(),
+        namespace: Some(namespace.to_string()),
+        name: r.name.clone(),
+    };
+    let keys = plan.resources.iter().map(key).collect();
+    let hooks = plan
+        .hooks
+        .iter()
+        .filter(|h| !h.only_test())
+        .map(|h| sequenced::history::HookRecord::of(h, key(&h.resource)))
+        .collect();
+    (keys, hooks)
+}
+
 /// What `helm template` would print for these documents: `(source, yaml)` pairs, where source
 /// is the `# Source:` path (`shop/templates/app.yaml`, `foo/charts/bar/templates/x.yaml`).
 pub fn rendered(
