@@ -1919,3 +1919,74 @@ async fn kind_checks_that_charts_run_into() {
     })
     .await;
 }
+
+/// The status keys, and each condition's type, reason and message (times left out).
+fn status_shape(status: &Value) -> (Vec<String>, Vec<(String, String, String)>) {
+    let mut keys: Vec<String> = status.as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    let conditions = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let field = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            (field("type"), field("reason"), field("message"))
+        })
+        .collect();
+    (keys, conditions)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_played_job_controller_writes_job_statuses_as_recorded() {
+    timed(async {
+        let op = support::operator::Operator::without_controller().await;
+        let recorded = recorded_json("requests-lifecycle.json");
+        let jobs: Api<k8s_openapi::api::batch::v1::Job> =
+            Api::namespaced(op.client.clone(), "default");
+        let job = |name: &str, labels: Value| {
+            serde_json::from_value::<k8s_openapi::api::batch::v1::Job>(json!({
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "registry.invalid/x:1"}]}}}
+            }))
+            .unwrap()
+        };
+        jobs.create(&PostParams::default(), &job("job-ok", json!({})))
+            .await
+            .unwrap();
+        jobs.create(
+            &PostParams::default(),
+            &job("job-bad", json!({"sequenced.test/outcome": "fail"})),
+        )
+        .await
+        .unwrap();
+        let guard = op.job_controller(Duration::from_millis(50));
+        for (name, key) in [("job-ok", "job-ok-status"), ("job-bad", "job-bad-status")] {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let object = loop {
+                let object = serde_json::to_value(jobs.get(name).await.unwrap()).unwrap();
+                if object.pointer("/status/conditions").is_some() {
+                    break object;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{name} never finished"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            let expected = &recorded[key]["response"]["body"]["status"];
+            assert_eq!(
+                status_shape(&object["status"]),
+                status_shape(expected),
+                "{name}"
+            );
+        }
+        drop(guard);
+        // Deleted in the background, a finished Job is gone at once (it has no finalizer).
+        jobs.delete("job-ok", &DeleteParams::background())
+            .await
+            .unwrap();
+        assert!(jobs.get_opt("job-ok").await.unwrap().is_none());
+    })
+    .await;
+}

@@ -248,7 +248,8 @@ async fn e2e_a_migration_hook_runs_before_the_layers_on_install_and_upgrade() {
         Api::namespaced(e2e.client.clone(), &e2e.namespace);
     assert!(accounts.get_opt("migrate-migrate").await.unwrap().is_some());
     // An upgrade runs the migration again, as pre-upgrade.
-    let patch = json!({"spec": {"values": {"databaseUrl": "postgres://db2.example.internal/shop"}}});
+    let patch =
+        json!({"spec": {"values": {"databaseUrl": "postgres://db2.example.internal/shop"}}});
     e2e.releases()
         .patch("migrate", &PatchParams::default(), &Patch::Merge(&patch))
         .await

@@ -302,10 +302,7 @@ fn hooked() -> Arc<Deployable> {
             "shop/templates/test.yaml",
             object("Pod", "smoke", &[("helm.sh/hook", "test")]),
         ),
-        (
-            "shop/templates/app.yaml",
-            object("ConfigMap", "app", &[]),
-        ),
+        ("shop/templates/app.yaml", object("ConfigMap", "app", &[])),
     ]);
     let (keys, hooks) = support::identities(&plan, "apps");
     let inventory = Inventory::from_plan(&plan, |_| Some("apps".into()));
@@ -339,14 +336,29 @@ fn hook_stages_surround_the_layers_and_the_record_lists_hooks_apart() {
     };
     f.plan = plan(false);
     let begin = begin_with(&f);
-    let names: Vec<&str> = begin.status.layers.iter().map(|l| l.name.as_str()).collect();
+    let names: Vec<&str> = begin
+        .status
+        .layers
+        .iter()
+        .map(|l| l.name.as_str())
+        .collect();
     // A first install runs the pre-install hooks; post-upgrade hooks have no stage.
     assert_eq!(names, ["(pre-install)", "(default)"]);
     assert_eq!(begin.status.layers[0].resources, 1);
     // The hooks are kept apart from the inventory; test hooks are never run, so not kept.
-    let hooks: Vec<&str> = begin.record.hooks.iter().map(|h| h.key.name.as_str()).collect();
+    let hooks: Vec<&str> = begin
+        .record
+        .hooks
+        .iter()
+        .map(|h| h.key.name.as_str())
+        .collect();
     assert_eq!(hooks, ["db-migrate", "notify"]);
-    let inventory: Vec<&str> = begin.record.inventory.objects().map(|k| k.name.as_str()).collect();
+    let inventory: Vec<&str> = begin
+        .record
+        .inventory
+        .objects()
+        .map(|k| k.name.as_str())
+        .collect();
     assert_eq!(inventory, ["app"]);
     assert_eq!(begin.record.upgrade, Some(false));
 
@@ -354,7 +366,8 @@ fn hook_stages_surround_the_layers_and_the_record_lists_hooks_apart() {
     let mut f = facts(release(json!({}), json!({})));
     f.status = ready(1, "sha256:0");
     f.source = source("sha256:1");
-    f.records.insert(1, record(1, "sha256:0", Inventory::default()));
+    f.records
+        .insert(1, record(1, "sha256:0", Inventory::default()));
     f.plan = plan(false);
     assert_eq!(
         next(&f),
@@ -365,7 +378,12 @@ fn hook_stages_surround_the_layers_and_the_record_lists_hooks_apart() {
     );
     f.plan = plan(true);
     let begin = begin_with(&f);
-    let names: Vec<&str> = begin.status.layers.iter().map(|l| l.name.as_str()).collect();
+    let names: Vec<&str> = begin
+        .status
+        .layers
+        .iter()
+        .map(|l| l.name.as_str())
+        .collect();
     assert_eq!(names, ["(default)", "(post-upgrade)"]);
     assert_eq!(begin.record.upgrade, Some(true));
 }
@@ -380,7 +398,12 @@ fn a_retry_of_a_failed_first_install_is_an_install_and_disable_hooks_drops_the_s
         outcome: Ok(hooked()),
     });
     let begin = begin_with(&f);
-    let names: Vec<&str> = begin.status.layers.iter().map(|l| l.name.as_str()).collect();
+    let names: Vec<&str> = begin
+        .status
+        .layers
+        .iter()
+        .map(|l| l.name.as_str())
+        .collect();
     assert_eq!(names, ["(default)"], "spec.disableHooks: no hook stage");
 
     // Revision 1 failed; a spec change starts revision 2, still an install.

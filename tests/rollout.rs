@@ -1046,7 +1046,10 @@ impl Fixture {
     }
 }
 
-fn layered_with_hooks(hooks: &[(&str, &str, &[(&str, &str)])]) -> Fixture {
+/// A hook of a test chart: kind, name, annotations.
+type HookSpec<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+
+fn layered_with_hooks(hooks: &[HookSpec]) -> Fixture {
     let mut documents = vec![
         (
             "templates/config.yaml".to_string(),
@@ -1062,7 +1065,10 @@ fn layered_with_hooks(hooks: &[(&str, &str, &[(&str, &str)])]) -> Fixture {
         ),
     ];
     for (kind, name, annotations) in hooks {
-        documents.push((format!("templates/{name}.yaml"), object(kind, name, annotations)));
+        documents.push((
+            format!("templates/{name}.yaml"),
+            object(kind, name, annotations),
+        ));
     }
     let documents: Vec<(&str, String)> = documents
         .iter()
@@ -1098,7 +1104,10 @@ fn a_pre_install_job_completes_before_the_first_layer_and_post_install_runs_afte
     // Running: nothing to do, the status names the hook and why it is not done.
     let running = fx.with_hooks(
         Observations::default(),
-        &[("migrate", hook_object("Job", "migrate", Some(&run("pre-install")), job_running()))],
+        &[(
+            "migrate",
+            hook_object("Job", "migrate", Some(&run("pre-install")), job_running()),
+        )],
     );
     let s2 = fx.step(&s1.status, &running, at(2));
     assert!(s2.actions.is_empty(), "{:?}", s2.actions);
@@ -1113,7 +1122,10 @@ fn a_pre_install_job_completes_before_the_first_layer_and_post_install_runs_afte
     // Complete: the first layer starts in the same step.
     let done = fx.with_hooks(
         Observations::default(),
-        &[("migrate", hook_object("Job", "migrate", Some(&run("pre-install")), job_complete()))],
+        &[(
+            "migrate",
+            hook_object("Job", "migrate", Some(&run("pre-install")), job_complete()),
+        )],
     );
     let s3 = fx.step(&s2.status, &done, at(3));
     assert_eq!(fx.named(&s3), ["apply a"]);
@@ -1140,7 +1152,10 @@ fn a_pre_install_job_completes_before_the_first_layer_and_post_install_runs_afte
         &s5.status,
         &fx.with_hooks(
             objects,
-            &[("notify", hook_object("Job", "notify", Some(&run("post-install")), job_complete()))],
+            &[(
+                "notify",
+                hook_object("Job", "notify", Some(&run("post-install")), job_complete()),
+            )],
         ),
         at(6),
     );
@@ -1167,14 +1182,22 @@ fn hooks_run_one_at_a_time_by_weight_with_their_delete_policies() {
         (
             "Job",
             "first",
-            &[("helm.sh/hook", "pre-install"), ("helm.sh/hook-weight", "-1")],
+            &[
+                ("helm.sh/hook", "pre-install"),
+                ("helm.sh/hook-weight", "-1"),
+            ],
         ),
     ]);
     let pre = run("pre-install");
     let status = fx.started();
     // An object of `first` from an earlier run: deleted (before-hook-creation, the default),
     // and its deletion awaited before the hook is created again.
-    let earlier = hook_object("Job", "first", Some("uid-shop/0/pre-install"), job_complete());
+    let earlier = hook_object(
+        "Job",
+        "first",
+        Some("uid-shop/0/pre-install"),
+        job_complete(),
+    );
     let s1 = fx.step(
         &status,
         &fx.with_hooks(Observations::default(), &[("first", earlier.clone())]),
@@ -1215,7 +1238,10 @@ fn hooks_run_one_at_a_time_by_weight_with_their_delete_policies() {
             Observations::default(),
             &[
                 ("first", first_done),
-                ("second", hook_object("Job", "second", Some(&pre), job_complete())),
+                (
+                    "second",
+                    hook_object("Job", "second", Some(&pre), job_complete()),
+                ),
             ],
         ),
         at(5),
@@ -1230,7 +1256,10 @@ fn a_failed_hook_job_fails_the_operation_naming_it_and_hook_failed_deletes_it() 
         "x-admission-create",
         &[
             ("helm.sh/hook", "pre-install"),
-            ("helm.sh/hook-delete-policy", "before-hook-creation,hook-failed"),
+            (
+                "helm.sh/hook-delete-policy",
+                "before-hook-creation,hook-failed",
+            ),
         ],
     )]);
     let pre = run("pre-install");
@@ -1248,19 +1277,29 @@ fn a_failed_hook_job_fails_the_operation_naming_it_and_hook_failed_deletes_it() 
     assert_eq!(s2.status.phase, Some(ReleasePhase::Failed));
     let message = "pre-install hook Job/x-admission-create (chart shop, templates/x-admission-create.yaml) failed: Job x-admission-create: failed (BackoffLimitExceeded: Job has reached the specified backoff limit)";
     assert_eq!(s2.status.message.as_deref(), Some(message));
-    let stalled = s2.status.conditions.iter().find(|c| c.type_ == "Stalled").unwrap();
+    let stalled = s2
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Stalled")
+        .unwrap();
     assert_eq!(stalled.reason, Reason::HookFailed.as_str());
     assert_eq!(event_reasons(&s2), [EventReason::HookFailed]);
-    assert!(s2.status.layers[1..3].iter().all(|l| l.phase == LayerPhase::Pending));
+    assert!(
+        s2.status.layers[1..3]
+            .iter()
+            .all(|l| l.phase == LayerPhase::Pending)
+    );
 }
 
 #[test]
 fn a_hook_pod_must_succeed_and_a_hook_not_done_within_the_timeout_fails() {
-    let fx = layered_with_hooks(&[("Pod", "check", &[("helm.sh/hook", "pre-install")])])
-        .with(Settings {
+    let fx = layered_with_hooks(&[("Pod", "check", &[("helm.sh/hook", "pre-install")])]).with(
+        Settings {
             timeout: Duration::from_secs(20),
             ..settings()
-        });
+        },
+    );
     let pre = run("pre-install");
     let s1 = fx.step(&fx.started(), &Observations::default(), at(1));
     let pod = |status: Value| {
@@ -1273,7 +1312,11 @@ fn a_hook_pod_must_succeed_and_a_hook_not_done_within_the_timeout_fails() {
     let s2 = fx.step(&s1.status, &pod(running.clone()), at(5));
     assert!(s2.actions.is_empty());
     assert!(
-        s2.status.message.as_deref().unwrap().contains("waiting for it to complete"),
+        s2.status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("waiting for it to complete"),
         "{:?}",
         s2.status.message
     );
@@ -1286,7 +1329,11 @@ fn a_hook_pod_must_succeed_and_a_hook_not_done_within_the_timeout_fails() {
     let s5 = fx.step(&s1.status, &pod(running), at(22));
     assert_eq!(s5.status.phase, Some(ReleasePhase::Failed));
     assert!(
-        s5.status.message.as_deref().unwrap().contains("readiness timeout after 20s"),
+        s5.status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("readiness timeout after 20s"),
         "{:?}",
         s5.status.message
     );
@@ -1301,7 +1348,10 @@ fn after_a_takeover_a_hook_created_by_this_run_is_not_created_again() {
     status.layers[0].phase = LayerPhase::Applying;
     let running = fx.with_hooks(
         Observations::default(),
-        &[("migrate", hook_object("Job", "migrate", Some(&pre), job_running()))],
+        &[(
+            "migrate",
+            hook_object("Job", "migrate", Some(&pre), job_running()),
+        )],
     );
     let s1 = fx.step(&status, &running, at(1));
     assert!(s1.actions.is_empty(), "{:?}", fx.named(&s1));
@@ -1322,7 +1372,12 @@ fn a_multi_event_hook_is_created_again_for_each_event_and_upgrades_run_upgrade_h
         layer.ready = layer.resources;
     }
     // At post-install the object made at pre-install is replaced by one of this event.
-    let made_before = hook_object("ServiceAccount", "hook-sa", Some(&run("pre-install")), json!(null));
+    let made_before = hook_object(
+        "ServiceAccount",
+        "hook-sa",
+        Some(&run("pre-install")),
+        json!(null),
+    );
     let objects = fx.observe(&[
         ("config", json!({"kind": "ConfigMap"})),
         ("app", json!({"kind": "ConfigMap"})),
@@ -1339,10 +1394,15 @@ fn a_multi_event_hook_is_created_again_for_each_event_and_upgrades_run_upgrade_h
         [format!("create hook-sa ({})", run("post-install"))]
     );
 
-    let mut upgrade = layered_with_hooks(&[("ServiceAccount", "hook-sa", &[("helm.sh/hook", events)])]);
+    let mut upgrade =
+        layered_with_hooks(&[("ServiceAccount", "hook-sa", &[("helm.sh/hook", events)])]);
     upgrade.upgrade = true;
-    assert_eq!(upgrade.stage_names(&upgrade.started()), ["(pre-upgrade)", "a", "b"]);
-    let mut disabled = layered_with_hooks(&[("ServiceAccount", "hook-sa", &[("helm.sh/hook", events)])]);
+    assert_eq!(
+        upgrade.stage_names(&upgrade.started()),
+        ["(pre-upgrade)", "a", "b"]
+    );
+    let mut disabled =
+        layered_with_hooks(&[("ServiceAccount", "hook-sa", &[("helm.sh/hook", events)])]);
     disabled.settings.disable_hooks = true;
     let s = disabled.step(&disabled.started(), &Observations::default(), at(1));
     assert_eq!(disabled.named(&s), ["apply a"]);
@@ -1355,7 +1415,10 @@ fn a_hook_waits_for_its_external_dependency_before_it_is_created() {
         "migrate",
         &[
             ("helm.sh/hook", "pre-install"),
-            ("db.external-dependency.werf.io/resource", "secret/db-credentials"),
+            (
+                "db.external-dependency.werf.io/resource",
+                "secret/db-credentials",
+            ),
         ],
     )]);
     let s1 = fx.step(&fx.started(), &Observations::default(), at(1));
@@ -1369,9 +1432,10 @@ fn a_hook_waits_for_its_external_dependency_before_it_is_created() {
     );
     let mut observed = Observations::default();
     observed.hooks.insert(fx.hook("migrate"), None);
-    observed
-        .hook_external
-        .insert((fx.hook("migrate"), 0), Some(json!({"kind": "Secret", "metadata": {"name": "db-credentials"}})));
+    observed.hook_external.insert(
+        (fx.hook("migrate"), 0),
+        Some(json!({"kind": "Secret", "metadata": {"name": "db-credentials"}})),
+    );
     let s2 = fx.step(&s1.status, &observed, at(2));
     assert_eq!(
         fx.named(&s2),
@@ -1394,18 +1458,29 @@ fn uninstall_runs_pre_delete_hooks_first_post_delete_last_and_retries_a_failed_o
         timeout: Duration::from_secs(300),
     };
     let first = "uid-shop/1/0/pre-delete";
-    let s1 = uninstall_with(&u, &SequencedReleaseStatus::default(), &Observations::default(), at(1));
+    let s1 = uninstall_with(
+        &u,
+        &SequencedReleaseStatus::default(),
+        &Observations::default(),
+        at(1),
+    );
     let names: Vec<&str> = s1.status.layers.iter().map(|l| l.name.as_str()).collect();
     assert_eq!(names, ["(pre-delete)", "b", "a", "(post-delete)"]);
     assert_eq!(
         s1.hooks_before,
-        [HookAction::Create { hook: fx.hook("backup"), run: first.into() }]
+        [HookAction::Create {
+            hook: fx.hook("backup"),
+            run: first.into()
+        }]
     );
     assert!(s1.deletes.is_empty());
     // The backup fails: the uninstall waits and says how to get past it.
     let failed = fx.with_hooks(
         Observations::default(),
-        &[("backup", hook_object("Job", "backup", Some(first), job_failed()))],
+        &[(
+            "backup",
+            hook_object("Job", "backup", Some(first), job_failed()),
+        )],
     );
     let s2 = uninstall_with(&u, &s1.status, &failed, at(2));
     assert!(s2.deletes.is_empty() && !s2.finished);
@@ -1417,22 +1492,39 @@ fn uninstall_runs_pre_delete_hooks_first_post_delete_last_and_retries_a_failed_o
         "{:?}",
         s2.status.message
     );
-    assert!(s2.status.message.as_deref().unwrap().contains("spec.disableHooks: true"));
+    assert!(
+        s2.status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("spec.disableHooks: true")
+    );
     let s3 = uninstall_with(&u, &s2.status, &failed, at(4));
     assert!(s3.hooks_before.is_empty());
     // Five seconds later, a new attempt: the failed Job goes, then the hook runs again.
     let s4 = uninstall_with(&u, &s2.status, &failed, at(8));
-    assert_eq!(s4.hooks_before, [HookAction::Delete { hook: fx.hook("backup") }]);
+    assert_eq!(
+        s4.hooks_before,
+        [HookAction::Delete {
+            hook: fx.hook("backup")
+        }]
+    );
     let second = "uid-shop/1/1/pre-delete";
     let s5 = uninstall_with(&u, &s4.status, &Observations::default(), at(9));
     assert_eq!(
         s5.hooks_before,
-        [HookAction::Create { hook: fx.hook("backup"), run: second.into() }]
+        [HookAction::Create {
+            hook: fx.hook("backup"),
+            run: second.into()
+        }]
     );
     // Done: the layers are deleted, dependents first; the post-delete hook comes last.
     let done = fx.with_hooks(
         Observations::default(),
-        &[("backup", hook_object("Job", "backup", Some(second), job_complete()))],
+        &[(
+            "backup",
+            hook_object("Job", "backup", Some(second), job_complete()),
+        )],
     );
     let s6 = uninstall_with(&u, &s5.status, &done, at(10));
     assert!(s6.hooks_before.is_empty() && s6.hooks_after.is_empty());
@@ -1441,7 +1533,10 @@ fn uninstall_runs_pre_delete_hooks_first_post_delete_last_and_retries_a_failed_o
     let s8 = uninstall_with(&u, &s7.status, &done, at(12));
     assert_eq!(
         s8.hooks_after,
-        [HookAction::Create { hook: fx.hook("cleanup"), run: second.replace("pre", "post") }]
+        [HookAction::Create {
+            hook: fx.hook("cleanup"),
+            run: second.replace("pre", "post")
+        }]
     );
     assert!(!s8.finished);
 }

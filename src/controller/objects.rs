@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use super::Error;
 use super::run::Context;
 use crate::api::{
-    Claim, HOOK_RUN_ANNOTATION, Identity, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION, ObjectKey,
-    RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, Reason, SequencedRelease,
+    Claim, HOOK_RUN_ANNOTATION, Identity, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION,
+    ObjectKey, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, Reason, SequencedRelease,
 };
 use crate::cluster::ClusterError;
 use crate::history::HookRecord;
@@ -228,7 +228,8 @@ impl Objects<'_> {
                 let Some(hook) = hooks.get(*hook) else {
                     return Ok(());
                 };
-                let fail = |e| Failed::of(e, Reason::HookFailed, Some((&hook.chart, &hook.template)));
+                let fail =
+                    |e| Failed::of(e, Reason::HookFailed, Some((&hook.chart, &hook.template)));
                 let kind = cluster
                     .kind(&hook.key.api_version, &hook.key.kind)
                     .await

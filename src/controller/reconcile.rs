@@ -425,7 +425,11 @@ impl<'a> Reconcile<'a> {
 
     /// A deletion (or hook) of an uninstall step failed: the status says why; the uninstall goes
     /// on from there when it is tried again.
-    async fn failed_delete(&mut self, step: &UninstallStep, failed: Failed) -> Result<Action, Stop> {
+    async fn failed_delete(
+        &mut self,
+        step: &UninstallStep,
+        failed: Failed,
+    ) -> Result<Action, Stop> {
         let status = uninstall::fail_delete(step, &failed.failure.message);
         self.write_status(&status).await?;
         Err(Stop::Failed(failed.error))

@@ -229,7 +229,9 @@ pub fn step(
                         let waited = elapsed(entry.started_at.as_ref(), now);
                         let verdict = readiness::check(object, &rules, waited, stage.timeout);
                         if let (Verdict::InProgress(_), Some(waited)) = (&verdict, waited) {
-                            let left = rules.effective_timeout(stage.timeout).saturating_sub(waited);
+                            let left = rules
+                                .effective_timeout(stage.timeout)
+                                .saturating_sub(waited);
                             out.requeue_after = Some(left.max(Duration::from_secs(1)));
                         }
                         verdict
@@ -261,11 +263,8 @@ pub fn step(
                         if hook.has_policy(HOOK_FAILED) {
                             out.actions.push(HookAction::Delete { hook: index });
                         }
-                        let message = format!(
-                            "{} hook {} failed: {reason}",
-                            stage.event,
-                            hook.label()
-                        );
+                        let message =
+                            format!("{} hook {} failed: {reason}", stage.event, hook.label());
                         return Some(fail(entry, out, Reason::HookFailed, message, now));
                     }
                 }

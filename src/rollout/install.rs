@@ -268,7 +268,7 @@ pub fn wanted(revision: &Revision, status: &SequencedReleaseStatus) -> Wanted {
 }
 
 /// Steps the hook stage at `slot` of `st` (started unless Ready or Failed), adding its actions
-/// and events; `Err` with what must be observed first.
+/// and events; [`Outcome::Need`] with what must be observed first.
 #[allow(clippy::too_many_arguments)]
 fn step_hooks(
     stage: &Stage,
@@ -279,15 +279,18 @@ fn step_hooks(
     observed: &Observations,
     now: &Time,
     progress: &mut Progress,
-) -> Result<(), Wanted> {
-    if matches!(st.layers[slot].phase, LayerPhase::Ready | LayerPhase::Failed) {
-        return Ok(());
+) -> Outcome<()> {
+    if matches!(
+        st.layers[slot].phase,
+        LayerPhase::Ready | LayerPhase::Failed
+    ) {
+        return Outcome::Decided(());
     }
     let mut entry = st.layers[slot].clone();
     let Some(out) = hooks::step(stage, &mut entry, observed, revision.me, now) else {
         let mut wanted = Wanted::default();
         stage.wanted(&entry, &mut wanted);
-        return Err(wanted);
+        return Outcome::Need(wanted);
     };
     st.layers[slot] = entry;
     progress.actions.extend(
@@ -300,7 +303,7 @@ fn step_hooks(
     if let Some(failure) = out.failure {
         progress.failure.get_or_insert(failure);
     }
-    Ok(())
+    Outcome::Decided(())
 }
 
 /// What a step has decided so far.
@@ -459,7 +462,7 @@ pub fn step(
     if let (Some(stage), Some(slot)) = (&pre, s.pre)
         && crds_done
         && p.failure.is_none()
-        && let Err(wanted) =
+        && let Outcome::Need(wanted) =
             step_hooks(stage, false, slot, &mut st, revision, observed, now, &mut p)
     {
         return Outcome::Need(wanted);
@@ -582,13 +585,15 @@ pub fn step(
             _ => {}
         }
     }
-    let pruned = main_ready && s.prune.is_none_or(|i| st.layers[i].phase == LayerPhase::Deleted);
+    let pruned = main_ready
+        && s.prune
+            .is_none_or(|i| st.layers[i].phase == LayerPhase::Deleted);
 
     // Stage 5: the hooks after the layers.
     if let (Some(stage), Some(slot)) = (&post, s.post)
         && pruned
         && p.failure.is_none()
-        && let Err(wanted) =
+        && let Outcome::Need(wanted) =
             step_hooks(stage, true, slot, &mut st, revision, observed, now, &mut p)
     {
         return Outcome::Need(wanted);
@@ -709,7 +714,10 @@ pub fn step(
             })
             .map(|l| match &l.message {
                 Some(m) if is_hook_stage(l) => {
-                    format!("{} hooks: {m}", l.name.trim_matches(|c| c == '(' || c == ')'))
+                    format!(
+                        "{} hooks: {m}",
+                        l.name.trim_matches(|c| c == '(' || c == ')')
+                    )
                 }
                 Some(m) => format!("layer {}: {m}", layer_label(l)),
                 None => format!("layer {}: applied", layer_label(l)),

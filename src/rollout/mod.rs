@@ -33,8 +33,8 @@ use serde_json::Value;
 use crate::api::{Claim, EventReason, Identity, ObjectKey, SequencedReleaseSpec, Sequencing};
 use crate::history::{HookRecord, Inventory};
 use crate::plan::{ExternalDependency, Plan};
-use crate::readiness::{self, Rules, Verdict};
 use crate::readiness::parse_duration;
+use crate::readiness::{self, Rules, Verdict};
 
 pub use install::{InstallAction, InstallStep, begin, layout, step};
 pub use lifecycle::{Facts, LockView, Need, Next, Requeue, next, requeue};

@@ -52,7 +52,10 @@ pub struct UninstallStep {
 /// The stages of an uninstall: the `pre-delete` hooks, the inventory's steps, the
 /// `post-delete` hooks. A failed hook is run again as a new attempt (`status.failures`), whose
 /// objects are marked apart from the failed one.
-fn stages<'a>(u: &Uninstall<'a>, status: &SequencedReleaseStatus) -> (Option<Stage<'a>>, Option<Stage<'a>>) {
+fn stages<'a>(
+    u: &Uninstall<'a>,
+    status: &SequencedReleaseStatus,
+) -> (Option<Stage<'a>>, Option<Stage<'a>>) {
     let run = format!("{}/{}", u.run, status.failures.unwrap_or(0));
     (
         Stage::of(u.hooks, "pre-delete", &run, u.timeout),
@@ -109,13 +112,16 @@ fn layout_matches(u: &Uninstall, status: &SequencedReleaseStatus) -> bool {
 }
 
 /// What a hook stage of an uninstall did.
+#[derive(Default)]
 struct HookOutcome {
     actions: Vec<HookAction>,
+    events: Vec<Note>,
+    requeue_after: Option<Duration>,
     failed: bool,
 }
 
 /// Steps a hook stage of an uninstall. A failed hook is run again after a delay (doubling from
-/// 5 s to 5 min), as a new attempt; `Err` with what must be observed first.
+/// 5 s to 5 min), as a new attempt; [`Outcome::Need`] with what must be observed first.
 fn step_stage(
     stage: &Stage,
     slot: usize,
@@ -123,24 +129,19 @@ fn step_stage(
     observed: &Observations,
     me: &Identity,
     now: &Time,
-    events: &mut Vec<Note>,
-    requeue_after: &mut Option<Duration>,
-) -> Result<HookOutcome, Wanted> {
-    let mut outcome = HookOutcome {
-        actions: Vec::new(),
-        failed: false,
-    };
+) -> Outcome<HookOutcome> {
+    let mut outcome = HookOutcome::default();
     let entry = &st.layers[slot];
     match entry.phase {
-        LayerPhase::Ready => return Ok(outcome),
+        LayerPhase::Ready => return Outcome::Decided(outcome),
         LayerPhase::Failed => {
             let failures = u32::try_from(st.failures.unwrap_or(0)).unwrap_or(u32::MAX);
             let delay = retry_delay(failures);
             let waited = elapsed(entry.finished_at.as_ref(), now).unwrap_or(delay);
             if waited < delay {
-                *requeue_after = Some(delay - waited);
+                outcome.requeue_after = Some(delay - waited);
                 outcome.failed = true;
-                return Ok(outcome);
+                return Outcome::Decided(outcome);
             }
             // A new attempt: the failed hook runs again (its earlier object goes first).
             st.layers[slot].phase = LayerPhase::Applying;
@@ -151,22 +152,19 @@ fn step_stage(
     let Some(out) = hooks::step(stage, &mut entry, observed, me, now) else {
         let mut wanted = Wanted::default();
         stage.wanted(&entry, &mut wanted);
-        return Err(wanted);
+        return Outcome::Need(wanted);
     };
     st.layers[slot] = entry;
-    events.extend(out.events);
+    outcome.events = out.events;
     outcome.actions = out.actions;
-    if out.requeue_after.is_some() {
-        *requeue_after = out.requeue_after;
-    }
+    outcome.requeue_after = out.requeue_after;
     if out.failure.is_some() {
         let failures = st.failures.unwrap_or(0) + 1;
         st.failures = Some(failures);
-        let delay = retry_delay(u32::try_from(failures).unwrap_or(u32::MAX));
-        *requeue_after = Some(delay);
+        outcome.requeue_after = Some(retry_delay(u32::try_from(failures).unwrap_or(u32::MAX)));
         outcome.failed = true;
     }
-    Ok(outcome)
+    Outcome::Decided(outcome)
 }
 
 /// One step of an uninstall: run the `pre-delete` hooks, delete each step once the steps it
@@ -195,10 +193,12 @@ pub fn uninstall_step(
     // The hooks before the layers.
     let mut hooks_before = Vec::new();
     if let Some(stage) = &pre {
-        match step_stage(stage, 0, &mut st, observed, me, now, &mut events, &mut requeue_after) {
-            Err(wanted) => return Outcome::Need(wanted),
-            Ok(outcome) => {
+        match step_stage(stage, 0, &mut st, observed, me, now) {
+            Outcome::Need(wanted) => return Outcome::Need(wanted),
+            Outcome::Decided(outcome) => {
                 hooks_before = outcome.actions;
+                events.extend(outcome.events);
+                requeue_after = outcome.requeue_after.or(requeue_after);
                 hook_failed |= outcome.failed;
             }
         }
@@ -295,17 +295,21 @@ pub fn uninstall_step(
         && deleted
     {
         let slot = offset + inventory.steps.len();
-        match step_stage(stage, slot, &mut st, observed, me, now, &mut events, &mut requeue_after) {
-            Err(wanted) => return Outcome::Need(wanted),
-            Ok(outcome) => {
+        match step_stage(stage, slot, &mut st, observed, me, now) {
+            Outcome::Need(wanted) => return Outcome::Need(wanted),
+            Outcome::Decided(outcome) => {
                 hooks_after = outcome.actions;
+                events.extend(outcome.events);
+                requeue_after = outcome.requeue_after.or(requeue_after);
                 hook_failed |= outcome.failed;
             }
         }
     }
-    let finished = deleted && st.layers.iter().all(|l| {
-        matches!(l.phase, LayerPhase::Deleted | LayerPhase::Ready)
-    });
+    let finished = deleted
+        && st
+            .layers
+            .iter()
+            .all(|l| matches!(l.phase, LayerPhase::Deleted | LayerPhase::Ready));
     let active = |l: &&LayerStatus| {
         matches!(
             l.phase,

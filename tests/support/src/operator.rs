@@ -375,6 +375,12 @@ pub fn is_write(r: &RecordedRequest) -> bool {
 /// Stops the kubelet loop when dropped.
 pub struct Kubelet(tokio::task::JoinHandle<()>);
 
+impl From<tokio::task::JoinHandle<()>> for Kubelet {
+    fn from(handle: tokio::task::JoinHandle<()>) -> Kubelet {
+        Kubelet(handle)
+    }
+}
+
 impl Drop for Kubelet {
     fn drop(&mut self) {
         self.0.abort();
