@@ -335,17 +335,7 @@ async fn uninstall_deletes_layers_in_reverse_order_waiting_for_each() {
             op.server
                 .remove_finalizers("v1", "Service", Some("default"), "db-service")
         );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while op
-            .releases("default")
-            .get_opt("shop")
-            .await
-            .unwrap()
-            .is_some()
-        {
-            assert!(Instant::now() < deadline, "the release was never removed");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        op.wait_deleted("default", "shop").await;
         let deletes: Vec<String> = op
             .server
             .requests()

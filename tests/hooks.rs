@@ -140,11 +140,7 @@ async fn a_pre_install_job_completes_before_the_first_layer_and_post_install_fol
                     && s.object("apps/v1", "Deployment", Some("default"), "app").is_none()
             })
             .await;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while op.releases("default").get_opt("shop").await.unwrap().is_some() {
-            assert!(Instant::now() < deadline, "never uninstalled");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        op.wait_deleted("default", "shop").await;
         assert!(op.server.object("batch/v1", "Job", Some("default"), "migrate").is_some());
         assert!(op.server.object("batch/v1", "Job", Some("default"), "notify").is_some());
         op.stop().await;
@@ -339,17 +335,7 @@ async fn uninstall_runs_pre_delete_hooks_then_the_layers_then_post_delete_hooks(
             .delete("shop", &DeleteParams::default())
             .await
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while op
-            .releases("default")
-            .get_opt("shop")
-            .await
-            .unwrap()
-            .is_some()
-        {
-            assert!(Instant::now() < deadline, "never uninstalled");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        op.wait_deleted("default", "shop").await;
         let backup = first(&op, "apply", "Job", "backup").expect("backup ran");
         let deleted = first(&op, "delete", "ConfigMap", "config").expect("config deleted");
         let cleanup = first(&op, "apply", "Job", "cleanup").expect("cleanup ran");

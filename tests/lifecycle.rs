@@ -316,6 +316,16 @@ fn hooked() -> Arc<Deployable> {
     })
 }
 
+/// The names of the `status.layers` a revision begins with.
+fn stage_names(begin: &Begin) -> Vec<&str> {
+    begin
+        .status
+        .layers
+        .iter()
+        .map(|l| l.name.as_str())
+        .collect()
+}
+
 fn begin_with(f: &Facts) -> Box<Begin> {
     match next(f) {
         Next::Begin(begin) => begin,
@@ -336,14 +346,8 @@ fn hook_stages_surround_the_layers_and_the_record_lists_hooks_apart() {
     };
     f.plan = plan(false);
     let begin = begin_with(&f);
-    let names: Vec<&str> = begin
-        .status
-        .layers
-        .iter()
-        .map(|l| l.name.as_str())
-        .collect();
     // A first install runs the pre-install hooks; post-upgrade hooks have no stage.
-    assert_eq!(names, ["(pre-install)", "(default)"]);
+    assert_eq!(stage_names(&begin), ["(pre-install)", "(default)"]);
     assert_eq!(begin.status.layers[0].resources, 1);
     // The hooks are kept apart from the inventory; test hooks are never run, so not kept.
     let hooks: Vec<&str> = begin
@@ -378,13 +382,7 @@ fn hook_stages_surround_the_layers_and_the_record_lists_hooks_apart() {
     );
     f.plan = plan(true);
     let begin = begin_with(&f);
-    let names: Vec<&str> = begin
-        .status
-        .layers
-        .iter()
-        .map(|l| l.name.as_str())
-        .collect();
-    assert_eq!(names, ["(default)", "(post-upgrade)"]);
+    assert_eq!(stage_names(&begin), ["(default)", "(post-upgrade)"]);
     assert_eq!(begin.record.upgrade, Some(true));
 }
 
@@ -398,13 +396,11 @@ fn a_retry_of_a_failed_first_install_is_an_install_and_disable_hooks_drops_the_s
         outcome: Ok(hooked()),
     });
     let begin = begin_with(&f);
-    let names: Vec<&str> = begin
-        .status
-        .layers
-        .iter()
-        .map(|l| l.name.as_str())
-        .collect();
-    assert_eq!(names, ["(default)"], "spec.disableHooks: no hook stage");
+    assert_eq!(
+        stage_names(&begin),
+        ["(default)"],
+        "spec.disableHooks: no hook stage"
+    );
 
     // Revision 1 failed; a spec change starts revision 2, still an install.
     let mut failed = begin.status.clone();

@@ -202,6 +202,24 @@ impl Operator {
         );
     }
 
+    /// Waits until the release is gone (its uninstall finished and the finalizer was dropped).
+    pub async fn wait_deleted(&self, namespace: &str, name: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self
+            .releases(namespace)
+            .get_opt(name)
+            .await
+            .expect("read the release")
+            .is_some()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{namespace}/{name} was never removed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Waits until an event with `reason` about release `namespace/name` is recorded; its note.
     pub async fn wait_event(&self, namespace: &str, name: &str, reason: &str) -> String {
         let events: Api<k8s_openapi::api::events::v1::Event> =
