@@ -413,3 +413,77 @@ async fn a_controller_killed_in_a_hook_stage_is_taken_over_without_creating_the_
     })
     .await;
 }
+
+/// The hooks of a monitoring stack's admission webhook, as popular charts write them: RBAC
+/// hooks (cluster-scoped and namespaced) before a certificate Job at pre-install, a patch Job
+/// at post-install, all `before-hook-creation,hook-succeeded`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_webhook_hooks_with_cluster_scoped_rbac_install_like_helm_install_wait() {
+    within(async {
+        let op = Operator::start(4).await;
+        let _jobs = op.job_controller(Duration::from_millis(50));
+        let policy = "helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded";
+        let rbac_hook = |kind: &str, weight: &str, rest: &str| {
+            let api = if kind.contains("Role") { "rbac.authorization.k8s.io/v1" } else { "v1" };
+            format!(
+                "apiVersion: {api}\nkind: {kind}\nmetadata:\n  name: x-admission\n  annotations:\n    helm.sh/hook: pre-install,pre-upgrade,post-install,post-upgrade\n    helm.sh/hook-weight: \"{weight}\"\n    {policy}\n{rest}"
+            )
+        };
+        let binding = |role: &str| {
+            format!("roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: {role}\n  name: x-admission\nsubjects:\n  - kind: ServiceAccount\n    name: x-admission\n    namespace: default\n")
+        };
+        let rules = "rules:\n  - apiGroups: [\"\"]\n    resources: [\"secrets\"]\n    verbs: [\"get\", \"create\"]\n";
+        let webhook = "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: x-admission\nwebhooks:\n  - name: x.example.com\n    admissionReviewVersions: [\"v1\"]\n    sideEffects: None\n    clientConfig:\n      service:\n        name: x-operator\n        namespace: default\n";
+        let dir = chart(
+            "stack",
+            &[
+                ("templates/admission/sa.yaml", &rbac_hook("ServiceAccount", "-5", "")),
+                ("templates/admission/clusterrole.yaml", &rbac_hook("ClusterRole", "-5", rules)),
+                (
+                    "templates/admission/clusterrolebinding.yaml",
+                    &rbac_hook("ClusterRoleBinding", "-5", &binding("ClusterRole")),
+                ),
+                ("templates/admission/role.yaml", &rbac_hook("Role", "-5", rules)),
+                ("templates/admission/rolebinding.yaml", &rbac_hook("RoleBinding", "-5", &binding("Role"))),
+                (
+                    "templates/admission/create.yaml",
+                    &job("x-admission-create", &format!("helm.sh/hook: pre-install,pre-upgrade\n    {policy}"), ""),
+                ),
+                (
+                    "templates/admission/patch.yaml",
+                    &job("x-admission-patch", &format!("helm.sh/hook: post-install,post-upgrade\n    {policy}"), ""),
+                ),
+                ("templates/webhook.yaml", webhook),
+                ("templates/operator.yaml", &deployment("x-operator", "app: x")),
+            ],
+        );
+        let _kubelet = op.kubelet();
+        op.create("default", release("stack", &path(&dir, "stack"), json!({}))).await;
+        let sr = op.wait_release("default", "stack", "Ready", is_ready).await;
+        let status = sr.status.as_ref().unwrap();
+        assert_eq!(stages(&sr), ["(pre-install)", "(default)", "(post-install)"]);
+        assert_eq!(status.layers[0].ready, 6);
+        assert_eq!(status.layers[2].ready, 6);
+        // The certificate Job ran after its RBAC, before the webhook; the patch Job after it.
+        let at = |kind, name| first(&op, "apply", kind, name).unwrap();
+        assert!(at("ClusterRoleBinding", "x-admission") < at("Job", "x-admission-create"));
+        assert!(at("Job", "x-admission-create") < at("ValidatingWebhookConfiguration", "x-admission"));
+        assert!(at("ValidatingWebhookConfiguration", "x-admission") < at("Job", "x-admission-patch"));
+        // hook-succeeded removed every hook object; the release's own objects stay.
+        for (api, kind, namespace) in [
+            ("batch/v1", "Job", Some("default")),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole", None),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding", Some("default")),
+            ("v1", "ServiceAccount", Some("default")),
+        ] {
+            let name = if kind == "Job" { "x-admission-create" } else { "x-admission" };
+            assert!(op.server.object(api, kind, namespace, name).is_none(), "{kind} {name} left");
+        }
+        assert!(op
+            .server
+            .object("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", None, "x-admission")
+            .is_some());
+        op.stop().await;
+    })
+    .await;
+}
