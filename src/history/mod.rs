@@ -5,6 +5,8 @@
 //! `release` key holds gzip-compressed JSON. Encoding and decoding are pure; the
 //! Secret itself is read and written by the controller.
 
+pub mod helm;
+
 use std::collections::HashSet;
 use std::io::{Read, Write};
 
