@@ -327,6 +327,61 @@ fn values_file(values: &ValuesFile) -> Result<tempfile::NamedTempFile, Error> {
     Ok(file)
 }
 
+/// What Helm's readers show of a rendered chart (pure): the top chart's metadata, the user's
+/// values merged as Helm merges `-f` files (later files win, maps merge key by key), and the
+/// manifest as `helm get manifest` prints it (the main resources, hooks and CRDs aside). A values
+/// file that is not a map adds nothing: helm refused it before rendering.
+pub fn content(rendered: &Rendered, values: &[ValuesFile]) -> crate::history::Content {
+    let meta = &rendered.tree.root.metadata;
+    let mut chart_metadata = serde_json::Map::new();
+    let mut put = |key: &str, value: Value| {
+        chart_metadata.insert(key.to_string(), value);
+    };
+    put("apiVersion", Value::from(meta.api_version.as_str()));
+    put("name", Value::from(meta.name.as_str()));
+    put("version", Value::from(meta.version.as_str()));
+    if let Some(app_version) = &meta.app_version {
+        put("appVersion", Value::from(app_version.as_str()));
+    }
+    if let Some(chart_type) = &meta.chart_type {
+        put("type", Value::from(chart_type.as_str()));
+    }
+    if !meta.annotations.is_empty() {
+        put("annotations", serde_json::json!(meta.annotations));
+    }
+    let mut merged = serde_json::Map::new();
+    for file in values {
+        if let Ok(Value::Object(map)) = crate::yaml::parse(&file.text) {
+            merge_values(&mut merged, map);
+        }
+    }
+    let mut manifest = String::new();
+    for document in &rendered.documents.resources {
+        manifest.push_str("---\n# Source: ");
+        manifest.push_str(&document.source);
+        manifest.push('\n');
+        manifest.push_str(document.text.trim_end());
+        manifest.push('\n');
+    }
+    crate::history::Content {
+        chart_metadata,
+        values: merged,
+        manifest,
+    }
+}
+
+/// Helm's merge of two values files: `over` wins, maps merge key by key.
+fn merge_values(base: &mut serde_json::Map<String, Value>, over: serde_json::Map<String, Value>) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(Value::Object(inner)), Value::Object(more)) => merge_values(inner, more),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
 /// Plans a rendered chart (pure).
 pub fn plan(rendered: Rendered) -> Result<Plan, Error> {
     Ok(crate::plan::plan(&rendered.tree, rendered.documents)?)

@@ -270,8 +270,8 @@ async fn an_upgrade_adds_and_removes_resources_and_prunes_at_the_end() {
         assert!(c < b, "{writes:?}");
         // Both revisions are recorded.
         let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(op.client.clone(), "default");
-        assert!(secrets.get_opt("sequenced.release.v1.up.v1").await.unwrap().is_some());
-        assert!(secrets.get_opt("sequenced.release.v1.up.v2").await.unwrap().is_some());
+        assert!(secrets.get_opt("sh.helm.release.v1.up.v1").await.unwrap().is_some());
+        assert!(secrets.get_opt("sh.helm.release.v1.up.v2").await.unwrap().is_some());
         op.stop().await;
     })
     .await;
@@ -363,7 +363,7 @@ async fn uninstall_deletes_layers_in_reverse_order_waiting_for_each() {
             Api::namespaced(op.client.clone(), "default");
         assert!(
             secrets
-                .get_opt("sequenced.release.v1.shop.v1")
+                .get_opt("sh.helm.release.v1.shop.v1")
                 .await
                 .unwrap()
                 .is_none()

@@ -19,7 +19,7 @@ use sequenced::history::{Inventory, Record};
 use sequenced::plan::{self, Plan};
 use sequenced::rollout::dependencies::{DependencyFacts, DependencyState};
 use sequenced::rollout::install::InstallAction;
-use sequenced::rollout::lifecycle::{Begin, PlanFact, Refusal, Source};
+use sequenced::rollout::lifecycle::{Begin, PlanFact, Refusal, Revisions, Source};
 use sequenced::rollout::{
     Deployable, Facts, LockView, Need, Next, Requeue, Settings, holds_lock, next, requeue,
 };
@@ -55,8 +55,11 @@ fn with_status(mut sr: SequencedRelease, status: SequencedReleaseStatus) -> Sequ
     sr
 }
 
+/// The facts of `sr`, with no release records in the cluster yet.
 fn facts(sr: SequencedRelease) -> Facts {
-    Facts::new(Arc::new(sr), LockView::Free, at(100))
+    let mut facts = Facts::new(Arc::new(sr), LockView::Free, at(100));
+    facts.revisions = Some(Revisions::default());
+    facts
 }
 
 fn source(digest: &str) -> Option<Result<Source, Refusal>> {
@@ -118,6 +121,7 @@ fn deployable() -> Arc<Deployable> {
         crd_keys: Vec::new(),
         hooks: Vec::new(),
         inventory,
+        content: Default::default(),
     })
 }
 
@@ -140,6 +144,10 @@ fn record(revision: i64, digest: &str, inventory: Inventory) -> Option<Arc<Recor
         prune: Vec::new(),
         hooks: Vec::new(),
         upgrade: None,
+        plan: None,
+        rollback_to: None,
+        content: Default::default(),
+        info: Default::default(),
     }))
 }
 
@@ -313,6 +321,7 @@ fn hooked() -> Arc<Deployable> {
         crd_keys: Vec::new(),
         hooks,
         inventory,
+        content: Default::default(),
     })
 }
 
@@ -490,7 +499,7 @@ fn a_first_install_begins_revision_one_and_records_it() {
     assert_eq!(begin.record.chart_version.as_deref(), Some("1.2.0"));
     assert!(begin.record.prune.is_empty());
     assert!(begin.create_namespace);
-    assert_eq!(begin.drop_record, None);
+    assert!(begin.drop_records.is_empty());
     let status = &begin.status;
     assert_eq!(status.revision, Some(1));
     assert_eq!(status.phase, Some(ReleasePhase::Deploying));
@@ -539,12 +548,18 @@ fn an_upgrade_begins_the_next_revision_pruning_what_the_last_one_had() {
     f.plan = plan_fact("sha256:2", true);
     assert_eq!(next(&f), Next::Need(Need::Record(2)));
     f.records.insert(2, record(2, "sha256:1", previous));
+    f.revisions = None;
+    assert_eq!(next(&f), Next::Need(Need::Revisions));
+    f.revisions = Some(Revisions {
+        ours: [1, 2].into(),
+        taken_by: None,
+    });
     let Next::Begin(begin) = next(&f) else {
         panic!("begins");
     };
     assert_eq!(begin.record.revision, 3);
     assert_eq!(begin.record.prune, [gone]);
-    assert_eq!(begin.drop_record, Some(1), "maxHistory 2 keeps 2 and 3");
+    assert_eq!(begin.drop_records, [1], "maxHistory 2 keeps 2 and 3");
     assert_eq!(begin.status.history.len(), 2);
     assert_eq!(begin.status.failures, None);
 }
@@ -678,7 +693,8 @@ fn uninstall_walks_the_inventory_then_finishes_dropping_the_records() {
         next(&f),
         Next::FinishUninstall {
             events: Vec::new(),
-            records: Vec::new()
+            records: Vec::new(),
+            delete: Vec::new(),
         }
     );
     let mut f = facts(with_status(
@@ -721,8 +737,8 @@ fn uninstall_walks_the_inventory_then_finishes_dropping_the_records() {
     loop {
         match next(&done) {
             Next::Uninstall(step) => done.status = step.status,
-            Next::FinishUninstall { records, .. } => {
-                assert_eq!(records, [1, 2]);
+            Next::FinishUninstall { delete, .. } => {
+                assert_eq!(delete, [1, 2]);
                 break;
             }
             other => panic!("unexpected {other:?}"),
@@ -736,7 +752,8 @@ fn uninstall_walks_the_inventory_then_finishes_dropping_the_records() {
         next(&kept),
         Next::FinishUninstall {
             events: Vec::new(),
-            records: Vec::new()
+            records: Vec::new(),
+            delete: Vec::new(),
         }
     );
 }

@@ -81,7 +81,7 @@ fn appliers(op: &Operator, kind: &str, namespace: &str, name: &str) -> BTreeSet<
         .requests()
         .iter()
         .filter(|r| {
-            r.verb == "apply"
+            matches!(r.verb, "apply" | "create")
                 && r.status < 300
                 && r.kind.as_deref() == Some(kind)
                 && r.namespace.as_deref() == Some(namespace)
@@ -221,7 +221,7 @@ async fn two_controllers_racing_over_fifty_releases_install_each_once() {
                 assert_eq!(who.len(), 1, "{ns}: Deployment {name} applied by {who:?}");
                 all.extend(who);
             }
-            let record = appliers(&op, "Secret", &ns, "sequenced.release.v1.duo.v1");
+            let record = appliers(&op, "Secret", &ns, "sh.helm.release.v1.duo.v1");
             assert_eq!(record.len(), 1, "{ns}: record written by {record:?}");
             all.extend(record);
             assert_eq!(all.len(), 1, "{ns}: release acted on by {all:?}");
@@ -230,7 +230,7 @@ async fn two_controllers_racing_over_fifty_releases_install_each_once() {
                 .or_default() += 1;
             assert!(
                 op.server
-                    .object("v1", "Secret", Some(&ns), "sequenced.release.v1.duo.v2")
+                    .object("v1", "Secret", Some(&ns), "sh.helm.release.v1.duo.v2")
                     .is_none()
             );
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use sequenced::api::{
-    CRD_LAYER, Claim, EventReason, Identity, LayerPhase, ObjectKey, PRUNE_LAYER, Reason,
+    CRD_LAYER, Claim, EventReason, Identity, LayerPhase, ObjectKey, OnFailure, PRUNE_LAYER, Reason,
     ReleasePhase, SequencedReleaseStatus,
 };
 use sequenced::history::{HookRecord, Inventory};
@@ -38,6 +38,7 @@ fn settings() -> Settings {
         timeout: Duration::from_secs(300),
         interval: Duration::from_secs(600),
         disable_hooks: false,
+        on_failure: OnFailure::Keep,
     }
 }
 
@@ -94,6 +95,7 @@ impl Fixture {
                 &self.hooks
             },
             upgrade: self.upgrade,
+            rollback: false,
             run: "uid-shop/1".into(),
             settings: self.settings,
             me: &self.me,

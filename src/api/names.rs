@@ -48,12 +48,27 @@ pub fn hook_stage(event: &str) -> String {
 /// created by this run (before a takeover, say) and is not created again.
 pub const HOOK_RUN_ANNOTATION: &str = "sequenced.dev/hook-run";
 
-/// The Secret type of release records.
+/// A reconcile on request (`sequenced reconcile`), as Flux's `reconcile.fluxcd.io/requestedAt`:
+/// a new value retries a Stalled or Failed release with the same spec. The value acted on last
+/// is `status.lastHandledReconcileAt`.
+pub const RECONCILE_REQUEST_ANNOTATION: &str = "reconcile.sequenced.dev/requestedAt";
+/// With the same value as [`RECONCILE_REQUEST_ANNOTATION`] (`sequenced reconcile --force`): a
+/// Ready release is applied again as a new revision.
+pub const FORCE_REQUEST_ANNOTATION: &str = "reconcile.sequenced.dev/forceAt";
+/// A rollback on request (`sequenced rollback`): a new value rolls the release back to
+/// [`ROLLBACK_REVISION_ANNOTATION`], or to the Ready revision before the current one. The value
+/// acted on last is `status.lastHandledRollbackAt`.
+pub const ROLLBACK_REQUEST_ANNOTATION: &str = "rollback.sequenced.dev/requestedAt";
+/// The revision a rollback on request goes back to.
+pub const ROLLBACK_REVISION_ANNOTATION: &str = "rollback.sequenced.dev/revision";
+
+/// The Secret type of release records written before they took Helm's format.
 pub const RECORD_TYPE: &str = "sequenced.dev/release.v1";
 /// The Secret key that holds an encoded record.
 pub const RECORD_KEY: &str = "release";
 
-/// The Secret name of revision `revision` of the SequencedRelease named `release`.
+/// The Secret name of revision `revision` of the SequencedRelease named `release`, as records
+/// were named before they took Helm's format (still read, and deleted with the release).
 pub fn record_name(release: &str, revision: i64) -> String {
     format!("sequenced.release.v1.{release}.v{revision}")
 }

@@ -20,6 +20,12 @@ pub enum Reason {
     Interrupted,
     /// The release is being uninstalled.
     Uninstalling,
+    /// An earlier revision is being re-applied (`sequenced rollback`, `spec.onFailure: rollback`).
+    RollingBack,
+    /// The release runs a revision rolled back to; its spec is held back.
+    RolledBack,
+    /// A failed revision's objects were uninstalled (`spec.onFailure: uninstall`).
+    Uninstalled,
 
     // Failures that only a change of the spec (or chart) can fix: never retried.
     /// The spec cannot be used: a missing chart path, a missing `valuesFrom` object or key.
@@ -59,6 +65,9 @@ impl Reason {
             Reason::RetryScheduled => "RetryScheduled",
             Reason::Interrupted => "Interrupted",
             Reason::Uninstalling => "Uninstalling",
+            Reason::RollingBack => "RollingBack",
+            Reason::RolledBack => "RolledBack",
+            Reason::Uninstalled => "Uninstalled",
             Reason::InvalidSpec => "InvalidSpec",
             Reason::InvalidChart => "InvalidChart",
             Reason::RenderFailed => "RenderFailed",
@@ -95,6 +104,12 @@ pub enum EventReason {
     HookStarted,
     HookSucceeded,
     HookFailed,
+    RollbackStarted,
+    RolledBack,
+    RollbackRefused,
+    UninstallStarted,
+    Uninstalled,
+    ReconcileRequested,
 }
 
 impl EventReason {
@@ -112,6 +127,12 @@ impl EventReason {
             EventReason::HookStarted => "HookStarted",
             EventReason::HookSucceeded => "HookSucceeded",
             EventReason::HookFailed => "HookFailed",
+            EventReason::RollbackStarted => "RollbackStarted",
+            EventReason::RolledBack => "RolledBack",
+            EventReason::RollbackRefused => "RollbackRefused",
+            EventReason::UninstallStarted => "UninstallStarted",
+            EventReason::Uninstalled => "Uninstalled",
+            EventReason::ReconcileRequested => "ReconcileRequested",
         }
     }
 }

@@ -387,6 +387,64 @@ pub struct SequencedReleaseStatus {
     /// The last revisions, newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<HistoryEntry>,
+    /// The `reconcile.sequenced.dev/requestedAt` value last acted on (`sequenced reconcile`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+    /// The `rollback.sequenced.dev/requestedAt` value last acted on (`sequenced rollback`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_rollback_at: Option<String>,
+    /// Set while the release runs a revision rolled back to (on request or after a failure): it
+    /// stays there until its spec or chart changes, or a reconcile is requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<RollbackStatus>,
+    /// The last failure `spec.onFailure` remediated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<RemediationStatus>,
+}
+
+/// A rollback: the revision that re-applies an earlier one, and the spec it holds back.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackStatus {
+    /// The revision that rolls back (a new revision, as `helm rollback` makes).
+    pub revision: i64,
+    /// The revision whose stored plan it re-applies.
+    pub to: i64,
+    /// The revision it rolls back from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<i64>,
+    /// Asked for with `sequenced rollback` (else a remediation of `spec.onFailure`).
+    #[serde(default)]
+    pub requested: bool,
+    /// The metadata.generation not applied while the rollback holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// The chart and values digest not applied while the rollback holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+/// What `spec.onFailure` did about a failed revision.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RemediationStatus {
+    /// The revision that failed.
+    pub failed_revision: i64,
+    /// What was done.
+    pub action: RemediationAction,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+/// What `spec.onFailure` did.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RemediationAction {
+    /// Rolled back to the last revision that was Ready.
+    Rollback,
+    /// Uninstalled the failed revision's objects.
+    Uninstall,
 }
 
 fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {

@@ -67,26 +67,30 @@ impl Plans {
             ..RenderRequest::default()
         };
         let rendering = std::time::Instant::now();
+        let values = prepared.values.clone();
         let planned = match pipeline::render(helm, &prepared.resolved, &request).await {
-            Ok(rendered) => tokio::task::spawn_blocking(move || pipeline::plan(rendered))
-                .await
-                .unwrap_or_else(|e| {
-                    Err(pipeline::Error::Io {
-                        what: "planning".to_string(),
-                        message: format!("stopped: {e}"),
-                    })
-                }),
+            Ok(rendered) => tokio::task::spawn_blocking(move || {
+                let content = pipeline::content(&rendered, &values);
+                pipeline::plan(rendered).map(|plan| (plan, content))
+            })
+            .await
+            .unwrap_or_else(|e| {
+                Err(pipeline::Error::Io {
+                    what: "planning".to_string(),
+                    message: format!("stopped: {e}"),
+                })
+            }),
             Err(e) => Err(e),
         };
         metrics
             .render_duration
             .observe(rendering.elapsed().as_secs_f64());
         let outcome = match planned {
-            Ok(plan) => {
+            Ok((plan, content)) => {
                 let version = prepared.resolved.version.clone();
-                Ok(Arc::new(
-                    deployable(plan, version, cluster, &prepared.namespace).await,
-                ))
+                let mut deployable = deployable(plan, version, cluster, &prepared.namespace).await;
+                deployable.content = content;
+                Ok(Arc::new(deployable))
             }
             Err(e) if e.is_transient() => return Err(e.into()),
             Err(e) => Err(Refusal {
@@ -166,6 +170,7 @@ async fn deployable(
         crd_keys,
         hooks,
         inventory,
+        content: Default::default(),
     }
 }
 

@@ -20,13 +20,15 @@ use super::run::Context;
 use super::source::Prepared;
 use super::{Error, Halt, Stop, kube_error};
 use crate::api::{
-    EventReason, FINALIZER, Identity, LayerPhase, SequencedRelease, SequencedReleaseStatus,
+    EventReason, FINALIZER, Identity, LayerPhase, ReleasePhase, SequencedRelease,
+    SequencedReleaseStatus,
 };
 use crate::history::HookRecord;
 use crate::lock::Acquired;
 use crate::rollout::dependencies::{self, DependencyFacts, DependencyState};
 use crate::rollout::install::{self, InstallAction, InstallStep};
 use crate::rollout::lifecycle::{Begin, Facts, LockView, Need, Next, Requeue};
+use crate::rollout::recovery::{self, RecordUpdate};
 use crate::rollout::uninstall::{self, UninstallStep};
 use crate::rollout::{self, Deployable, Note, Settings};
 
@@ -140,9 +142,20 @@ impl<'a> Reconcile<'a> {
                 }
                 Next::Install(step) => return self.install(*step).await,
                 Next::Uninstall(step) => return self.uninstall(*step).await,
-                Next::FinishUninstall { events, records } => {
+                Next::Write(write) => {
+                    self.update_records(&write.records).await?;
+                    self.write_status(&write.status).await?;
+                    self.publish(&write.events).await;
+                    return Ok(action(write.requeue));
+                }
+                Next::FinishUninstall {
+                    events,
+                    records,
+                    delete,
+                } => {
+                    self.update_records(&records).await?;
                     self.publish(&events).await;
-                    return self.finish_uninstall(&records).await;
+                    return self.finish_uninstall(&delete).await;
                 }
             }
         }
@@ -198,8 +211,16 @@ impl<'a> Reconcile<'a> {
                 self.facts.plan = Some(fact);
             }
             Need::Record(revision) => {
-                let record = ctx.records.get(&self.key, revision).await?;
+                let record = ctx.records.get(&self.key, &self.me, revision).await?;
                 self.facts.records.insert(revision, record);
+            }
+            Need::StoredPlan(revision) => {
+                let stored = ctx.records.stored(&self.key, &self.me, revision).await?;
+                self.facts.stored.insert(revision, stored);
+            }
+            Need::Revisions => {
+                let revisions = ctx.records.revisions(&self.key, &self.me).await?;
+                self.facts.revisions = Some(revisions);
             }
             Need::Observe(wanted) => {
                 let deployable = self.deployable();
@@ -215,13 +236,15 @@ impl<'a> Reconcile<'a> {
     }
 
     fn deployable(&self) -> Option<Arc<Deployable>> {
-        self.facts.plan.as_ref()?.outcome.as_ref().ok().cloned()
+        self.facts.deployable().cloned()
     }
 
     /// The hooks the lifecycle's observations and actions index: the revision's record's while
-    /// uninstalling (the chart may be gone), the plan's otherwise.
+    /// uninstalling (the chart may be gone), the revision's plan's otherwise.
     fn hooks(&self) -> Vec<HookRecord> {
-        if self.sr().metadata.deletion_timestamp.is_some() {
+        let uninstalling = self.sr().metadata.deletion_timestamp.is_some()
+            || self.facts.status.phase == Some(ReleasePhase::Uninstalling);
+        if uninstalling {
             self.facts
                 .status
                 .revision
@@ -274,14 +297,42 @@ impl<'a> Reconcile<'a> {
             self.objects().create_namespace().await?;
         }
         self.lock(false).await?;
-        self.ctx.records.put(&self.key, &begin.record).await?;
-        if let Some(revision) = begin.drop_record {
-            self.ctx.records.delete(&self.key, revision).await?;
+        self.ctx
+            .records
+            .put(&self.key, &self.me, &begin.record)
+            .await?;
+        self.update_records(&begin.records).await?;
+        let ours = self
+            .facts
+            .revisions
+            .as_ref()
+            .map(|r| r.ours.clone())
+            .unwrap_or_default();
+        for &revision in &begin.drop_records {
+            self.ctx
+                .records
+                .delete(&self.key, &self.me, revision, &ours)
+                .await?;
         }
+        self.publish(&begin.events).await;
         self.facts.status = begin.status;
+        let number = begin.record.revision;
+        if begin.record.rollback_to.is_some() {
+            let stored = Deployable::from_record(&begin.record).map(Arc::new);
+            self.facts.stored.insert(number, stored);
+        }
         self.facts
             .records
-            .insert(begin.record.revision, Some(Arc::new(begin.record)));
+            .insert(number, Some(Arc::new(begin.record)));
+        Ok(())
+    }
+
+    /// Changes the status of release records, under the lock.
+    async fn update_records(&mut self, updates: &[RecordUpdate]) -> Result<(), Stop> {
+        for update in updates {
+            self.lock(false).await?;
+            self.ctx.records.update(&self.key, &self.me, update).await?;
+        }
         Ok(())
     }
 
@@ -323,6 +374,7 @@ impl<'a> Reconcile<'a> {
                 return self.failed_action(&step, done, failed).await;
             }
         }
+        self.update_records(&step.records).await?;
         self.write_status(&step.status).await?;
         self.publish(&step.events).await;
         let requeue = rollout::requeue(
@@ -359,8 +411,23 @@ impl<'a> Reconcile<'a> {
         let Some(revision) = self.facts.revision(&self.me) else {
             return Err(Stop::Failed(failed.error));
         };
-        let (status, events, retry) =
+        let (mut status, mut events, retry) =
             install::fail_action(&revision, step, done, &failed.failure, &self.facts.now);
+        let record = self
+            .facts
+            .status
+            .revision
+            .and_then(|n| self.facts.records.get(&n)?.clone());
+        if let Some(record) = record {
+            let updates = recovery::finish(
+                &self.facts.status,
+                &mut status,
+                &record,
+                &mut events,
+                &self.facts.now,
+            );
+            self.update_records(&updates).await?;
+        }
         self.write_status(&status).await?;
         self.publish(&events).await;
         if failed.failure.transient {
@@ -381,6 +448,7 @@ impl<'a> Reconcile<'a> {
         if writes {
             self.lock(true).await?;
         }
+        self.update_records(&step.records).await?;
         let hooks = self.hooks();
         for action in &step.hooks_before {
             self.still_held().await?;
@@ -438,8 +506,17 @@ impl<'a> Reconcile<'a> {
     /// Everything is gone: drop the records, the finalizer and the lease.
     async fn finish_uninstall(&mut self, records: &[i64]) -> Result<Action, Stop> {
         self.lock(false).await?;
+        let ours = self
+            .facts
+            .revisions
+            .as_ref()
+            .map(|r| r.ours.clone())
+            .unwrap_or_default();
         for &revision in records {
-            self.ctx.records.delete(&self.key, revision).await?;
+            self.ctx
+                .records
+                .delete(&self.key, &self.me, revision, &ours)
+                .await?;
         }
         self.ctx.forget(&self.key);
         let finalizers: Vec<String> = self

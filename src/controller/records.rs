@@ -1,34 +1,68 @@
-//! The release records in the cluster: one Secret per revision next to the SequencedRelease,
-//! read once and cached, written when a revision begins, dropped past `maxHistory` and on
-//! uninstall.
+//! The release records in the cluster: one Secret per revision in the SequencedRelease's
+//! namespace, in Helm's storage format, read once and cached, created when a revision begins,
+//! their status updated as it ends, dropped past `maxHistory` and on uninstall. Records of the
+//! earlier format are still read, and rewritten in Helm's format when their status changes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{Error, kube_error};
 use crate::api::{
-    FIELD_MANAGER, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION, RECORD_KEY, RECORD_TYPE,
-    SequencedRelease, owner_value, record_name,
+    FIELD_MANAGER, Identity, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION, RECORD_KEY,
+    SequencedRelease, record_name,
 };
-use crate::history::{Record, RecordError};
+use crate::history::helm::{HELM_RECORD_KEY, HELM_RECORD_TYPE, HelmRelease, helm_record_name};
+use crate::history::{HelmStatus, Record, RecordError};
+use crate::rollout::Deployable;
+use crate::rollout::lifecycle::Revisions;
+use crate::rollout::recovery::RecordUpdate;
 
 type Release = ObjectRef<SequencedRelease>;
+
+/// The most a Secret may hold (the API server refuses more), less room for its metadata.
+const MAX_RECORD: usize = 1024 * 1024 - 16 * 1024;
 
 /// The records of every release, as read or written by this controller.
 pub(super) struct Records {
     client: Client,
     cached: Mutex<HashMap<(Release, i64), Arc<Record>>>,
+    stored: Mutex<HashMap<(Release, i64), Option<Arc<Deployable>>>>,
 }
 
 fn namespace(release: &Release) -> &str {
     release.namespace.as_deref().unwrap_or("default")
+}
+
+/// Whose a record Secret is: a Helm release, or another SequencedRelease.
+fn holder(secret: &Secret) -> String {
+    match secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(OWNER_ANNOTATION))
+    {
+        Some(owner) => format!("SequencedRelease {owner} has its records"),
+        None => format!(
+            "a Helm release has its records (Secret {})",
+            secret.metadata.name.as_deref().unwrap_or_default()
+        ),
+    }
+}
+
+fn is_ours(secret: &Secret, me: &Identity) -> bool {
+    secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(OWNER_ANNOTATION))
+        == Some(&me.owner)
 }
 
 impl Records {
@@ -36,6 +70,7 @@ impl Records {
         Records {
             client,
             cached: Mutex::new(HashMap::new()),
+            stored: Mutex::new(HashMap::new()),
         }
     }
 
@@ -47,43 +82,52 @@ impl Records {
         if let Ok(mut cached) = self.cached.lock() {
             cached.retain(|(owner, _), _| owner != release);
         }
+        if let Ok(mut stored) = self.stored.lock() {
+            stored.retain(|(owner, _), _| owner != release);
+        }
     }
 
-    /// The record of `revision`, from the cache or the cluster; None when there is none (or it
-    /// cannot be read: it is logged and treated as missing).
+    fn remember(&self, release: &Release, record: Record) -> Arc<Record> {
+        let record = Arc::new(record);
+        if let Ok(mut cached) = self.cached.lock() {
+            cached.insert((release.clone(), record.revision), Arc::clone(&record));
+        }
+        record
+    }
+
+    /// The record of `revision`, from the cache or the cluster (in Helm's format, else in the
+    /// earlier one); None when there is none (or it cannot be read: it is logged and treated as
+    /// missing).
     pub async fn get(
         &self,
         release: &Release,
+        me: &Identity,
         revision: i64,
     ) -> Result<Option<Arc<Record>>, Error> {
         let key = (release.clone(), revision);
         if let Some(found) = self.cached.lock().ok().and_then(|r| r.get(&key).cloned()) {
             return Ok(Some(found));
         }
-        let name = record_name(&release.name, revision);
+        let secrets = self.secrets(release);
+        let name = helm_record_name(&me.release_name, revision);
         let what = format!("reading release record {}/{name}", namespace(release));
-        let Some(secret) = self
-            .secrets(release)
-            .get_opt(&name)
-            .await
-            .map_err(kube_error(what))?
-        else {
-            return Ok(None);
-        };
-        let bytes = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(RECORD_KEY))
-            .map(|b| b.0.as_slice())
-            .unwrap_or_default();
-        match Record::decode(&name, bytes) {
-            Ok(record) => {
-                let record = Arc::new(record);
-                if let Ok(mut cached) = self.cached.lock() {
-                    cached.insert(key, Arc::clone(&record));
-                }
-                Ok(Some(record))
+        let decoded = match secrets.get_opt(&name).await.map_err(kube_error(what))? {
+            Some(secret) if is_ours(&secret, me) => {
+                let data = data_of(&secret, HELM_RECORD_KEY);
+                HelmRelease::decode(&name, data).and_then(|r| Record::from_helm(&name, r))
             }
+            Some(_) => return Ok(None),
+            None => {
+                let old = record_name(&release.name, revision);
+                let what = format!("reading release record {}/{old}", namespace(release));
+                match secrets.get_opt(&old).await.map_err(kube_error(what))? {
+                    Some(secret) => Record::decode(&old, data_of(&secret, RECORD_KEY)),
+                    None => return Ok(None),
+                }
+            }
+        };
+        match decoded {
+            Ok(record) => Ok(Some(self.remember(release, record))),
             Err(RecordError { name, message }) => {
                 tracing::warn!(record = %name, %message, "ignoring an unreadable release record");
                 Ok(None)
@@ -91,48 +135,213 @@ impl Records {
         }
     }
 
-    /// Writes the record of a new revision (server-side apply, so a retried write is the same).
-    pub async fn put(&self, release: &Release, record: &Record) -> Result<(), Error> {
-        let name = record_name(&release.name, record.revision);
-        let secret = json!({
+    /// What the record of `revision` stored, ready to apply (cached: it is built once).
+    pub async fn stored(
+        &self,
+        release: &Release,
+        me: &Identity,
+        revision: i64,
+    ) -> Result<Option<Arc<Deployable>>, Error> {
+        let key = (release.clone(), revision);
+        if let Some(found) = self.stored.lock().ok().and_then(|s| s.get(&key).cloned()) {
+            return Ok(found);
+        }
+        let Some(record) = self.get(release, me, revision).await? else {
+            return Ok(None);
+        };
+        let deployable = Deployable::from_record(&record).map(Arc::new);
+        if let Ok(mut stored) = self.stored.lock() {
+            stored.insert(key, deployable.clone());
+        }
+        Ok(deployable)
+    }
+
+    /// The revisions of this release's records in Helm's format, and who else uses its release
+    /// name in the namespace.
+    pub async fn revisions(&self, release: &Release, me: &Identity) -> Result<Revisions, Error> {
+        let selector = format!("owner=helm,name={}", me.release_name);
+        let list = self
+            .secrets(release)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(kube_error(format!(
+                "listing the release records of {} in {}",
+                me.release_name,
+                namespace(release)
+            )))?;
+        let mut revisions = Revisions::default();
+        for secret in &list.items {
+            if !is_ours(secret, me) {
+                revisions.taken_by.get_or_insert_with(|| holder(secret));
+                continue;
+            }
+            let version = secret
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("version"))
+                .and_then(|v| v.parse::<i64>().ok());
+            revisions.ours.extend(version);
+        }
+        Ok(revisions)
+    }
+
+    /// The Secret of `record`, in Helm's format. A record too large for a Secret is written
+    /// without its stored plan (a rollback to it is then refused, saying why).
+    fn secret(&self, release: &Release, me: &Identity, record: &Record) -> Value {
+        let name = helm_record_name(&me.release_name, record.revision);
+        let mut helm = record.to_helm(&me.release_name, &me.target_namespace);
+        let mut encoded = helm.encode();
+        if encoded.len() > MAX_RECORD && record.plan.is_some() {
+            tracing::warn!(
+                record = %name,
+                bytes = encoded.len(),
+                "the release record is too large for a Secret with its plan; writing it without (no rollback to this revision)"
+            );
+            let slim = Record {
+                plan: None,
+                ..record.clone()
+            };
+            helm = slim.to_helm(&me.release_name, &me.target_namespace);
+            encoded = helm.encode();
+        }
+        let mut labels = serde_json::Map::new();
+        for (k, v) in helm.labels() {
+            labels.insert(k, Value::String(v));
+        }
+        labels.insert(MANAGED_BY_LABEL.to_string(), Value::from(MANAGED_BY));
+        json!({
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {
                 "name": name,
                 "namespace": namespace(release),
-                "labels": { MANAGED_BY_LABEL: MANAGED_BY },
-                "annotations": { OWNER_ANNOTATION: owner_value(namespace(release), &release.name) },
+                "labels": labels,
+                "annotations": { OWNER_ANNOTATION: me.owner },
             },
-            "type": RECORD_TYPE,
-            "data": { RECORD_KEY: ByteString(record.encode()) },
-        });
+            "type": HELM_RECORD_TYPE,
+            "data": { HELM_RECORD_KEY: ByteString(encoded.into_bytes()) },
+        })
+    }
+
+    /// Writes the record of a new revision. It is created, so that a record someone else wrote
+    /// under the same name is never overwritten; one of ours (a retried write) is replaced.
+    pub async fn put(
+        &self,
+        release: &Release,
+        me: &Identity,
+        record: &Record,
+    ) -> Result<(), Error> {
+        let body = self.secret(release, me, record);
+        let name = helm_record_name(&me.release_name, record.revision);
+        let what = || format!("writing release record {}/{name}", namespace(release));
+        let secret: Secret = serde_json::from_value(body)
+            .map_err(|e| Error::Internal(format!("{}: {e}", what())))?;
+        let secrets = self.secrets(release);
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PostParams::default()
+        };
+        match secrets.create(&params, &secret).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let existing = secrets.get(&name).await.map_err(kube_error(what()))?;
+                if !is_ours(&existing, me) {
+                    return Err(Error::Internal(format!(
+                        "{}: the name is taken: {}",
+                        what(),
+                        holder(&existing)
+                    )));
+                }
+                self.apply(release, &name, &secret).await?;
+            }
+            Err(e) => return Err(kube_error(what())(e)),
+        }
+        if let Ok(mut cached) = self.cached.lock() {
+            cached.insert((release.clone(), record.revision), Arc::new(record.clone()));
+        }
+        Ok(())
+    }
+
+    async fn apply(&self, release: &Release, name: &str, secret: &Secret) -> Result<(), Error> {
         self.secrets(release)
             .patch(
-                &name,
+                name,
                 &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&secret),
+                &Patch::Apply(secret),
             )
             .await
             .map_err(kube_error(format!(
                 "writing release record {}/{name}",
                 namespace(release)
             )))?;
-        if let Ok(mut cached) = self.cached.lock() {
-            cached.retain(|(owner, _), _| owner != release);
-            cached.insert((release.clone(), record.revision), Arc::new(record.clone()));
-        }
         Ok(())
     }
 
-    /// Deletes the record of `revision`, if there is one.
-    pub async fn delete(&self, release: &Release, revision: i64) -> Result<(), Error> {
-        let name = record_name(&release.name, revision);
+    /// Changes the status of a record, as `update` says. A record of the earlier format is
+    /// rewritten in Helm's, and the old Secret deleted.
+    pub async fn update(
+        &self,
+        release: &Release,
+        me: &Identity,
+        update: &RecordUpdate,
+    ) -> Result<(), Error> {
+        let Some(record) = self.get(release, me, update.revision).await? else {
+            return Ok(());
+        };
+        let status = record.info.status;
+        let applies = update
+            .only_from
+            .is_none_or(|from| status == from || status == HelmStatus::Unknown);
+        if !applies || (status == update.status && record.info.description == update.description) {
+            return Ok(());
+        }
+        let mut changed = (*record).clone();
+        changed.info.status = update.status;
+        changed.info.description = update.description.clone();
+        let name = helm_record_name(&me.release_name, changed.revision);
+        let body = self.secret(release, me, &changed);
+        let secret: Secret = serde_json::from_value(body)
+            .map_err(|e| Error::Internal(format!("writing release record {name}: {e}")))?;
+        if status == HelmStatus::Unknown {
+            // Written in the earlier format: create it in Helm's, then drop the old one.
+            self.put(release, me, &changed).await?;
+            self.delete_named(release, &record_name(&release.name, changed.revision))
+                .await?;
+        } else {
+            self.apply(release, &name, &secret).await?;
+        }
+        self.remember(release, changed);
+        Ok(())
+    }
+
+    /// Deletes the record of `revision`: in Helm's format when it is one of `ours`, else in the
+    /// earlier format.
+    pub async fn delete(
+        &self,
+        release: &Release,
+        me: &Identity,
+        revision: i64,
+        ours: &BTreeSet<i64>,
+    ) -> Result<(), Error> {
         if let Ok(mut cached) = self.cached.lock() {
             cached.remove(&(release.clone(), revision));
         }
+        if let Ok(mut stored) = self.stored.lock() {
+            stored.remove(&(release.clone(), revision));
+        }
+        let name = if ours.contains(&revision) {
+            helm_record_name(&me.release_name, revision)
+        } else {
+            record_name(&release.name, revision)
+        };
+        self.delete_named(release, &name).await
+    }
+
+    async fn delete_named(&self, release: &Release, name: &str) -> Result<(), Error> {
         match self
             .secrets(release)
-            .delete(&name, &DeleteParams::default())
+            .delete(name, &DeleteParams::default())
             .await
         {
             Ok(_) => Ok(()),
@@ -143,4 +352,13 @@ impl Records {
             ))(e)),
         }
     }
+}
+
+fn data_of<'a>(secret: &'a Secret, key: &str) -> &'a [u8] {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| b.0.as_slice())
+        .unwrap_or_default()
 }

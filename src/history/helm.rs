@@ -29,9 +29,10 @@ pub fn helm_record_name(name: &str, version: i64) -> String {
 }
 
 /// A release's status, spelt as Helm spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HelmStatus {
+    #[default]
     Unknown,
     Deployed,
     Uninstalled,

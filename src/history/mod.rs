@@ -1,9 +1,13 @@
-//! Release records: what each revision deployed, kept in the cluster so that pruning and
-//! uninstalling work from an inventory, never by guessing, even after a restart.
+//! Release records: what each revision deployed, kept in the cluster so that pruning,
+//! uninstalling and rolling back work from what was stored, never by guessing or by rendering
+//! again, even after a restart.
 //!
-//! A record is a Secret [`crate::api::record_name`] in the SequencedRelease's namespace; its
-//! `release` key holds gzip-compressed JSON. Encoding and decoding are pure; the
-//! Secret itself is read and written by the controller.
+//! A record is a Secret in Helm's own storage format ([`helm`]), in the SequencedRelease's
+//! namespace, so that `helm list`, `helm history` and `helm get` read it; what sequenced keeps
+//! beyond Helm's fields (the plan, the inventory, the hooks, whether it was sequenced) travels in
+//! the same JSON where Helm ignores it. Records written before (a Secret
+//! [`crate::api::record_name`] whose `release` key holds gzip-compressed JSON) are still read.
+//! Encoding and decoding are pure; the Secrets are read and written by the controller.
 
 pub mod helm;
 
@@ -11,10 +15,13 @@ use std::collections::HashSet;
 use std::io::{Read, Write};
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use crate::api::ObjectKey;
 use crate::api::PRUNE_LAYER;
 use crate::plan::{ExternalDependency, Hook, Plan};
+
+pub use helm::HelmStatus;
 
 /// Records larger than this, decompressed, are refused (a Secret holds at most 1 MiB compressed).
 const MAX_DECODED: u64 = 64 * 1024 * 1024;
@@ -136,6 +143,42 @@ impl HookRecord {
     }
 }
 
+/// What Helm's readers show of a revision: the chart's metadata, the user's values and the
+/// rendered manifest.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Content {
+    /// Chart.yaml of the top chart.
+    pub chart_metadata: Map<String, Value>,
+    /// The values the user gave (`helm get values`): `valuesFrom` and `values`, merged.
+    pub values: Map<String, Value>,
+    /// The main resources as Helm rendered them (`helm get manifest`), hooks and CRDs aside.
+    pub manifest: String,
+}
+
+/// Where a revision stands, as Helm says it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Info {
+    pub status: HelmStatus,
+    pub description: String,
+    /// RFC 3339.
+    pub first_deployed: String,
+    pub last_deployed: String,
+}
+
+/// The plan a revision applied, with every object's identity: what a rollback to it applies
+/// again, in its order, without the chart (which may be gone or changed since).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredPlan {
+    /// The plan without its hooks (the record keeps them resolved, [`Record::hooks`]) and
+    /// warnings.
+    pub plan: Plan,
+    /// By index into `plan.resources`.
+    pub keys: Vec<ObjectKey>,
+    /// By index into `plan.crds`.
+    pub crd_keys: Vec<ObjectKey>,
+}
+
 /// What one revision deployed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -157,6 +200,17 @@ pub struct Record {
     /// before this was kept, where any revision after the first counts as one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<bool>,
+    /// What a rollback to this revision applies; absent in records written before rollbacks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<StoredPlan>,
+    /// For a rollback, the revision whose plan it applies again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_to: Option<i64>,
+    /// Helm's fields: kept in the record where Helm reads them, not in sequenced's part.
+    #[serde(skip)]
+    pub content: Content,
+    #[serde(skip)]
+    pub info: Info,
 }
 
 /// A record that cannot be read back.
@@ -193,7 +247,61 @@ impl Record {
         Inventory { steps }
     }
 
-    /// Gzip-compressed JSON.
+    /// The record in Helm's format, as release `name` in `namespace`.
+    pub fn to_helm(&self, name: &str, namespace: &str) -> helm::HelmRelease {
+        let sequenced = serde_json::to_value(self).ok();
+        helm::HelmRelease {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            version: self.revision,
+            info: helm::HelmInfo {
+                first_deployed: self.info.first_deployed.clone(),
+                last_deployed: self.info.last_deployed.clone(),
+                deleted: String::new(),
+                description: self.info.description.clone(),
+                status: self.info.status,
+                notes: String::new(),
+            },
+            chart: helm::HelmChart {
+                metadata: self.content.chart_metadata.clone(),
+                values: Map::new(),
+                templates: Vec::new(),
+                files: Vec::new(),
+            },
+            config: self.content.values.clone(),
+            manifest: self.content.manifest.clone(),
+            hooks: Vec::new(),
+            sequenced,
+        }
+    }
+
+    /// Reads a record in Helm's format; `name` is the Secret, for the error. A release Helm
+    /// itself wrote (without sequenced's part) is not one of ours.
+    pub fn from_helm(name: &str, release: helm::HelmRelease) -> Result<Record, RecordError> {
+        let error = |message: String| RecordError {
+            name: name.to_string(),
+            message,
+        };
+        let part = release
+            .sequenced
+            .ok_or_else(|| error("written by Helm, not by sequenced".to_string()))?;
+        let mut record: Record = serde_json::from_value(part)
+            .map_err(|e| error(format!("not a sequenced release record: {e}")))?;
+        record.content = Content {
+            chart_metadata: release.chart.metadata,
+            values: release.config,
+            manifest: release.manifest,
+        };
+        record.info = Info {
+            status: release.info.status,
+            description: release.info.description,
+            first_deployed: release.info.first_deployed,
+            last_deployed: release.info.last_deployed,
+        };
+        Ok(record)
+    }
+
+    /// Gzip-compressed JSON, the format before records took Helm's.
     pub fn encode(&self) -> Vec<u8> {
         let json = serde_json::to_vec(self).unwrap_or_default();
         let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -202,7 +310,8 @@ impl Record {
         encoder.finish().unwrap_or_default()
     }
 
-    /// Reads what [`Record::encode`] wrote; `name` is the Secret, for the error.
+    /// Reads what [`Record::encode`] wrote; `name` is the Secret, for the error. Helm's part is
+    /// empty, its status unknown.
     pub fn decode(name: &str, bytes: &[u8]) -> Result<Record, RecordError> {
         let error = |message: String| RecordError {
             name: name.to_string(),
@@ -258,8 +367,25 @@ mod tests {
                 external: vec![],
             }],
             upgrade: Some(false),
+            plan: None,
+            rollback_to: None,
+            content: Content::default(),
+            info: Info::default(),
         };
         assert_eq!(Record::decode("s", &record.encode()).unwrap(), record);
+        // In Helm's format, Helm's fields go where Helm reads them.
+        let mut helm_record = record.clone();
+        helm_record.content.manifest = "---\nkind: ConfigMap\n".into();
+        helm_record.info.status = HelmStatus::Deployed;
+        let helm = helm_record.to_helm("shop", "apps");
+        assert_eq!(helm.manifest, "---\nkind: ConfigMap\n");
+        assert!(helm.sequenced.as_ref().unwrap().get("manifest").is_none());
+        let decoded = helm::HelmRelease::decode("s", helm.encode().as_bytes()).unwrap();
+        assert_eq!(Record::from_helm("s", decoded).unwrap(), helm_record);
+        let mut foreign = helm;
+        foreign.sequenced = None;
+        let err = Record::from_helm("sh.helm.release.v1.shop.v3", foreign).unwrap_err();
+        assert!(err.to_string().contains("written by Helm"), "{err}");
         let err = Record::decode("s", b"nope").unwrap_err();
         assert!(
             err.to_string().starts_with("release record s: not gzip"),

@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use super::hooks::{self, HookAction, Stage};
+use super::recovery::RecordUpdate;
 use super::status::{elapsed, failed, progressing, set_conditions};
 use super::{ActionFailure, Note, Observations, Outcome, Revision, Wanted, external_blocker};
 use crate::api::{
@@ -43,6 +44,8 @@ pub struct InstallStep {
     pub finished: bool,
     /// Resources found past their readiness timeout in this step.
     pub timeouts: usize,
+    /// The release records whose status changes with this step (the operation ended).
+    pub records: Vec<RecordUpdate>,
 }
 
 fn entry(chart: &str, name: &str, resources: usize) -> LayerStatus {
@@ -57,7 +60,9 @@ fn entry(chart: &str, name: &str, resources: usize) -> LayerStatus {
 
 /// The hook events of a revision: `pre-install`/`post-install`, or the upgrade ones.
 fn events(revision: &Revision) -> (&'static str, &'static str) {
-    if revision.upgrade {
+    if revision.rollback {
+        ("pre-rollback", "post-rollback")
+    } else if revision.upgrade {
         ("pre-upgrade", "post-upgrade")
     } else {
         ("pre-install", "post-install")
@@ -421,6 +426,7 @@ pub fn step(
             requeue_after: None,
             finished: true,
             timeouts: 0,
+            records: Vec::new(),
         });
     }
     let s = slots(revision);
@@ -636,6 +642,7 @@ pub fn step(
             requeue_after: retry,
             finished: true,
             timeouts,
+            records: Vec::new(),
         });
     }
     for action in &mut p.actions {
@@ -704,7 +711,11 @@ pub fn step(
             .push(Note::normal(EventReason::ReleaseReady, message));
     } else {
         finished = false;
-        st.phase = Some(ReleasePhase::Deploying);
+        st.phase = Some(if revision.rollback {
+            ReleasePhase::RollingBack
+        } else {
+            ReleasePhase::Deploying
+        });
         let message = st
             .layers
             .iter()
@@ -722,7 +733,14 @@ pub fn step(
                 Some(m) => format!("layer {}: {m}", layer_label(l)),
                 None => format!("layer {}: applied", layer_label(l)),
             })
-            .unwrap_or_else(|| format!("deploying revision {}", st.revision.unwrap_or(0)));
+            .unwrap_or_else(|| {
+                let doing = if revision.rollback {
+                    "rolling back, revision"
+                } else {
+                    "deploying revision"
+                };
+                format!("{doing} {}", st.revision.unwrap_or(0))
+            });
         st.message = Some(message.clone());
         progressing(&mut st, Reason::Progressing, &message, now);
     }
@@ -733,6 +751,7 @@ pub fn step(
         requeue_after,
         finished,
         timeouts,
+        records: Vec::new(),
     })
 }
 

@@ -9,7 +9,7 @@
 //! is made here and only here; the controller executes the step and writes the status it is
 //! handed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,14 +17,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::dependencies::{self, DependencyFacts};
 use super::install::{self, InstallStep};
-use super::status::{pending, retry_due, stalled};
+use super::recovery::{self, Cause, RecordUpdate, RollbackRequest};
+use super::status::{holds_lock, pending, retry_due, stalled};
 use super::uninstall::{Uninstall, UninstallStep, uninstall_step};
 use super::{Deployable, Note, Observations, Outcome, Revision, Settings, Wanted};
 use crate::api::{
-    EventReason, FINALIZER, Identity, Reason, ReleasePhase, SequencedRelease,
-    SequencedReleaseStatus,
+    EventReason, FINALIZER, Identity, OnFailure, Reason, ReleasePhase, RemediationAction,
+    RemediationStatus, SequencedRelease, SequencedReleaseStatus,
 };
-use crate::history::Record;
+use crate::history::{HelmStatus, Info, Record};
 
 /// How long a release in progress waits without any event before it is looked at again.
 pub const FALLBACK_REQUEUE: Duration = Duration::from_secs(60);
@@ -81,6 +82,11 @@ pub struct Facts {
     pub plan: Option<PlanFact>,
     /// Release records by revision; `None` when there is none.
     pub records: BTreeMap<i64, Option<Arc<Record>>>,
+    /// What the records of these revisions stored, ready to apply; `None` when a record stored
+    /// no plan.
+    pub stored: BTreeMap<i64, Option<Arc<Deployable>>>,
+    /// The revisions that have a record.
+    pub revisions: Option<Revisions>,
     pub observed: Observations,
 }
 
@@ -96,6 +102,8 @@ impl Facts {
             dependencies: None,
             plan: None,
             records: BTreeMap::new(),
+            stored: BTreeMap::new(),
+            revisions: None,
             observed: Observations::default(),
         }
     }
@@ -105,20 +113,40 @@ impl Facts {
         Identity::of(&self.release)
     }
 
+    /// What the revision being stepped deploys: the plan rendered for the spec, or for a
+    /// rollback the plan its record stored.
+    pub fn deployable(&self) -> Option<&Arc<Deployable>> {
+        let record = self.records.get(&self.status.revision?)?.as_ref()?;
+        if record.rollback_to.is_some() {
+            self.stored.get(&record.revision)?.as_ref()
+        } else {
+            self.plan.as_ref()?.outcome.as_ref().ok()
+        }
+    }
+
     /// The revision being stepped: its plan and record, when both are known.
     pub fn revision<'a>(&'a self, me: &'a Identity) -> Option<Revision<'a>> {
         let settings = Settings::of(&self.release.spec);
-        let plan = self.plan.as_ref()?;
-        let deployable = plan.outcome.as_ref().ok()?;
+        let deployable = self.deployable()?;
         let record = self.records.get(&self.status.revision?)?.as_ref()?;
         Some(Revision::of(
             deployable,
             record,
             settings,
             me,
-            plan.is_upgrade,
+            record.is_upgrade(),
         ))
     }
+}
+
+/// The release records in the release's namespace under its release name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Revisions {
+    /// The revisions of this release's records.
+    pub ours: BTreeSet<i64>,
+    /// Who else has records under the same release name (a Helm release, another
+    /// SequencedRelease), naming one of the Secrets.
+    pub taken_by: Option<String>,
 }
 
 /// A fact the decision needs and the controller has not gathered.
@@ -132,18 +160,34 @@ pub enum Need {
     Plan { digest: String, is_upgrade: bool },
     /// The release record of this revision.
     Record(i64),
+    /// The plan the record of this revision stored, ready to apply.
+    StoredPlan(i64),
+    /// Which revisions have a record.
+    Revisions,
     /// These objects, read from the cluster.
     Observe(Wanted),
 }
 
-/// A new revision: write its record (and drop the one past `maxHistory`), create the target
-/// namespace if asked, then go on stepping from `status`.
+/// A new revision: create the target namespace if asked, write its record, update the status
+/// of the `records` it changes, drop those past `maxHistory`, publish `events`, then go on
+/// stepping from `status`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Begin {
     pub record: Record,
-    pub drop_record: Option<i64>,
+    pub records: Vec<RecordUpdate>,
+    pub drop_records: Vec<i64>,
+    pub events: Vec<Note>,
     pub status: SequencedReleaseStatus,
     pub create_namespace: bool,
+}
+
+/// Update the `records`, write `status`, publish `events`; nothing else is done to the cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Write {
+    pub records: Vec<RecordUpdate>,
+    pub status: SequencedReleaseStatus,
+    pub events: Vec<Note>,
+    pub requeue: Requeue,
 }
 
 /// When to look at a release again without an event.
@@ -186,13 +230,16 @@ pub enum Next {
     RestartRevision { status: SequencedReleaseStatus },
     /// Step the current revision.
     Install(Box<InstallStep>),
-    /// Step the uninstall.
+    /// Step the uninstall (of the release, or of a failed revision's objects).
     Uninstall(Box<UninstallStep>),
-    /// Everything is gone: publish `events`, delete the `records` (revisions), drop the
-    /// finalizer and the lease.
+    /// A change of the status and records alone: a rollback refused, the end of a remediation.
+    Write(Box<Write>),
+    /// Everything is gone: publish `events`, update the `records` kept (`uninstall.keepHistory`)
+    /// and delete the others (`delete`, revisions), drop the finalizer and the lease.
     FinishUninstall {
         events: Vec<Note>,
-        records: Vec<i64>,
+        records: Vec<RecordUpdate>,
+        delete: Vec<i64>,
     },
 }
 
@@ -230,7 +277,26 @@ pub fn next(facts: &Facts) -> Next {
         });
         return Next::Suspend { status };
     }
-    deploy(facts)
+    let mut next = deploy(facts);
+    if let Some(token) = recovery::requests(sr, &facts.status).reconcile {
+        acknowledge(&mut next, &token);
+    }
+    next
+}
+
+/// A reconcile was requested: the status this step writes says it was acted on.
+fn acknowledge(next: &mut Next, token: &str) {
+    let status = match next {
+        Next::Stall { status, .. }
+        | Next::WaitForDependencies { status, .. }
+        | Next::RestartRevision { status } => status,
+        Next::Begin(begin) => &mut begin.status,
+        Next::Install(step) => &mut step.status,
+        Next::Uninstall(step) => &mut step.status,
+        Next::Write(write) => &mut write.status,
+        _ => return,
+    };
+    status.last_handled_reconcile_at = Some(token.to_string());
 }
 
 /// Marks the release Stalled with `reason`; the first time with this message, an event too.
@@ -268,10 +334,29 @@ fn deploy(facts: &Facts) -> Next {
         Some(Ok(source)) => source,
     };
     let status = &facts.status;
+    let requests = recovery::requests(sr, status);
+    if let Some(request) = &requests.rollback {
+        return rollback_on_request(facts, request, source, &settings);
+    }
+    // A rollback holds the release on its revision until the spec or the chart changes, or a
+    // reconcile is requested.
+    let pinned = recovery::pinned(status, generation, &source.digest);
+    let changed = status.observed_generation != generation
+        || status.last_applied_digest.as_deref() != Some(source.digest.as_str());
     let retry_now = retry_due(status, settings.retries, now) == Some(Duration::ZERO);
-    let new_revision = status.observed_generation != generation
-        || status.last_applied_digest.as_deref() != Some(source.digest.as_str())
-        || retry_now;
+    let retry_requested = requests.reconcile.is_some()
+        && (requests.force
+            || status.phase == Some(ReleasePhase::Failed)
+            || (pinned && !holds_lock(status.phase)));
+    let new_revision = (changed && !pinned) || retry_now || retry_requested;
+    if !new_revision {
+        if recovery::remediation_due(&settings, status) {
+            return remediate(facts, source, &settings);
+        }
+        if status.phase == Some(ReleasePhase::Uninstalling) && recovery::uninstalled(status) {
+            return uninstall_failed(facts, status, false);
+        }
+    }
     if new_revision {
         let wanted = dependencies::depends_on(sr);
         if !wanted.is_empty() {
@@ -305,101 +390,458 @@ fn deploy(facts: &Facts) -> Next {
     } else {
         status.revision.unwrap_or(1)
     };
+    if !new_revision {
+        return step_revision(facts, number, source, &settings);
+    }
     // Whether this revision is an upgrade: decided when it begins, and kept in its record.
-    let is_upgrade = if new_revision {
-        let previous = match status.revision {
-            Some(n) => match facts.records.get(&n) {
-                None => return Next::Need(Need::Record(n)),
-                Some(record) => record.clone(),
-            },
-            None => None,
-        };
-        earlier_ready(status, number) || previous.is_some_and(|p| p.is_upgrade())
-    } else {
-        match facts.records.get(&number) {
-            None => return Next::Need(Need::Record(number)),
-            Some(None) => {
-                let mut status = status.clone();
-                status.last_applied_digest = None;
-                let message = "restarting the revision: its record is missing";
-                let status = pending(&status, generation, Reason::Progressing, message, now);
-                return Next::RestartRevision { status };
-            }
-            Some(Some(record)) => record.is_upgrade(),
-        }
+    let previous = match previous_record(facts) {
+        Ok(previous) => previous,
+        Err(need) => return Next::Need(need),
     };
-    let deployable = match &facts.plan {
+    let is_upgrade = (earlier_ready(status, number)
+        || previous.as_ref().is_some_and(|p| p.is_upgrade()))
+        && !recovery::uninstalled(status);
+    let deployable = match rendered(facts, source, is_upgrade, &settings) {
+        Ok(deployable) => deployable,
+        Err(next) => return next,
+    };
+    let revisions = match revisions(facts, &settings) {
+        Ok(revisions) => revisions,
+        Err(next) => return next,
+    };
+    let me = facts.identity();
+    let chart_version = source
+        .chart_version
+        .clone()
+        .or_else(|| deployable.chart_version.clone());
+    let record = Record {
+        revision: number,
+        digest: source.digest.clone(),
+        chart: deployable.plan.chart.clone(),
+        chart_version: chart_version.clone(),
+        sequenced: settings.sequenced,
+        inventory: deployable.inventory.clone(),
+        prune: previous
+            .as_ref()
+            .map(|p| p.inventory.removed_in(&deployable.inventory))
+            .unwrap_or_default(),
+        hooks: deployable.hooks.clone(),
+        upgrade: Some(is_upgrade),
+        plan: Some(deployable.stored()),
+        rollback_to: None,
+        content: deployable.content.clone(),
+        info: Info {
+            status: if is_upgrade {
+                HelmStatus::PendingUpgrade
+            } else {
+                HelmStatus::PendingInstall
+            },
+            description: if is_upgrade {
+                "Preparing upgrade".to_string()
+            } else {
+                "Initial install underway".to_string()
+            },
+            first_deployed: first_deployed(previous.as_deref(), now),
+            last_deployed: now.0.to_string(),
+        },
+    };
+    let revision = Revision::of(deployable, &record, settings, &me, is_upgrade);
+    let mut status = install::begin(
+        &revision,
+        status,
+        generation,
+        &source.digest,
+        chart_version.as_deref(),
+        now,
+    );
+    status.rollback = None;
+    Next::Begin(Box::new(Begin {
+        records: superseded(&facts.status, number),
+        drop_records: past_history(revisions, &facts.status, number, &settings),
+        events: Vec::new(),
+        record,
+        status,
+        create_namespace: sr.spec.create_namespace,
+    }))
+}
+
+/// The record of the current revision, the one a new revision comes after.
+fn previous_record(facts: &Facts) -> Result<Option<Arc<Record>>, Need> {
+    match facts.status.revision {
+        Some(n) => match facts.records.get(&n) {
+            None => Err(Need::Record(n)),
+            Some(record) => Ok(record.clone()),
+        },
+        None => Ok(None),
+    }
+}
+
+/// When the release was first deployed, as Helm keeps it from revision to revision.
+fn first_deployed(previous: Option<&Record>, now: &Time) -> String {
+    previous
+        .map(|p| p.info.first_deployed.clone())
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| now.0.to_string())
+}
+
+/// A revision still in progress when revision `number` begins is superseded by it.
+fn superseded(status: &SequencedReleaseStatus, number: i64) -> Vec<RecordUpdate> {
+    status
+        .history
+        .first()
+        .filter(|h| h.finished_at.is_none() && h.revision < number)
+        .map(|h| RecordUpdate {
+            revision: h.revision,
+            status: HelmStatus::Superseded,
+            description: format!("Superseded by revision {number} before it finished"),
+            only_from: None,
+        })
+        .into_iter()
+        .collect()
+}
+
+/// The revisions that have records, before a new one is written; a release name someone else's
+/// records use stalls the release.
+fn revisions<'a>(facts: &'a Facts, settings: &Settings) -> Result<&'a Revisions, Next> {
+    match &facts.revisions {
+        None => Err(Next::Need(Need::Revisions)),
+        Some(Revisions {
+            taken_by: Some(other),
+            ..
+        }) => {
+            let me = facts.identity();
+            let message = format!(
+                "release name {} is taken in namespace {}: {other}; set spec.releaseName to another name",
+                me.release_name,
+                facts
+                    .release
+                    .metadata
+                    .namespace
+                    .as_deref()
+                    .unwrap_or("default"),
+            );
+            Err(stall(facts, Reason::OwnershipConflict, &message, settings))
+        }
+        Some(revisions) => Ok(revisions),
+    }
+}
+
+/// The records past `maxHistory` once revision `number` is written: all of them, also when the
+/// cap was lowered (and those of the history, which records of the earlier format have).
+fn past_history(
+    revisions: &Revisions,
+    status: &SequencedReleaseStatus,
+    number: i64,
+    settings: &Settings,
+) -> Vec<i64> {
+    let max = i64::try_from(settings.max_history).unwrap_or(i64::MAX);
+    if max == 0 {
+        return Vec::new();
+    }
+    let mut all = revisions.ours.clone();
+    all.extend(status.history.iter().map(|h| h.revision));
+    all.into_iter().filter(|&r| r <= number - max).collect()
+}
+
+/// The plan rendered for the spec's digest, or the step that asks for it or stalls on it.
+fn rendered<'a>(
+    facts: &'a Facts,
+    source: &Source,
+    is_upgrade: bool,
+    settings: &Settings,
+) -> Result<&'a Arc<Deployable>, Next> {
+    match &facts.plan {
         Some(plan) if plan.digest == source.digest && plan.is_upgrade == is_upgrade => {
             match &plan.outcome {
-                Ok(deployable) => deployable,
-                Err(refusal) => {
-                    return stall(facts, refusal.reason, &refusal.message, &settings);
-                }
+                Ok(deployable) => Ok(deployable),
+                Err(refusal) => Err(stall(facts, refusal.reason, &refusal.message, settings)),
             }
         }
-        _ => {
-            return Next::Need(Need::Plan {
-                digest: source.digest.clone(),
-                is_upgrade,
-            });
+        _ => Err(Next::Need(Need::Plan {
+            digest: source.digest.clone(),
+            is_upgrade,
+        })),
+    }
+}
+
+/// Steps revision `number`, which is in progress or done: its plan is the one rendered for the
+/// spec, or for a rollback the one its record stored.
+fn step_revision(facts: &Facts, number: i64, source: &Source, settings: &Settings) -> Next {
+    let status = &facts.status;
+    let generation = facts.release.metadata.generation;
+    let now = &facts.now;
+    let record = match facts.records.get(&number) {
+        None => return Next::Need(Need::Record(number)),
+        Some(None) => {
+            let mut status = status.clone();
+            status.last_applied_digest = None;
+            status.rollback = None;
+            let message = "restarting the revision: its record is missing";
+            let status = pending(&status, generation, Reason::Progressing, message, now);
+            return Next::RestartRevision { status };
+        }
+        Some(Some(record)) => record,
+    };
+    let deployable = if record.rollback_to.is_some() {
+        match facts.stored.get(&number) {
+            None => return Next::Need(Need::StoredPlan(number)),
+            Some(Some(deployable)) => deployable,
+            Some(None) => {
+                let message =
+                    format!("the record of revision {number} has no stored plan to roll back with");
+                return stall(facts, Reason::InvalidSpec, &message, settings);
+            }
+        }
+    } else {
+        match rendered(facts, source, record.is_upgrade(), settings) {
+            Ok(deployable) => deployable,
+            Err(next) => return next,
         }
     };
     let me = facts.identity();
-    if new_revision {
-        let previous = match status.revision {
-            Some(n) => match facts.records.get(&n) {
-                None => return Next::Need(Need::Record(n)),
-                Some(record) => record.clone(),
-            },
-            None => None,
-        };
-        let chart_version = source
-            .chart_version
-            .clone()
-            .or_else(|| deployable.chart_version.clone());
-        let record = Record {
-            revision: number,
-            digest: source.digest.clone(),
-            chart: deployable.plan.chart.clone(),
-            chart_version: chart_version.clone(),
-            sequenced: settings.sequenced,
-            inventory: deployable.inventory.clone(),
-            prune: previous
-                .map(|p| p.inventory.removed_in(&deployable.inventory))
-                .unwrap_or_default(),
-            hooks: deployable.hooks.clone(),
-            upgrade: Some(is_upgrade),
-        };
-        let revision = Revision::of(deployable, &record, settings, &me, is_upgrade);
-        let status = install::begin(
-            &revision,
-            status,
-            generation,
-            &source.digest,
-            chart_version.as_deref(),
-            now,
-        );
-        let max_history = i64::try_from(settings.max_history).unwrap_or(i64::MAX);
-        let drop_record = (max_history > 0 && number > max_history).then(|| number - max_history);
-        return Next::Begin(Box::new(Begin {
-            record,
-            drop_record,
-            status,
-            create_namespace: sr.spec.create_namespace,
-        }));
-    }
-    // Read above: a revision in progress has its record.
-    let Some(Some(record)) = facts.records.get(&number) else {
-        return Next::Need(Need::Record(number));
-    };
-    let revision = Revision::of(deployable, record, settings, &me, is_upgrade);
+    let revision = Revision::of(deployable, record, *settings, &me, record.is_upgrade());
     let missing = facts.observed.missing(&install::wanted(&revision, status));
     if !missing.is_empty() {
         return Next::Need(Need::Observe(missing));
     }
     match install::step(&revision, status, &facts.observed, now) {
         Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
-        Outcome::Decided(step) => Next::Install(Box::new(step)),
+        Outcome::Decided(mut step) => {
+            step.records =
+                recovery::finish(status, &mut step.status, record, &mut step.events, now);
+            Next::Install(Box::new(step))
+        }
+    }
+}
+
+/// A rollback asked for with `sequenced rollback`: to the revision it names, or to the Ready
+/// revision before the current one.
+fn rollback_on_request(
+    facts: &Facts,
+    request: &RollbackRequest,
+    source: &Source,
+    settings: &Settings,
+) -> Next {
+    let status = &facts.status;
+    let cause = Cause::Requested {
+        token: request.token.clone(),
+    };
+    let Some(current) = status.revision else {
+        let message = "nothing to roll back: the release has no revision yet".to_string();
+        return refuse_rollback(facts, &cause, &message, settings);
+    };
+    let target = match &request.revision {
+        Err(message) => return refuse_rollback(facts, &cause, message, settings),
+        Ok(Some(target)) => *target,
+        Ok(None) => match recovery::last_ready_before(status, current) {
+            Some(target) => target,
+            None => {
+                let message = format!(
+                    "no revision before revision {current} was Ready: nothing to roll back to"
+                );
+                return refuse_rollback(facts, &cause, &message, settings);
+            }
+        },
+    };
+    if target > current {
+        let message = format!("there is no revision {target}: the latest is {current}");
+        return refuse_rollback(facts, &cause, &message, settings);
+    }
+    begin_rollback(facts, target, &cause, source, settings)
+}
+
+/// Begins a new revision that rolls back to revision `target`.
+fn begin_rollback(
+    facts: &Facts,
+    target: i64,
+    cause: &Cause,
+    source: &Source,
+    settings: &Settings,
+) -> Next {
+    let status = &facts.status;
+    let now = &facts.now;
+    let stored = match facts.records.get(&target) {
+        None => return Next::Need(Need::Record(target)),
+        Some(None) => {
+            let message = format!(
+                "cannot roll back to revision {target}: its record is gone (spec.maxHistory keeps {})",
+                settings.max_history
+            );
+            return refuse_rollback(facts, cause, &message, settings);
+        }
+        Some(Some(record)) => record,
+    };
+    if stored.plan.is_none() {
+        let message = format!(
+            "cannot roll back to revision {target}: it was recorded by an earlier sequenced, without its plan"
+        );
+        return refuse_rollback(facts, cause, &message, settings);
+    }
+    let from = match previous_record(facts) {
+        Ok(from) => from,
+        Err(need) => return Next::Need(need),
+    };
+    let revisions = match revisions(facts, settings) {
+        Ok(revisions) => revisions,
+        Err(next) => return next,
+    };
+    let number = status.revision.unwrap_or(0) + 1;
+    let record = recovery::rollback_record(stored, from.as_deref(), number, now);
+    let Some(deployable) = Deployable::from_record(&record) else {
+        return Next::Need(Need::Record(target));
+    };
+    let me = facts.identity();
+    let revision = Revision::of(&deployable, &record, *settings, &me, true);
+    let (status, note) = recovery::begin_rollback(
+        &revision,
+        &record,
+        status,
+        facts.release.metadata.generation,
+        &source.digest,
+        cause,
+        now,
+    );
+    Next::Begin(Box::new(Begin {
+        records: superseded(&facts.status, number),
+        drop_records: past_history(revisions, &facts.status, number, settings),
+        events: vec![note],
+        record,
+        status,
+        create_namespace: false,
+    }))
+}
+
+/// A rollback that cannot be done: the status and a warning say why. A requested one is
+/// handled (not tried again); a remediation leaves the failed revision's objects as they are.
+fn refuse_rollback(facts: &Facts, cause: &Cause, message: &str, settings: &Settings) -> Next {
+    let mut status = facts.status.clone();
+    let message = match cause {
+        Cause::Requested { token } => {
+            status.last_handled_rollback_at = Some(token.clone());
+            format!("rollback refused: {message}")
+        }
+        Cause::Failure {
+            failed,
+            message: failure,
+        } => {
+            status.remediation = Some(RemediationStatus {
+                failed_revision: *failed,
+                action: RemediationAction::Rollback,
+                failure: Some(failure.clone()),
+            });
+            format!("revision {failed} failed: {failure}; {message}; its objects are kept")
+        }
+    };
+    status.message = Some(message.clone());
+    let requeue = requeue(settings, &status, None, &facts.now);
+    Next::Write(Box::new(Write {
+        status,
+        events: vec![Note::warning(EventReason::RollbackRefused, message)],
+        records: Vec::new(),
+        requeue,
+    }))
+}
+
+/// The current revision failed and its retries are spent: `spec.onFailure` says what now.
+/// `rollback` goes back to the last revision that was Ready; with none (a first install), or
+/// with `uninstall`, the failed revision's objects are uninstalled in reverse order.
+fn remediate(facts: &Facts, source: &Source, settings: &Settings) -> Next {
+    let status = &facts.status;
+    let Some(failed) = status.revision else {
+        return Next::Idle;
+    };
+    let failure = status.message.clone().unwrap_or_default();
+    if settings.on_failure == OnFailure::Rollback
+        && let Some(target) = recovery::last_ready_before(status, failed)
+    {
+        let cause = Cause::Failure {
+            failed,
+            message: failure,
+        };
+        return begin_rollback(facts, target, &cause, source, settings);
+    }
+    let mut status = status.clone();
+    status.remediation = Some(RemediationStatus {
+        failed_revision: failed,
+        action: RemediationAction::Uninstall,
+        failure: Some(failure),
+    });
+    uninstall_failed(facts, &status, true)
+}
+
+/// Steps the uninstall of the failed current revision's objects (`starting` it now); once
+/// everything is gone, the release is Failed and Stalled until its spec changes.
+fn uninstall_failed(facts: &Facts, status: &SequencedReleaseStatus, starting: bool) -> Next {
+    let Some(number) = status.revision else {
+        return Next::Idle;
+    };
+    let settings = Settings::of(&facts.release.spec);
+    let record = match facts.records.get(&number) {
+        None => return Next::Need(Need::Record(number)),
+        Some(record) => record.clone(),
+    };
+    let finished = |status: &SequencedReleaseStatus, mut events: Vec<Note>| {
+        let (status, note) = recovery::uninstalled_status(status, number, &facts.now);
+        events.push(note);
+        Next::Write(Box::new(Write {
+            records: vec![RecordUpdate {
+                revision: number,
+                status: HelmStatus::Uninstalled,
+                description: "Uninstallation complete".to_string(),
+                only_from: None,
+            }],
+            requeue: requeue(&settings, &status, None, &facts.now),
+            status,
+            events,
+        }))
+    };
+    let Some(record) = record else {
+        return finished(status, Vec::new());
+    };
+    let inventory = record.uninstall_inventory();
+    let me = facts.identity();
+    let run = format!("{}/{}", me.uid, record.revision);
+    let u = Uninstall {
+        inventory: &inventory,
+        sequenced: record.sequenced,
+        hooks: if settings.disable_hooks {
+            &[]
+        } else {
+            &record.hooks
+        },
+        run: &run,
+        timeout: settings.timeout,
+    };
+    match uninstall_step(&u, status, &facts.observed, &me, &facts.now) {
+        Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
+        Outcome::Decided(step)
+            if !starting
+                && step.finished
+                && step.hooks_before.is_empty()
+                && step.hooks_after.is_empty() =>
+        {
+            finished(&step.status, step.events)
+        }
+        Outcome::Decided(mut step) => {
+            if starting {
+                let message = format!(
+                    "uninstalling the objects of revision {number}, which failed (spec.onFailure: {})",
+                    match settings.on_failure {
+                        OnFailure::Rollback => "rollback, with no earlier Ready revision",
+                        _ => "uninstall",
+                    }
+                );
+                step.events
+                    .insert(0, Note::warning(EventReason::UninstallStarted, message));
+                step.records.push(RecordUpdate {
+                    revision: number,
+                    status: HelmStatus::Uninstalling,
+                    description: "Deletion in progress".to_string(),
+                    only_from: None,
+                });
+            }
+            Next::Uninstall(Box::new(step))
+        }
     }
 }
 
@@ -418,15 +860,6 @@ fn uninstall(facts: &Facts) -> Next {
     let sr = &facts.release;
     let status = &facts.status;
     let keep_history = sr.spec.uninstall.as_ref().is_some_and(|u| u.keep_history);
-    let records = if keep_history {
-        Vec::new()
-    } else {
-        let mut revisions: Vec<i64> = status.history.iter().map(|h| h.revision).collect();
-        revisions.extend(status.revision);
-        revisions.sort_unstable();
-        revisions.dedup();
-        revisions
-    };
     let record = match status.revision {
         None => None,
         Some(n) => match facts.records.get(&n) {
@@ -434,11 +867,32 @@ fn uninstall(facts: &Facts) -> Next {
             Some(record) => record.clone(),
         },
     };
-    let Some(record) = record else {
-        return Next::FinishUninstall {
-            events: Vec::new(),
-            records,
+    let finish = |events: Vec<Note>| {
+        let Some(revisions) = &facts.revisions else {
+            return Next::Need(Need::Revisions);
         };
+        let (records, delete) = if keep_history {
+            let kept = status.revision.map(|revision| RecordUpdate {
+                revision,
+                status: HelmStatus::Uninstalled,
+                description: "Uninstallation complete".to_string(),
+                only_from: None,
+            });
+            (kept.into_iter().collect(), Vec::new())
+        } else {
+            let mut delete: BTreeSet<i64> = revisions.ours.clone();
+            delete.extend(status.history.iter().map(|h| h.revision));
+            delete.extend(status.revision);
+            (Vec::new(), delete.into_iter().collect())
+        };
+        Next::FinishUninstall {
+            events,
+            records,
+            delete,
+        }
+    };
+    let Some(record) = record else {
+        return finish(Vec::new());
     };
     let inventory = record.uninstall_inventory();
     let me = facts.identity();
@@ -461,10 +915,7 @@ fn uninstall(facts: &Facts) -> Next {
         Outcome::Decided(step)
             if step.finished && step.hooks_before.is_empty() && step.hooks_after.is_empty() =>
         {
-            Next::FinishUninstall {
-                events: step.events,
-                records,
-            }
+            finish(step.events)
         }
         Outcome::Decided(step) => Next::Uninstall(Box::new(step)),
     }
@@ -485,6 +936,9 @@ pub fn requeue(
         Some(ReleasePhase::Ready) => Requeue::After(settings.interval),
         Some(ReleasePhase::Failed) => match retry_due(status, settings.retries, now) {
             Some(due) => Requeue::After(due + Duration::from_millis(100)),
+            None if recovery::remediation_due(settings, status) => {
+                Requeue::After(Duration::from_millis(100))
+            }
             None => Requeue::After(settings.interval),
         },
         _ => {

@@ -22,6 +22,7 @@ pub mod dependencies;
 pub mod hooks;
 pub mod install;
 pub mod lifecycle;
+pub mod recovery;
 pub mod status;
 pub mod uninstall;
 
@@ -30,8 +31,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::api::{Claim, EventReason, Identity, ObjectKey, SequencedReleaseSpec, Sequencing};
-use crate::history::{HookRecord, Inventory};
+use crate::api::{
+    Claim, EventReason, Identity, ObjectKey, OnFailure, SequencedReleaseSpec, Sequencing,
+};
+use crate::history::{Content, HookRecord, Inventory, Record, StoredPlan};
 use crate::plan::{ExternalDependency, Plan};
 use crate::readiness::parse_duration;
 use crate::readiness::{self, Rules, Verdict};
@@ -65,6 +68,8 @@ pub struct Settings {
     pub interval: Duration,
     /// `disableHooks`: no hook stage runs.
     pub disable_hooks: bool,
+    /// `onFailure`: what is done once a failed operation's retries are spent.
+    pub on_failure: OnFailure,
 }
 
 /// `spec.timeout` and `spec.readinessTimeout` when they cannot be read.
@@ -87,6 +92,7 @@ impl Settings {
             timeout: parse_duration(&spec.timeout).unwrap_or(DEFAULT_TIMEOUT),
             interval: parse_duration(&spec.interval).unwrap_or(DEFAULT_INTERVAL),
             disable_hooks: spec.disable_hooks,
+            on_failure: spec.on_failure,
         }
     }
 
@@ -114,6 +120,38 @@ pub struct Deployable {
     pub hooks: Vec<HookRecord>,
     /// What the revision applies, in uninstall order.
     pub inventory: Inventory,
+    /// What Helm's readers show of it (`helm get manifest|values`).
+    pub content: Content,
+}
+
+impl Deployable {
+    /// What the record of a revision that deploys it keeps, for a rollback to it.
+    pub fn stored(&self) -> StoredPlan {
+        let mut plan = self.plan.clone();
+        plan.hooks.clear();
+        plan.warnings.clear();
+        StoredPlan {
+            plan,
+            keys: self.keys.clone(),
+            crd_keys: self.crd_keys.clone(),
+        }
+    }
+
+    /// What revision `record` deployed, from its stored plan: what a rollback to it applies
+    /// (CRDs included: only those that no longer exist are created, as at every revision).
+    /// None when the record has no plan (written before rollbacks).
+    pub fn from_record(record: &Record) -> Option<Deployable> {
+        let stored = record.plan.as_ref()?;
+        Some(Deployable {
+            plan: stored.plan.clone(),
+            chart_version: record.chart_version.clone(),
+            keys: stored.keys.clone(),
+            crd_keys: stored.crd_keys.clone(),
+            hooks: record.hooks.clone(),
+            inventory: record.inventory.clone(),
+            content: record.content.clone(),
+        })
+    }
 }
 
 /// What the current revision deploys.
@@ -129,6 +167,8 @@ pub struct Revision<'a> {
     /// An upgrade (an earlier revision was Ready) runs the `pre-upgrade`/`post-upgrade` hooks,
     /// anything else the `pre-install`/`post-install` ones.
     pub upgrade: bool,
+    /// A rollback: it runs the `pre-rollback`/`post-rollback` hooks, and is not retried.
+    pub rollback: bool,
     /// `<release uid>/<revision>`: what the hook objects of this revision are marked with.
     pub run: String,
     pub settings: Settings,
@@ -137,7 +177,8 @@ pub struct Revision<'a> {
 }
 
 impl<'a> Revision<'a> {
-    /// The revision that deploys `deployable`, pruning what `record` says.
+    /// The revision that deploys `deployable`, pruning what `record` says, sequenced or not as
+    /// the record says (a rollback applies as the revision it goes back to did).
     pub fn of(
         deployable: &'a Deployable,
         record: &'a crate::history::Record,
@@ -145,6 +186,13 @@ impl<'a> Revision<'a> {
         me: &'a Identity,
         upgrade: bool,
     ) -> Revision<'a> {
+        let rollback = record.rollback_to.is_some();
+        let settings = Settings {
+            sequenced: record.sequenced,
+            // A failed rollback is not tried again: the release stays Failed on it.
+            retries: if rollback { 0 } else { settings.retries },
+            ..settings
+        };
         Revision {
             plan: &deployable.plan,
             keys: &deployable.keys,
@@ -155,6 +203,7 @@ impl<'a> Revision<'a> {
                 &deployable.hooks
             },
             upgrade,
+            rollback,
             run: format!("{}/{}", me.uid, record.revision),
             settings,
             me,

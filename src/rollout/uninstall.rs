@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::hooks::{self, HookAction, Stage};
 use super::install::{layer_label, settle_deletion};
+use super::recovery::RecordUpdate;
 use super::status::{elapsed, progressing, retry_delay};
 use super::{Note, Observations, Outcome, Wanted};
 use crate::api::{
@@ -47,6 +48,8 @@ pub struct UninstallStep {
     pub requeue_after: Option<Duration>,
     /// Every step is deleted and the hooks are done: the finalizer can go.
     pub finished: bool,
+    /// The release records whose status changes with this step.
+    pub records: Vec<RecordUpdate>,
 }
 
 /// The stages of an uninstall: the `pre-delete` hooks, the inventory's steps, the
@@ -357,6 +360,7 @@ pub fn uninstall_step(
         events,
         requeue_after,
         finished,
+        records: Vec::new(),
     })
 }
 

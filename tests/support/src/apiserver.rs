@@ -625,9 +625,15 @@ fn dispatch(inner: &Inner, req: &Req) -> Reply {
         namespace: target
             .filter(|t| !t.namespace.is_empty())
             .map(|t| t.namespace.clone()),
+        // As an audit log names the object of a create: from the body.
         name: target
             .filter(|t| !t.name.is_empty())
-            .map(|t| t.name.clone()),
+            .map(|t| t.name.clone())
+            .or_else(|| {
+                let body = parsed.as_ref()?.as_ref().ok()?;
+                Some(body.pointer("/metadata/name")?.as_str()?.to_string())
+            })
+            .filter(|_| target.is_some()),
         subresource: target.filter(|t| !t.sub.is_empty()).map(|t| t.sub.clone()),
         client: req.header(CLIENT_HEADER).map(String::from),
     });
