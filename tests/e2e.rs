@@ -535,3 +535,80 @@ async fn e2e_two_controllers_share_releases_and_a_stopped_one_hands_over() {
     e2e.controller = Some(running);
     e2e.finish().await;
 }
+
+/// A failing upgrade rolled back by `onFailure: rollback`, read with the real helm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_failed_upgrade_is_rolled_back_and_helm_reads_the_history() {
+    let Some(e2e) = setup().await else { return };
+    let broken = format!(
+        "{{{{- if .Values.broken }}}}\n{}{{{{- end }}}}\n",
+        deployment(
+            "extra",
+            "helm.sh/layer: extra\n    helm.sh/depends-on/layers: app\n    helm.sh/readiness-timeout: 15s"
+        )
+        .replace("registry.k8s.io/pause:3.10", "registry.invalid/none:1"),
+    );
+    let dir = chart(
+        "undo",
+        &[
+            (
+                "templates/config.yaml",
+                &config_map("config", "helm.sh/layer: config"),
+            ),
+            (
+                "templates/app.yaml",
+                &deployment(
+                    "app",
+                    "helm.sh/layer: app\n    helm.sh/depends-on/layers: config",
+                ),
+            ),
+            ("templates/broken.yaml", &broken),
+        ],
+    );
+    e2e.create(release(
+        "undo",
+        &dir.path().join("undo"),
+        json!({"onFailure": "rollback"}),
+    ))
+    .await;
+    e2e.wait("undo", "Ready", is_ready).await;
+    let patch = json!({"spec": {"values": {"broken": true}}});
+    e2e.releases()
+        .patch("undo", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let sr = e2e
+        .wait("undo", "rolled back", |sr| {
+            is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(3)
+        })
+        .await;
+    let status = sr.status.as_ref().unwrap();
+    assert_eq!(status.rollback.as_ref().unwrap().to, 1);
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    assert!(deployments.get_opt("extra").await.unwrap().is_none());
+    if let Some(path) = std::env::var_os("SEQUENCED_E2E_KUBECONFIG") {
+        let out = std::process::Command::new(support::helm())
+            .args([
+                "history",
+                "undo",
+                "-o",
+                "json",
+                "-n",
+                &e2e.namespace,
+                "--kubeconfig",
+            ])
+            .arg(path)
+            .output()
+            .expect("run helm");
+        let history: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let statuses: Vec<&str> = history
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["status"].as_str().unwrap())
+            .collect();
+        assert_eq!(statuses, ["superseded", "failed", "deployed"]);
+    }
+    e2e.finish().await;
+}

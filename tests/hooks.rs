@@ -99,8 +99,8 @@ async fn a_pre_install_job_completes_before_the_first_layer_and_post_install_fol
         // While the Job runs, nothing of the layers is applied; the status names the hook.
         assert!(op.job_running("default", "migrate"));
         let sr = op
-            .wait_release("default", "shop", "the hook named", |sr| {
-                support::charts::message(sr).contains("waiting for Job migrate")
+            .wait_release("default", "shop", "the running hook named", |sr| {
+                support::charts::message(sr).contains("waiting for Job migrate: running")
             })
             .await;
         assert_eq!(stages(&sr), ["(pre-install)", "config", "app", "(post-install)"]);

@@ -52,10 +52,16 @@ fn shop() -> TempDir {
     chart(
         "shop",
         &[
-            ("templates/settings.yaml", &config_map("settings", "helm.sh/layer: config")),
+            (
+                "templates/settings.yaml",
+                &config_map("settings", "helm.sh/layer: config"),
+            ),
             (
                 "templates/app.yaml",
-                &deployment("app", "helm.sh/layer: app\n    helm.sh/depends-on/layers: config"),
+                &deployment(
+                    "app",
+                    "helm.sh/layer: app\n    helm.sh/depends-on/layers: config",
+                ),
             ),
             ("templates/broken.yaml", &broken),
         ],
@@ -72,7 +78,11 @@ fn status(sr: &SequencedRelease) -> &sequenced::api::SequencedReleaseStatus {
 
 async fn patch_spec(op: &Operator, name: &str, spec: Value) {
     op.releases("default")
-        .patch(name, &PatchParams::default(), &Patch::Merge(&json!({ "spec": spec })))
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "spec": spec })),
+        )
         .await
         .unwrap();
 }
@@ -96,7 +106,11 @@ async fn helm(op: &Operator, args: &[&str]) -> String {
         .output()
         .await
         .expect("run helm");
-    assert!(out.status.success(), "helm {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -136,7 +150,9 @@ fn applied_since(op: &Operator, from: usize, kinds: &[&str]) -> Vec<String> {
 }
 
 fn exists(op: &Operator, api_version: &str, kind: &str, name: &str) -> bool {
-    op.server.object(api_version, kind, Some("default"), name).is_some()
+    op.server
+        .object(api_version, kind, Some("default"), name)
+        .is_some()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,6 +251,470 @@ async fn a_failed_upgrade_rolls_back_to_the_last_ready_revision_in_its_order() {
             .await;
         assert!(status(&sr).rollback.is_none());
         assert!(message(&sr).starts_with("revision 4"), "{}", message(&sr));
+        op.stop().await;
+    })
+    .await;
+}
+
+/// Chart `first`: layer `a` (ConfigMap `one`), then layer `b` with a Job that fails.
+fn failing_first_install() -> TempDir {
+    chart(
+        "first",
+        &[
+            ("templates/one.yaml", &config_map("one", "helm.sh/layer: a")),
+            (
+                "templates/check.yaml",
+                &failing_job("check", "b").replace(
+                    "helm.sh/layer: b",
+                    "helm.sh/layer: b\n    helm.sh/depends-on/layers: a",
+                ),
+            ),
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_first_install_with_rollback_is_uninstalled_in_reverse_order_and_a_reconcile_retries_it()
+ {
+    within(async {
+        let op = Operator::start(4).await;
+        let _jobs = op.job_controller(Duration::from_millis(100));
+        let dir = failing_first_install();
+        op.create("default", release("first", &path(&dir, "first"), json!({"onFailure": "rollback"})))
+            .await;
+        let sr = op
+            .wait_release("default", "first", "uninstalled", |sr| {
+                support::charts::is_stalled(sr)
+                    && condition(sr, "Stalled").is_some_and(|c| c.1 == "Uninstalled")
+            })
+            .await;
+        assert_eq!(
+            message(&sr),
+            "revision 1 failed: layer b of chart first failed: Job check: failed (BackoffLimitExceeded: Job has reached the specified backoff limit); its objects were uninstalled (spec.onFailure); change the spec or run `sequenced reconcile` to install again"
+        );
+        let st = status(&sr);
+        assert_eq!(st.revision, Some(1));
+        assert_eq!(st.remediation.as_ref().unwrap().action, RemediationAction::Uninstall);
+        assert!(!exists(&op, "v1", "ConfigMap", "one"));
+        assert!(!exists(&op, "batch/v1", "Job", "check"));
+        // Layer b went before layer a, the reverse of the install.
+        let deletes: Vec<String> = op
+            .writes("ConfigMap")
+            .into_iter()
+            .chain(op.writes("Job"))
+            .filter(|(verb, _)| verb == "delete")
+            .map(|(_, name)| name)
+            .collect();
+        assert_eq!(deletes.len(), 2, "{deletes:?}");
+        let job_deleted = op
+            .server
+            .requests()
+            .iter()
+            .position(|r| r.verb == "delete" && r.name.as_deref() == Some("check"))
+            .unwrap();
+        let config_deleted = op
+            .server
+            .requests()
+            .iter()
+            .position(|r| r.verb == "delete" && r.name.as_deref() == Some("one"))
+            .unwrap();
+        assert!(job_deleted < config_deleted);
+        op.wait_event("default", "first", "UninstallStarted").await;
+        op.wait_event("default", "first", "Uninstalled").await;
+        let seen = history(&op, "first").await;
+        assert_eq!(seen, [(1, "uninstalled".into(), "Uninstallation complete".into())]);
+        // Nothing happens by itself (the spec is the same)...
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(status(&op.releases("default").get("first").await.unwrap()).revision, Some(1));
+        // ...until a reconcile is requested: the same spec is installed again, as revision 2.
+        annotate(&op, "first", json!({RECONCILE_REQUEST_ANNOTATION: "2026-11-24T10:00:00Z"})).await;
+        let sr = op
+            .wait_release("default", "first", "revision 2 handled", |sr| {
+                sr.status.as_ref().is_some_and(|s| {
+                    s.revision == Some(2)
+                        && s.last_handled_reconcile_at.as_deref() == Some("2026-11-24T10:00:00Z")
+                })
+            })
+            .await;
+        assert_eq!(status(&sr).history[0].revision, 2);
+        op.wait_object("v1", "ConfigMap", "default", "one").await;
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_come_first_then_on_failure_uninstall_removes_everything_of_the_release() {
+    within(async {
+        let op = Operator::start(4).await;
+        let _kubelet = op.kubelet();
+        let _jobs = op.job_controller(Duration::from_millis(50));
+        let dir = shop();
+        op.create(
+            "default",
+            release(
+                "shop",
+                &path(&dir, "shop"),
+                json!({"onFailure": "uninstall", "retries": 1}),
+            ),
+        )
+        .await;
+        op.wait_release("default", "shop", "revision 1 Ready", is_ready)
+            .await;
+        patch_spec(&op, "shop", json!({"values": {"broken": true}})).await;
+        // Revision 2 fails, revision 3 retries it (after 5 s) and fails too; then the release's
+        // objects are uninstalled.
+        let sr = op
+            .wait_release("default", "shop", "uninstalled", |sr| {
+                condition(sr, "Stalled").is_some_and(|c| c.0 == "True" && c.1 == "Uninstalled")
+            })
+            .await;
+        let st = status(&sr);
+        assert_eq!(st.revision, Some(3), "one retry, then the remediation");
+        assert_eq!(st.remediation.as_ref().unwrap().failed_revision, 3);
+        for (api_version, kind, name) in [
+            ("v1", "ConfigMap", "settings"),
+            ("apps/v1", "Deployment", "app"),
+            ("v1", "ConfigMap", "added"),
+            ("batch/v1", "Job", "check"),
+        ] {
+            assert!(
+                !exists(&op, api_version, kind, name),
+                "{kind} {name} is uninstalled"
+            );
+        }
+        let statuses: Vec<(i64, String)> = history(&op, "shop")
+            .await
+            .into_iter()
+            .map(|(n, s, _)| (n, s))
+            .collect();
+        assert_eq!(
+            statuses,
+            [
+                (1, "superseded".into()),
+                (2, "failed".into()),
+                (3, "uninstalled".into())
+            ]
+        );
+        // A spec change installs again: an install, not an upgrade.
+        patch_spec(&op, "shop", json!({"values": {"broken": false}})).await;
+        op.wait_release("default", "shop", "revision 4 Ready", |sr| {
+            is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(4)
+        })
+        .await;
+        let seen = history(&op, "shop").await;
+        assert_eq!(seen.last().unwrap().2, "Install complete");
+        op.stop().await;
+    })
+    .await;
+}
+
+/// Chart `order`: ConfigMaps `alpha` and `beta` in layers of those names; with `.Values.flip`
+/// false, `beta` depends on `alpha`, else `alpha` on `beta`.
+fn order() -> TempDir {
+    let alpha = "{{- if .Values.flip }}\n    helm.sh/depends-on/layers: beta\n{{- end }}";
+    let beta = "{{- if not .Values.flip }}\n    helm.sh/depends-on/layers: alpha\n{{- end }}";
+    chart(
+        "order",
+        &[
+            (
+                "templates/alpha.yaml",
+                &config_map("alpha", &format!("helm.sh/layer: alpha{alpha}")),
+            ),
+            (
+                "templates/beta.yaml",
+                &config_map("beta", &format!("helm.sh/layer: beta{beta}")),
+            ),
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requested_rollback_applies_the_target_revision_in_its_own_order_and_holds_until_the_spec_changes()
+ {
+    within(async {
+        let op = Operator::start(4).await;
+        let dir = order();
+        op.create("default", release("order", &path(&dir, "order"), json!({})))
+            .await;
+        op.wait_release("default", "order", "revision 1 Ready", is_ready)
+            .await;
+        let first = op.server.requests().len();
+        patch_spec(&op, "order", json!({"values": {"flip": true}})).await;
+        op.wait_release("default", "order", "revision 2 Ready", |sr| {
+            is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(2)
+        })
+        .await;
+        assert_eq!(
+            applied_since(&op, first, &["ConfigMap"]),
+            ["beta", "alpha"],
+            "revision 2: beta first"
+        );
+
+        // A revision that does not exist is refused, and handled.
+        annotate(
+            &op,
+            "order",
+            json!({ROLLBACK_REQUEST_ANNOTATION: "t1", ROLLBACK_REVISION_ANNOTATION: "9"}),
+        )
+        .await;
+        let sr = op
+            .wait_release("default", "order", "refused", |sr| {
+                sr.status
+                    .as_ref()
+                    .unwrap()
+                    .last_handled_rollback_at
+                    .as_deref()
+                    == Some("t1")
+            })
+            .await;
+        assert_eq!(
+            message(&sr),
+            "rollback refused: there is no revision 9: the latest is 2"
+        );
+        assert_eq!(status(&sr).revision, Some(2));
+        op.wait_event("default", "order", "RollbackRefused").await;
+
+        let before = op.server.requests().len();
+        annotate(
+            &op,
+            "order",
+            json!({ROLLBACK_REQUEST_ANNOTATION: "t2", ROLLBACK_REVISION_ANNOTATION: "1"}),
+        )
+        .await;
+        let sr = op
+            .wait_release("default", "order", "rolled back", |sr| {
+                is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(3)
+            })
+            .await;
+        assert_eq!(
+            message(&sr),
+            "rolled back to revision 1; spec generation 2 not applied"
+        );
+        assert!(status(&sr).rollback.as_ref().unwrap().requested);
+        assert_eq!(status(&sr).last_handled_rollback_at.as_deref(), Some("t2"));
+        // The order of revision 1, not of the spec: alpha, then beta.
+        assert_eq!(
+            applied_since(&op, before, &["ConfigMap"]),
+            ["alpha", "beta"]
+        );
+        let seen = history(&op, "order").await;
+        assert_eq!(
+            seen[2],
+            (3, "deployed".into(), "Rollback to 1 complete".into())
+        );
+        assert_eq!(seen[1].1, "superseded");
+
+        // It holds: an interval-like wake changes nothing; a reconcile request without --force
+        // retries the spec, since it is not applied.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            status(&op.releases("default").get("order").await.unwrap()).revision,
+            Some(3)
+        );
+        annotate(&op, "order", json!({RECONCILE_REQUEST_ANNOTATION: "r1"})).await;
+        let sr = op
+            .wait_release("default", "order", "revision 4 Ready", |sr| {
+                is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(4)
+            })
+            .await;
+        assert!(status(&sr).rollback.is_none());
+        assert_eq!(status(&sr).last_handled_reconcile_at.as_deref(), Some("r1"));
+        // A Ready release: a reconcile request is handled without a new revision; with --force,
+        // it is applied again as a new revision.
+        annotate(&op, "order", json!({RECONCILE_REQUEST_ANNOTATION: "r2"})).await;
+        let sr = op
+            .wait_release("default", "order", "r2 handled", |sr| {
+                sr.status
+                    .as_ref()
+                    .unwrap()
+                    .last_handled_reconcile_at
+                    .as_deref()
+                    == Some("r2")
+            })
+            .await;
+        assert_eq!(status(&sr).revision, Some(4));
+        annotate(
+            &op,
+            "order",
+            json!({RECONCILE_REQUEST_ANNOTATION: "r3", FORCE_REQUEST_ANNOTATION: "r3"}),
+        )
+        .await;
+        op.wait_release("default", "order", "revision 5 Ready", |sr| {
+            is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(5)
+        })
+        .await;
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lowering_max_history_deletes_every_record_past_the_cap() {
+    within(async {
+        let op = Operator::start(4).await;
+        let dir = order();
+        op.create("default", release("order", &path(&dir, "order"), json!({})))
+            .await;
+        for n in 1..=4 {
+            if n > 1 {
+                patch_spec(&op, "order", json!({"values": {"n": n}})).await;
+            }
+            op.wait_release("default", "order", "Ready", |sr| {
+                is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(n)
+            })
+            .await;
+        }
+        let revisions: Vec<i64> = history(&op, "order").await.iter().map(|h| h.0).collect();
+        assert_eq!(revisions, [1, 2, 3, 4]);
+        patch_spec(&op, "order", json!({"maxHistory": 2, "values": {"n": 5}})).await;
+        op.wait_release("default", "order", "revision 5 Ready", |sr| {
+            is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(5)
+        })
+        .await;
+        let seen = history(&op, "order").await;
+        let revisions: Vec<i64> = seen.iter().map(|h| h.0).collect();
+        assert_eq!(revisions, [4, 5], "{seen:?}");
+        let secrets: Api<Secret> = Api::namespaced(op.client.clone(), "default");
+        for n in 1..=3 {
+            let name = format!("sh.helm.release.v1.order.v{n}");
+            assert!(
+                secrets.get_opt(&name).await.unwrap().is_none(),
+                "{name} is deleted"
+            );
+        }
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_the_earlier_format_are_read_and_rewritten_in_helms() {
+    within(async {
+        // A release the previous operator version installed: revision 1 Ready, its objects
+        // applied, its record in the earlier format.
+        let mut op = Operator::start(4).await;
+        let dir = order();
+        op.create("default", release("order", &path(&dir, "order"), json!({}))).await;
+        op.wait_release("default", "order", "Ready", is_ready).await;
+        op.take_controller().stop().await;
+        let secrets: Api<Secret> = Api::namespaced(op.client.clone(), "default");
+        secrets
+            .delete("sh.helm.release.v1.order.v1", &Default::default())
+            .await
+            .unwrap();
+        let key = |kind: &str, name: &str| ObjectKey {
+            api_version: "v1".into(),
+            kind: kind.into(),
+            namespace: Some("default".into()),
+            name: name.into(),
+        };
+        // It also had ConfigMap `old`, which the chart no longer renders.
+        let old: Value = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": "old", "namespace": "default",
+            "annotations": {"sequenced.dev/owner": "default/order"}}});
+        let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(op.client.clone(), "default");
+        configmaps
+            .create(&PostParams::default(), &serde_json::from_value(old).unwrap())
+            .await
+            .unwrap();
+        let step = |name: &str, objects| InventoryStep {
+            chart: "order".into(),
+            name: name.into(),
+            objects,
+            after: vec![],
+        };
+        let record = Record {
+            revision: 1,
+            digest: "sha256:earlier".into(),
+            chart: "order".into(),
+            chart_version: Some("0.1.0".into()),
+            sequenced: true,
+            inventory: Inventory {
+                steps: vec![
+                    step("beta", vec![key("ConfigMap", "beta")]),
+                    step("alpha", vec![key("ConfigMap", "alpha"), key("ConfigMap", "old")]),
+                ],
+            },
+            prune: vec![],
+            hooks: vec![],
+            upgrade: None,
+            plan: None,
+            rollback_to: None,
+            content: Default::default(),
+            info: Default::default(),
+        };
+        let earlier: Secret = serde_json::from_value(json!({
+            "metadata": {"name": record_name("order", 1),
+                         "labels": {"app.kubernetes.io/managed-by": "sequenced"},
+                         "annotations": {"sequenced.dev/owner": "default/order"}},
+            "type": "sequenced.dev/release.v1",
+            "data": {"release": k8s_openapi::ByteString(record.encode())},
+        }))
+        .unwrap();
+        secrets.create(&PostParams::default(), &earlier).await.unwrap();
+
+        // The new operator upgrades it: the earlier record's inventory says what to prune.
+        let upgraded = op.spawn("upgraded-controller", 4);
+        patch_spec(&op, "order", json!({"values": {"n": 2}})).await;
+        op.wait_release("default", "order", "revision 2 Ready", |sr| {
+            is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(2)
+        })
+        .await;
+        assert!(!exists(&op, "v1", "ConfigMap", "old"), "pruned from the earlier record");
+        assert!(exists(&op, "v1", "ConfigMap", "alpha"));
+        // Revision 1's record now reads as Helm's, superseded; the earlier Secret is gone.
+        let statuses: Vec<(i64, String)> =
+            history(&op, "order").await.into_iter().map(|(n, s, _)| (n, s)).collect();
+        assert_eq!(statuses, [(1, "superseded".into()), (2, "deployed".into())]);
+        assert!(secrets.get_opt(&record_name("order", 1)).await.unwrap().is_none());
+        // A rollback to it is refused: it has no stored plan.
+        annotate(&op, "order", json!({ROLLBACK_REQUEST_ANNOTATION: "t", ROLLBACK_REVISION_ANNOTATION: "1"}))
+            .await;
+        let sr = op
+            .wait_release("default", "order", "refused", |sr| {
+                sr.status.as_ref().unwrap().last_handled_rollback_at.as_deref() == Some("t")
+            })
+            .await;
+        assert_eq!(
+            message(&sr),
+            "rollback refused: cannot roll back to revision 1: its record holds no plan (written by an earlier sequenced, or too large for a Secret with it)"
+        );
+        upgraded.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_too_large_for_a_secret_with_its_plan_is_written_without_it() {
+    within(async {
+        let op = Operator::start(4).await;
+        // 700 KB that gzip cannot shrink much: twice over (manifest and plan) it passes the
+        // 1 MiB a Secret may hold.
+        let mut seed: u64 = 42;
+        let noise: String = (0..700_000)
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[(seed >> 33) as usize % 36])
+            })
+            .collect();
+        let big = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n  noise: {noise}\n"
+        );
+        let dir = chart("large", &[("templates/big.yaml", &big)]);
+        op.create("default", release("large", &path(&dir, "large"), json!({})))
+            .await;
+        op.wait_release("default", "large", "Ready", is_ready).await;
+        let secrets: Api<Secret> = Api::namespaced(op.client.clone(), "default");
+        let secret = secrets.get("sh.helm.release.v1.large.v1").await.unwrap();
+        let data = &secret.data.unwrap()["release"].0;
+        let helm = sequenced::history::helm::HelmRelease::decode("s", data).unwrap();
+        assert!(helm.manifest.contains(&noise[..100]));
+        assert!(helm.sequenced.as_ref().unwrap().get("plan").is_none());
+        assert_eq!(history(&op, "large").await[0].1, "deployed");
         op.stop().await;
     })
     .await;

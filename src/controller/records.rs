@@ -25,6 +25,8 @@ use crate::rollout::lifecycle::Revisions;
 use crate::rollout::recovery::RecordUpdate;
 
 type Release = ObjectRef<SequencedRelease>;
+/// What records stored, ready to apply, by release and revision.
+type Stored = HashMap<(Release, i64), Option<Arc<Deployable>>>;
 
 /// The most a Secret may hold (the API server refuses more), less room for its metadata.
 const MAX_RECORD: usize = 1024 * 1024 - 16 * 1024;
@@ -33,7 +35,7 @@ const MAX_RECORD: usize = 1024 * 1024 - 16 * 1024;
 pub(super) struct Records {
     client: Client,
     cached: Mutex<HashMap<(Release, i64), Arc<Record>>>,
-    stored: Mutex<HashMap<(Release, i64), Option<Arc<Deployable>>>>,
+    stored: Mutex<Stored>,
 }
 
 fn namespace(release: &Release) -> &str {

@@ -396,18 +396,18 @@ fn deploy(facts: &Facts) -> Next {
     // Whether this revision is an upgrade: decided when it begins, and kept in its record.
     let previous = match previous_record(facts) {
         Ok(previous) => previous,
-        Err(need) => return Next::Need(need),
+        Err(next) => return *next,
     };
     let is_upgrade = (earlier_ready(status, number)
         || previous.as_ref().is_some_and(|p| p.is_upgrade()))
         && !recovery::uninstalled(status);
     let deployable = match rendered(facts, source, is_upgrade, &settings) {
         Ok(deployable) => deployable,
-        Err(next) => return next,
+        Err(next) => return *next,
     };
     let revisions = match revisions(facts, &settings) {
         Ok(revisions) => revisions,
-        Err(next) => return next,
+        Err(next) => return *next,
     };
     let me = facts.identity();
     let chart_version = source
@@ -466,10 +466,10 @@ fn deploy(facts: &Facts) -> Next {
 }
 
 /// The record of the current revision, the one a new revision comes after.
-fn previous_record(facts: &Facts) -> Result<Option<Arc<Record>>, Need> {
+fn previous_record(facts: &Facts) -> Result<Option<Arc<Record>>, Box<Next>> {
     match facts.status.revision {
         Some(n) => match facts.records.get(&n) {
-            None => Err(Need::Record(n)),
+            None => Err(Box::new(Next::Need(Need::Record(n)))),
             Some(record) => Ok(record.clone()),
         },
         None => Ok(None),
@@ -502,9 +502,9 @@ fn superseded(status: &SequencedReleaseStatus, number: i64) -> Vec<RecordUpdate>
 
 /// The revisions that have records, before a new one is written; a release name someone else's
 /// records use stalls the release.
-fn revisions<'a>(facts: &'a Facts, settings: &Settings) -> Result<&'a Revisions, Next> {
+fn revisions<'a>(facts: &'a Facts, settings: &Settings) -> Result<&'a Revisions, Box<Next>> {
     match &facts.revisions {
-        None => Err(Next::Need(Need::Revisions)),
+        None => Err(Box::new(Next::Need(Need::Revisions))),
         Some(Revisions {
             taken_by: Some(other),
             ..
@@ -520,7 +520,12 @@ fn revisions<'a>(facts: &'a Facts, settings: &Settings) -> Result<&'a Revisions,
                     .as_deref()
                     .unwrap_or("default"),
             );
-            Err(stall(facts, Reason::OwnershipConflict, &message, settings))
+            Err(Box::new(stall(
+                facts,
+                Reason::OwnershipConflict,
+                &message,
+                settings,
+            )))
         }
         Some(revisions) => Ok(revisions),
     }
@@ -549,18 +554,23 @@ fn rendered<'a>(
     source: &Source,
     is_upgrade: bool,
     settings: &Settings,
-) -> Result<&'a Arc<Deployable>, Next> {
+) -> Result<&'a Arc<Deployable>, Box<Next>> {
     match &facts.plan {
         Some(plan) if plan.digest == source.digest && plan.is_upgrade == is_upgrade => {
             match &plan.outcome {
                 Ok(deployable) => Ok(deployable),
-                Err(refusal) => Err(stall(facts, refusal.reason, &refusal.message, settings)),
+                Err(refusal) => Err(Box::new(stall(
+                    facts,
+                    refusal.reason,
+                    &refusal.message,
+                    settings,
+                ))),
             }
         }
-        _ => Err(Next::Need(Need::Plan {
+        _ => Err(Box::new(Next::Need(Need::Plan {
             digest: source.digest.clone(),
             is_upgrade,
-        })),
+        }))),
     }
 }
 
@@ -595,7 +605,7 @@ fn step_revision(facts: &Facts, number: i64, source: &Source, settings: &Setting
     } else {
         match rendered(facts, source, record.is_upgrade(), settings) {
             Ok(deployable) => deployable,
-            Err(next) => return next,
+            Err(next) => return *next,
         }
     };
     let me = facts.identity();
@@ -673,17 +683,17 @@ fn begin_rollback(
     };
     if stored.plan.is_none() {
         let message = format!(
-            "cannot roll back to revision {target}: it was recorded by an earlier sequenced, without its plan"
+            "cannot roll back to revision {target}: its record holds no plan (written by an earlier sequenced, or too large for a Secret with it)"
         );
         return refuse_rollback(facts, cause, &message, settings);
     }
     let from = match previous_record(facts) {
         Ok(from) => from,
-        Err(need) => return Next::Need(need),
+        Err(next) => return *next,
     };
     let revisions = match revisions(facts, settings) {
         Ok(revisions) => revisions,
-        Err(next) => return next,
+        Err(next) => return *next,
     };
     let number = status.revision.unwrap_or(0) + 1;
     let record = recovery::rollback_record(stored, from.as_deref(), number, now);
@@ -783,13 +793,23 @@ fn uninstall_failed(facts: &Facts, status: &SequencedReleaseStatus, starting: bo
     let finished = |status: &SequencedReleaseStatus, mut events: Vec<Note>| {
         let (status, note) = recovery::uninstalled_status(status, number, &facts.now);
         events.push(note);
+        let mut records = vec![RecordUpdate {
+            revision: number,
+            status: HelmStatus::Uninstalled,
+            description: "Uninstallation complete".to_string(),
+            only_from: None,
+        }];
+        // The revision deployed before is no longer deployed either: its objects are gone too.
+        records.extend(
+            recovery::last_ready_before(&status, number).map(|previous| RecordUpdate {
+                revision: previous,
+                status: HelmStatus::Superseded,
+                description: format!("Uninstalled after revision {number} failed"),
+                only_from: Some(HelmStatus::Deployed),
+            }),
+        );
         Next::Write(Box::new(Write {
-            records: vec![RecordUpdate {
-                revision: number,
-                status: HelmStatus::Uninstalled,
-                description: "Uninstallation complete".to_string(),
-                only_from: None,
-            }],
+            records,
             requeue: requeue(&settings, &status, None, &facts.now),
             status,
             events,

@@ -355,3 +355,141 @@ pub fn uninstalled_status(
     );
     (st, Note::warning(EventReason::Uninstalled, message))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{HistoryEntry, SequencedReleaseSpec};
+    use std::time::Duration;
+
+    fn release(annotations: &[(&str, &str)]) -> SequencedRelease {
+        let mut sr = SequencedRelease::new(
+            "shop",
+            serde_json::from_value::<SequencedReleaseSpec>(
+                serde_json::json!({"chart": {"path": "/c"}}),
+            )
+            .unwrap(),
+        );
+        sr.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        sr
+    }
+
+    #[test]
+    fn requests_are_the_tokens_not_handled_yet_and_force_needs_the_same_token() {
+        let handled = SequencedReleaseStatus {
+            last_handled_reconcile_at: Some("a".into()),
+            last_handled_rollback_at: Some("r".into()),
+            ..SequencedReleaseStatus::default()
+        };
+        let none = requests(&release(&[(RECONCILE_REQUEST_ANNOTATION, "a")]), &handled);
+        assert_eq!(none, Requests::default());
+        let sr = release(&[
+            (RECONCILE_REQUEST_ANNOTATION, "b"),
+            (FORCE_REQUEST_ANNOTATION, "a"),
+        ]);
+        let r = requests(&sr, &handled);
+        assert_eq!((r.reconcile.as_deref(), r.force), (Some("b"), false));
+        let sr = release(&[
+            (RECONCILE_REQUEST_ANNOTATION, "b"),
+            (FORCE_REQUEST_ANNOTATION, "b"),
+        ]);
+        assert!(requests(&sr, &handled).force);
+        let sr = release(&[
+            (ROLLBACK_REQUEST_ANNOTATION, "s"),
+            (ROLLBACK_REVISION_ANNOTATION, "three"),
+        ]);
+        let rollback = requests(&sr, &handled).rollback.unwrap();
+        assert_eq!(
+            rollback.revision,
+            Err(
+                "annotation rollback.sequenced.dev/revision: \"three\" is not a revision number"
+                    .into()
+            )
+        );
+        let sr = release(&[(ROLLBACK_REQUEST_ANNOTATION, "r")]);
+        assert!(requests(&sr, &handled).rollback.is_none(), "handled");
+    }
+
+    fn entry(revision: i64, phase: ReleasePhase) -> HistoryEntry {
+        HistoryEntry {
+            revision,
+            chart_version: None,
+            digest: None,
+            phase,
+            started_at: None,
+            finished_at: None,
+            sequenced: true,
+        }
+    }
+
+    #[test]
+    fn remediation_is_due_once_the_retries_of_an_operation_failure_are_spent() {
+        let settings = |on_failure, retries| Settings {
+            sequenced: true,
+            wait: true,
+            readiness_timeout: Duration::from_secs(1),
+            max_history: 10,
+            retries,
+            adopt: false,
+            timeout: Duration::from_secs(1),
+            interval: Duration::from_secs(1),
+            disable_hooks: false,
+            on_failure,
+        };
+        let failed = SequencedReleaseStatus {
+            phase: Some(ReleasePhase::Failed),
+            revision: Some(3),
+            failures: Some(2),
+            history: vec![
+                entry(3, ReleasePhase::Failed),
+                entry(2, ReleasePhase::Failed),
+                entry(1, ReleasePhase::Ready),
+            ],
+            ..SequencedReleaseStatus::default()
+        };
+        assert!(remediation_due(&settings(OnFailure::Rollback, 1), &failed));
+        assert!(
+            !remediation_due(&settings(OnFailure::Rollback, 2), &failed),
+            "a retry is left"
+        );
+        assert!(!remediation_due(&settings(OnFailure::Keep, 0), &failed));
+        assert_eq!(last_ready_before(&failed, 3), Some(1));
+        // Done once.
+        let done = SequencedReleaseStatus {
+            remediation: Some(RemediationStatus {
+                failed_revision: 3,
+                action: RemediationAction::Rollback,
+                failure: None,
+            }),
+            ..failed.clone()
+        };
+        assert!(!remediation_due(&settings(OnFailure::Rollback, 0), &done));
+        // A chart that does not render (no failure counted) is no operation failure.
+        let stalled = SequencedReleaseStatus {
+            failures: None,
+            ..failed.clone()
+        };
+        assert!(!remediation_due(
+            &settings(OnFailure::Uninstall, 0),
+            &stalled
+        ));
+        // A failed rollback is not remediated.
+        let rollback = SequencedReleaseStatus {
+            rollback: Some(RollbackStatus {
+                revision: 3,
+                to: 1,
+                ..RollbackStatus::default()
+            }),
+            ..failed
+        };
+        assert!(!remediation_due(
+            &settings(OnFailure::Rollback, 0),
+            &rollback
+        ));
+    }
+}

@@ -668,7 +668,14 @@ pub fn validate_kind(
             immutable_data(obj, old, errs);
         }
         ("", "Secret") => {
-            config_key_errors("data", obj.get("data"), errs);
+            // `data` holds base64: what counts against the limit is the bytes it decodes to.
+            let encoded = config_key_errors("data", obj.get("data"), errs);
+            if encoded / 4 * 3 > 1024 * 1024 {
+                errs.push(FieldError::too_long(
+                    "data",
+                    "must have at most 1048576 bytes",
+                ));
+            }
             immutable_data(obj, old, errs);
             if let Some(old) = old
                 && old.get("type") != obj.get("type")
