@@ -3,6 +3,7 @@
 mod graph;
 mod lint;
 mod ready;
+mod request;
 mod run;
 pub mod status;
 mod template;
@@ -92,6 +93,68 @@ pub enum Command {
                       input is bad.\n\nExample: kubectl get deploy web -o yaml | sequenced ready -f -"
     )]
     Ready(ReadyArgs),
+    /// Ask the operator to reconcile a SequencedRelease now.
+    #[command(
+        long_about = "Ask the operator to reconcile a SequencedRelease now (annotation \
+                      reconcile.sequenced.dev/requestedAt): a Failed or Stalled release is tried again \
+                      with the same spec as a new revision; with --force a Ready release is applied \
+                      again. Waits until the operator has acted and the operation has ended; exit code \
+                      0 when the release is Ready, 1 when it failed."
+    )]
+    Reconcile(ReconcileArgs),
+    /// Ask the operator to roll a SequencedRelease back to an earlier revision.
+    #[command(
+        long_about = "Ask the operator to roll a SequencedRelease back (annotations \
+                      rollback.sequenced.dev/requestedAt and rollback.sequenced.dev/revision) to REVISION, \
+                      or to the Ready revision before the current one. The revision's stored plan is \
+                      applied again in its own order, as a new revision; the release stays there until \
+                      its spec changes. Waits until the operation has ended; exit code 0 when Ready, 1 \
+                      when it failed or was refused."
+    )]
+    Rollback(RollbackArgs),
+}
+
+/// What `reconcile` and `rollback` share.
+#[derive(Debug, Args)]
+pub struct RequestArgs {
+    /// Name of the SequencedRelease.
+    pub name: String,
+    /// Its namespace (default: the kubeconfig context's namespace).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// How long to wait for the operator to act and the operation to end.
+    #[arg(long, default_value = "5m")]
+    pub timeout: String,
+    /// Return once the request is made.
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    pub request: RequestArgs,
+    /// Apply a Ready release again, as a new revision.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// Name of the SequencedRelease.
+    pub name: String,
+    /// The revision to roll back to (default: the Ready revision before the current one).
+    #[arg(value_parser = clap::value_parser!(u32).range(1..))]
+    pub revision: Option<u32>,
+    /// Its namespace (default: the kubeconfig context's namespace).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// How long to wait for the operator to act and the operation to end.
+    #[arg(long, default_value = "5m")]
+    pub timeout: String,
+    /// Return once the request is made.
+    #[arg(long)]
+    pub no_wait: bool,
 }
 
 #[derive(Debug, Args)]
@@ -324,6 +387,21 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Status(args) => status::run(&args),
         Command::Ready(args) => ready::run(&args),
+        Command::Reconcile(args) => request::run(
+            &args.request,
+            request::Request::Reconcile { force: args.force },
+        ),
+        Command::Rollback(args) => request::run(
+            &RequestArgs {
+                name: args.name,
+                namespace: args.namespace,
+                timeout: args.timeout,
+                no_wait: args.no_wait,
+            },
+            request::Request::Rollback {
+                revision: args.revision,
+            },
+        ),
     }
 }
 
