@@ -44,19 +44,14 @@ fn release(version: i64, status: HelmStatus, description: &str) -> HelmRelease {
 }
 
 async fn helm(kubeconfig: &std::path::Path, args: &[&str]) -> String {
-    let out = tokio::process::Command::new(support::helm())
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .output()
-        .await
-        .expect("run helm");
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let kubeconfig = kubeconfig.to_path_buf();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        support::run_helm(&kubeconfig, &args)
+    })
+    .await
+    .expect("helm")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -97,21 +97,16 @@ async fn annotate(op: &Operator, name: &str, annotations: Value) {
 
 /// Runs the real helm against the test API server, in namespace default.
 async fn helm(op: &Operator, args: &[&str]) -> String {
-    let dir = TempDir::new().unwrap();
-    let kubeconfig = support::kubeconfig(&dir, &op.server.url(), "default");
-    let out = tokio::process::Command::new(support::helm())
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .output()
-        .await
-        .expect("run helm");
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let url = op.server.url();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let dir = TempDir::new().unwrap();
+        let kubeconfig = support::kubeconfig(&dir, &url, "default");
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        support::run_helm(&kubeconfig, &args)
+    })
+    .await
+    .expect("helm")
 }
 
 /// `helm history NAME`: (revision, status, description) of every record.

@@ -141,20 +141,11 @@ pub struct ReconcileArgs {
 
 #[derive(Debug, Args)]
 pub struct RollbackArgs {
-    /// Name of the SequencedRelease.
-    pub name: String,
+    #[command(flatten)]
+    pub request: RequestArgs,
     /// The revision to roll back to (default: the Ready revision before the current one).
     #[arg(value_parser = clap::value_parser!(u32).range(1..))]
     pub revision: Option<u32>,
-    /// Its namespace (default: the kubeconfig context's namespace).
-    #[arg(short = 'n', long)]
-    pub namespace: Option<String>,
-    /// How long to wait for the operator to act and the operation to end.
-    #[arg(long, default_value = "5m")]
-    pub timeout: String,
-    /// Return once the request is made.
-    #[arg(long)]
-    pub no_wait: bool,
 }
 
 #[derive(Debug, Args)]
@@ -392,12 +383,7 @@ pub fn run(cli: Cli) -> ExitCode {
             request::Request::Reconcile { force: args.force },
         ),
         Command::Rollback(args) => request::run(
-            &RequestArgs {
-                name: args.name,
-                namespace: args.namespace,
-                timeout: args.timeout,
-                no_wait: args.no_wait,
-            },
+            &args.request,
             request::Request::Rollback {
                 revision: args.revision,
             },

@@ -302,18 +302,7 @@ impl<'a> Reconcile<'a> {
             .put(&self.key, &self.me, &begin.record)
             .await?;
         self.update_records(&begin.records).await?;
-        let ours = self
-            .facts
-            .revisions
-            .as_ref()
-            .map(|r| r.ours.clone())
-            .unwrap_or_default();
-        for &revision in &begin.drop_records {
-            self.ctx
-                .records
-                .delete(&self.key, &self.me, revision, &ours)
-                .await?;
-        }
+        self.delete_records(&begin.drop_records).await?;
         self.publish(&begin.events).await;
         self.facts.status = begin.status;
         let number = begin.record.revision;
@@ -324,6 +313,24 @@ impl<'a> Reconcile<'a> {
         self.facts
             .records
             .insert(number, Some(Arc::new(begin.record)));
+        Ok(())
+    }
+
+    /// Deletes the records of these revisions, in Helm's format when they are, else in the
+    /// earlier one.
+    async fn delete_records(&self, revisions: &[i64]) -> Result<(), Error> {
+        let ours = self
+            .facts
+            .revisions
+            .as_ref()
+            .map(|r| r.ours.clone())
+            .unwrap_or_default();
+        for &revision in revisions {
+            self.ctx
+                .records
+                .delete(&self.key, &self.me, revision, &ours)
+                .await?;
+        }
         Ok(())
     }
 
@@ -506,18 +513,7 @@ impl<'a> Reconcile<'a> {
     /// Everything is gone: drop the records, the finalizer and the lease.
     async fn finish_uninstall(&mut self, records: &[i64]) -> Result<Action, Stop> {
         self.lock(false).await?;
-        let ours = self
-            .facts
-            .revisions
-            .as_ref()
-            .map(|r| r.ours.clone())
-            .unwrap_or_default();
-        for &revision in records {
-            self.ctx
-                .records
-                .delete(&self.key, &self.me, revision, &ours)
-                .await?;
-        }
+        self.delete_records(records).await?;
         self.ctx.forget(&self.key);
         let finalizers: Vec<String> = self
             .sr()

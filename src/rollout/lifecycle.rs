@@ -818,21 +818,7 @@ fn uninstall_failed(facts: &Facts, status: &SequencedReleaseStatus, starting: bo
     let Some(record) = record else {
         return finished(status, Vec::new());
     };
-    let inventory = record.uninstall_inventory();
-    let me = facts.identity();
-    let run = format!("{}/{}", me.uid, record.revision);
-    let u = Uninstall {
-        inventory: &inventory,
-        sequenced: record.sequenced,
-        hooks: if settings.disable_hooks {
-            &[]
-        } else {
-            &record.hooks
-        },
-        run: &run,
-        timeout: settings.timeout,
-    };
-    match uninstall_step(&u, status, &facts.observed, &me, &facts.now) {
+    match step_uninstall(facts, &record, status) {
         Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
         Outcome::Decided(step)
             if !starting
@@ -914,9 +900,28 @@ fn uninstall(facts: &Facts) -> Next {
     let Some(record) = record else {
         return finish(Vec::new());
     };
+    match step_uninstall(facts, &record, status) {
+        Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
+        // What the last step's hooks ask (a delete policy) is done first.
+        Outcome::Decided(step)
+            if step.finished && step.hooks_before.is_empty() && step.hooks_after.is_empty() =>
+        {
+            finish(step.events)
+        }
+        Outcome::Decided(step) => Next::Uninstall(Box::new(step)),
+    }
+}
+
+/// One step of the uninstall of what `record`'s revision deployed, with its hooks (unless
+/// `spec.disableHooks`), from `status`.
+fn step_uninstall(
+    facts: &Facts,
+    record: &Record,
+    status: &SequencedReleaseStatus,
+) -> Outcome<UninstallStep> {
+    let settings = Settings::of(&facts.release.spec);
     let inventory = record.uninstall_inventory();
     let me = facts.identity();
-    let settings = Settings::of(&sr.spec);
     let run = format!("{}/{}", me.uid, record.revision);
     let u = Uninstall {
         inventory: &inventory,
@@ -929,16 +934,7 @@ fn uninstall(facts: &Facts) -> Next {
         run: &run,
         timeout: settings.timeout,
     };
-    match uninstall_step(&u, status, &facts.observed, &me, &facts.now) {
-        Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
-        // What the last step's hooks ask (a delete policy) is done first.
-        Outcome::Decided(step)
-            if step.finished && step.hooks_before.is_empty() && step.hooks_after.is_empty() =>
-        {
-            finish(step.events)
-        }
-        Outcome::Decided(step) => Next::Uninstall(Box::new(step)),
-    }
+    uninstall_step(&u, status, &facts.observed, &me, &facts.now)
 }
 
 /// When to look at the release again without an event, given the status it was left in: at

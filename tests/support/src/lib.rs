@@ -29,6 +29,23 @@ pub mod workloads;
 use std::path::Path;
 use std::process::Command;
 
+/// Runs the real helm with `args` against the cluster of `kubeconfig`, and returns what it
+/// printed; a helm that fails fails the test with its message.
+pub fn run_helm(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = Command::new(helm())
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .output()
+        .expect("run helm");
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A kubeconfig in `dir` for `url` (plain HTTP, no credentials) whose context's namespace is
 /// `namespace`.
 pub fn kubeconfig(dir: &tempfile::TempDir, url: &str, namespace: &str) -> PathBuf {
