@@ -714,3 +714,48 @@ async fn a_record_too_large_for_a_secret_with_its_plan_is_written_without_it() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_runs_the_target_revisions_rollback_hooks_around_its_layers() {
+    within(async {
+        let op = Operator::start(4).await;
+        let _jobs = op.job_controller(Duration::from_millis(50));
+        let hook = |name: &str, event: &str| {
+            format!(
+                "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {name}\n  annotations:\n    helm.sh/hook: {event}\n    helm.sh/hook-delete-policy: before-hook-creation\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: main\n          image: busybox:1.36\n"
+            )
+        };
+        let dir = chart(
+            "hooked",
+            &[
+                ("templates/c.yaml", &config_map("c", "helm.sh/layer: c")),
+                ("templates/before.yaml", &hook("before", "pre-rollback")),
+                ("templates/after.yaml", &hook("after", "post-rollback")),
+            ],
+        );
+        op.create("default", release("hooked", &path(&dir, "hooked"), json!({}))).await;
+        op.wait_release("default", "hooked", "Ready", is_ready).await;
+        // Neither install nor upgrade runs them.
+        patch_spec(&op, "hooked", json!({"values": {"n": 2}})).await;
+        op.wait_release("default", "hooked", "revision 2", |sr| {
+            is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(2)
+        })
+        .await;
+        assert!(!exists(&op, "batch/v1", "Job", "before"));
+        let from = op.server.requests().len();
+        annotate(&op, "hooked", json!({ROLLBACK_REQUEST_ANNOTATION: "go"})).await;
+        let sr = op
+            .wait_release("default", "hooked", "rolled back", |sr| {
+                is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(3)
+            })
+            .await;
+        let stages: Vec<&str> = status(&sr).layers.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(stages, ["(pre-rollback)", "c", "(post-rollback)"]);
+        assert_eq!(message(&sr), "rolled back to revision 1; spec generation 2 not applied");
+        // pre-rollback, then the layer, then post-rollback.
+        let applied = applied_since(&op, from, &["Job", "ConfigMap"]);
+        assert_eq!(applied, ["before", "c", "after"]);
+        op.stop().await;
+    })
+    .await;
+}
