@@ -1,24 +1,34 @@
-//! `sequenced reconcile` and `sequenced rollback` as a user runs them: the built binary, a
-//! kubeconfig that points at the in-process test API server, and a running controller that acts
-//! on the requests.
+//! `sequenced reconcile` and `sequenced rollback` as a user runs them: the built binary and a
+//! kubeconfig that points at the in-process test API server. In most tests the test plays the
+//! operator: it reads the request's token from the annotation and writes the status through the
+//! status subresource, as the operator does. The last one runs the real controller, to keep the
+//! commands and the operator agreeing on the annotations and the status.
 
 use sequenced_testkit as support;
 
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use kube::api::{Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use sequenced::api::v1alpha1::SequencedRelease;
 use sequenced::api::{
     FORCE_REQUEST_ANNOTATION, RECONCILE_REQUEST_ANNOTATION, ROLLBACK_REQUEST_ANNOTATION,
     ROLLBACK_REVISION_ANNOTATION,
 };
-use serde_json::json;
+use serde_json::{Value, json};
+use support::apiserver::TestApiServer;
 use support::charts::{chart, config_map, is_ready, release};
 use support::operator::Operator;
 use tempfile::TempDir;
-use tokio::process::Command;
+use tokio::process::{Child, Command};
+
+const KIND: &str = "SequencedRelease";
+
+/// The test client that plays the operator; the command's requests carry no client name.
+const OPERATOR: &str = "operator";
 
 async fn within<F: Future<Output = ()>>(test: F) {
     tokio::time::timeout(Duration::from_secs(120), test)
@@ -26,11 +36,11 @@ async fn within<F: Future<Output = ()>>(test: F) {
         .expect("the test did not finish in time");
 }
 
-/// Runs `sequenced ARGS` with this kubeconfig and nothing of the environment that could point it
-/// at another cluster.
-async fn sequenced(kubeconfig: &Path, args: &[&str]) -> Output {
+/// Starts `sequenced ARGS` with this kubeconfig, stdout and stderr captured, and nothing of the
+/// environment that could point it at another cluster.
+fn spawn(kubeconfig: &Path, args: &[&str]) -> Child {
     let home = kubeconfig.parent().expect("kubeconfig dir");
-    let child = Command::new(env!("CARGO_BIN_EXE_sequenced"))
+    Command::new(env!("CARGO_BIN_EXE_sequenced"))
         .args(args)
         .env("KUBECONFIG", kubeconfig)
         .env("HOME", home)
@@ -41,19 +51,509 @@ async fn sequenced(kubeconfig: &Path, args: &[&str]) -> Output {
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("run sequenced");
+        .expect("run sequenced")
+}
+
+async fn finish(child: Child) -> Output {
     tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
         .await
         .expect("sequenced did not exit in time")
         .expect("wait for sequenced")
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+async fn sequenced(kubeconfig: &Path, args: &[&str]) -> Output {
+    finish(spawn(kubeconfig, args)).await
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Asserts exit code 2, nothing on stdout and one line on stderr; returns that line.
+fn one_line_error(output: &Output) -> String {
+    let stderr = stderr(output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(output.stdout.is_empty(), "printed: {}", stdout(output));
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr.trim_end().to_string()
+}
+
+/// Asserts exit code 0 and one line `PREFIX (token TOKEN)` on stdout; returns the token.
+fn requested(output: &Output, prefix: &str) -> String {
+    assert!(output.status.success(), "{}", stderr(output));
+    let line = stdout(output);
+    let token = line
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix(" (token "))
+        .and_then(|rest| rest.strip_suffix(")\n"))
+        .unwrap_or_else(|| panic!("not `{prefix} (token ...)`: {line}"));
+    assert_rfc3339_nanos(token);
+    token.to_string()
+}
+
+/// A token is the time of the request, RFC 3339 with nanoseconds: 2026-11-24T10:11:12.123456789Z.
+fn assert_rfc3339_nanos(token: &str) {
+    assert!(
+        token.parse::<k8s_openapi::jiff::Timestamp>().is_ok()
+            && token.len() == "2026-11-24T10:11:12.123456789Z".len()
+            && token.as_bytes()[19] == b'.'
+            && token.ends_with('Z'),
+        "{token}"
+    );
+}
+
+/// The test API server with the CRD, the namespace `apps`, and a kubeconfig whose context
+/// namespace is `apps`, where the commands look when not given `-n`.
+struct Cluster {
+    op: Operator,
+    kubeconfig: PathBuf,
+    _home: TempDir,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let op = Operator::without_controller().await;
+        op.namespace("apps").await;
+        let home = TempDir::new().expect("temp dir");
+        let kubeconfig = support::kubeconfig(&home, &op.server.url(), "apps");
+        Cluster {
+            op,
+            kubeconfig,
+            _home: home,
+        }
+    }
+
+    fn server(&self) -> &TestApiServer {
+        &self.op.server
+    }
+
+    /// The releases of `apps`, read and written as the operator does.
+    fn releases(&self) -> Api<SequencedRelease> {
+        Api::namespaced(self.server().client_as(OPERATOR), "apps")
+    }
+
+    /// Creates release `apps/name` with `annotations` and writes `status` to it.
+    async fn release(&self, name: &str, annotations: Value, status: Value) {
+        let mut object = release(name, Path::new("/charts/shop"), json!({}));
+        object["metadata"]["annotations"] = annotations;
+        let object: SequencedRelease = serde_json::from_value(object).expect("release JSON");
+        self.releases()
+            .create(&PostParams::default(), &object)
+            .await
+            .expect("create the release");
+        self.write_status(name, status).await;
+    }
+
+    /// Writes `status` through the status subresource, as the operator does.
+    async fn write_status(&self, name: &str, status: Value) {
+        self.releases()
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "status": status })),
+            )
+            .await
+            .expect("write the status");
+    }
+
+    async fn annotations(&self, name: &str) -> BTreeMap<String, String> {
+        let release = self.releases().get(name).await.expect("the release");
+        release.metadata.annotations.unwrap_or_default()
+    }
+
+    /// Waits, as the operator's watch would, until release `name` has `annotation`; its value.
+    async fn requested(&self, name: &str, annotation: &str) -> String {
+        loop {
+            if let Some(value) = self.annotations(name).await.get(annotation) {
+                return value.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until the command has read release `name` twice more, so it has seen what the test
+    /// wrote last, and asserts that it went on waiting.
+    async fn still_waiting_after_two_reads(&self, name: &str, child: &mut Child) {
+        let before = command_reads(self.server(), name);
+        while command_reads(self.server(), name) < before + 2 {
+            if let Some(exit) = child.try_wait().expect("poll") {
+                panic!("the command ended ({exit}) before the operation had");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            child.try_wait().expect("poll").is_none(),
+            "the command ended before the operation had"
+        );
+    }
+
+    /// The requests the command made (not the test) that write a SequencedRelease.
+    fn command_writes(&self) -> Vec<support::apiserver::RecordedRequest> {
+        self.server()
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.client.is_none()
+                    && r.kind.as_deref() == Some(KIND)
+                    && !matches!(r.verb, "get" | "list" | "watch")
+            })
+            .collect()
+    }
+}
+
+/// How many times the command (a client without a test name) has read release `name`.
+fn command_reads(server: &TestApiServer, name: &str) -> usize {
+    server
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.verb == "get"
+                && r.client.is_none()
+                && r.kind.as_deref() == Some(KIND)
+                && r.name.as_deref() == Some(name)
+        })
+        .count()
+}
+
+fn map(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
+    entries
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rollback_and_reconcile_wait_for_the_operator_and_print_the_outcome() {
+async fn no_wait_sets_the_annotations_and_removes_what_an_earlier_request_left() {
+    within(async {
+        let cluster = Cluster::start().await;
+        let earlier = "2026-01-01T00:00:00.000000000Z";
+        cluster
+            .release(
+                "shop",
+                json!({
+                    "team": "payments",
+                    FORCE_REQUEST_ANNOTATION: earlier,
+                    ROLLBACK_REVISION_ANNOTATION: "2",
+                }),
+                json!({"phase": "Ready", "revision": 4, "message": "revision 4 is ready"}),
+            )
+            .await;
+        let k = &cluster.kubeconfig;
+
+        // Without --force an earlier forceAt goes: it would make this request a forced one.
+        let out = sequenced(k, &["reconcile", "shop", "--no-wait"]).await;
+        let first = requested(&out, "requested a reconcile of apps/shop");
+        assert_eq!(
+            cluster.annotations("shop").await,
+            map(&[
+                ("team", "payments"),
+                (RECONCILE_REQUEST_ANNOTATION, &first),
+                (ROLLBACK_REVISION_ANNOTATION, "2"),
+            ])
+        );
+
+        let out = sequenced(k, &["reconcile", "shop", "--force", "--no-wait"]).await;
+        let forced = requested(&out, "requested a forced reconcile of apps/shop");
+        assert_ne!(forced, first, "a fresh token");
+        assert_eq!(
+            cluster.annotations("shop").await,
+            map(&[
+                ("team", "payments"),
+                (RECONCILE_REQUEST_ANNOTATION, &forced),
+                (FORCE_REQUEST_ANNOTATION, &forced),
+                (ROLLBACK_REVISION_ANNOTATION, "2"),
+            ])
+        );
+
+        let out = sequenced(k, &["rollback", "shop", "3", "--no-wait"]).await;
+        let to_3 = requested(&out, "requested a rollback of apps/shop to revision 3");
+        assert_eq!(
+            cluster.annotations("shop").await,
+            map(&[
+                ("team", "payments"),
+                (RECONCILE_REQUEST_ANNOTATION, &forced),
+                (FORCE_REQUEST_ANNOTATION, &forced),
+                (ROLLBACK_REQUEST_ANNOTATION, &to_3),
+                (ROLLBACK_REVISION_ANNOTATION, "3"),
+            ])
+        );
+
+        // Without REVISION an earlier revision goes: the operator picks the one before.
+        let out = sequenced(k, &["rollback", "shop", "--no-wait"]).await;
+        let previous = requested(&out, "requested a rollback of apps/shop");
+        assert_eq!(
+            cluster.annotations("shop").await,
+            map(&[
+                ("team", "payments"),
+                (RECONCILE_REQUEST_ANNOTATION, &forced),
+                (FORCE_REQUEST_ANNOTATION, &forced),
+                (ROLLBACK_REQUEST_ANNOTATION, &previous),
+            ])
+        );
+
+        // Each request was one merge patch of the object; the status is the operator's alone.
+        let writes = cluster.command_writes();
+        assert_eq!(writes.len(), 4, "{writes:#?}");
+        for write in &writes {
+            assert_eq!(write.verb, "patch");
+            assert_eq!(write.subresource, None);
+            assert_eq!(
+                write.content_type.as_deref(),
+                Some("application/merge-patch+json")
+            );
+        }
+        let status = cluster
+            .releases()
+            .get("shop")
+            .await
+            .unwrap()
+            .status
+            .unwrap();
+        assert_eq!(status.revision, Some(4));
+        assert_eq!(status.last_handled_reconcile_at, None);
+        assert_eq!(status.last_handled_rollback_at, None);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_waits_until_the_operator_has_acted_and_the_release_is_ready() {
+    within(async {
+        let cluster = Cluster::start().await;
+        let failure = "layer app of chart shop failed: Job seed: failed (BackoffLimitExceeded)";
+        cluster
+            .release(
+                "shop",
+                json!({}),
+                json!({"phase": "Failed", "revision": 2, "message": failure}),
+            )
+            .await;
+        let mut child = spawn(
+            &cluster.kubeconfig,
+            &["reconcile", "shop", "--timeout", "60s"],
+        );
+        let token = cluster
+            .requested("shop", RECONCILE_REQUEST_ANNOTATION)
+            .await;
+        assert_rfc3339_nanos(&token);
+        // The Failed phase is from before the request: not its outcome.
+        cluster
+            .still_waiting_after_two_reads("shop", &mut child)
+            .await;
+
+        // The operator acts on it: a new revision, not yet done.
+        cluster
+            .write_status(
+                "shop",
+                json!({"phase": "Deploying", "revision": 3, "message": "deploying revision 3",
+                       "lastHandledReconcileAt": token}),
+            )
+            .await;
+        cluster
+            .still_waiting_after_two_reads("shop", &mut child)
+            .await;
+
+        cluster
+            .write_status(
+                "shop",
+                json!({"phase": "Ready",
+                       "message": "revision 3 (chart version 0.1.0) is ready"}),
+            )
+            .await;
+        let out = finish(child).await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            "shop: Ready at revision 3: revision 3 (chart version 0.1.0) is ready\n"
+        );
+        assert_eq!(stderr(&out), "");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_that_fails_exits_1_with_the_message() {
+    within(async {
+        let cluster = Cluster::start().await;
+        cluster
+            .release(
+                "shop",
+                json!({}),
+                json!({"phase": "Ready", "revision": 2,
+                       "message": "revision 2 (chart version 0.2.0) is ready"}),
+            )
+            .await;
+        let mut child = spawn(
+            &cluster.kubeconfig,
+            &["rollback", "shop", "1", "--timeout", "60s"],
+        );
+        let token = cluster.requested("shop", ROLLBACK_REQUEST_ANNOTATION).await;
+        assert_eq!(
+            cluster.annotations("shop").await[ROLLBACK_REVISION_ANNOTATION],
+            "1"
+        );
+        cluster
+            .still_waiting_after_two_reads("shop", &mut child)
+            .await;
+
+        cluster
+            .write_status(
+                "shop",
+                json!({"phase": "RollingBack", "revision": 3,
+                       "message": "rolling back to revision 1, as requested",
+                       "lastHandledRollbackAt": token,
+                       "rollback": {"revision": 3, "to": 1, "from": 2, "requested": true}}),
+            )
+            .await;
+        cluster
+            .still_waiting_after_two_reads("shop", &mut child)
+            .await;
+
+        let failure = "rollback to revision 1 failed: layer db of chart shop failed: \
+                       Job migrate: failed (BackoffLimitExceeded)";
+        cluster
+            .write_status("shop", json!({"phase": "Failed", "message": failure}))
+            .await;
+        let out = finish(child).await;
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            format!("shop: Failed at revision 3: {failure}\n")
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_rollback_exits_1_with_the_reason() {
+    within(async {
+        let cluster = Cluster::start().await;
+        cluster
+            .release(
+                "shop",
+                json!({}),
+                json!({"phase": "Ready", "revision": 2, "message": "revision 2 is ready"}),
+            )
+            .await;
+        let child = spawn(
+            &cluster.kubeconfig,
+            &["rollback", "shop", "9", "--timeout", "60s"],
+        );
+        let token = cluster.requested("shop", ROLLBACK_REQUEST_ANNOTATION).await;
+        // Refused: the token is handled, the release stays Ready where it was.
+        cluster
+            .write_status(
+                "shop",
+                json!({"message": "rollback refused: there is no revision 9: the latest is 2",
+                       "lastHandledRollbackAt": token}),
+            )
+            .await;
+        let out = finish(child).await;
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert_eq!(
+            stdout(&out),
+            "shop: Ready at revision 2: rollback refused: there is no revision 9: the latest is 2\n"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_nobody_acts_on_times_out_naming_the_release_and_the_token() {
+    within(async {
+        let cluster = Cluster::start().await;
+        cluster
+            .release(
+                "shop",
+                json!({}),
+                json!({"phase": "Ready", "revision": 2, "message": "revision 2 is ready"}),
+            )
+            .await;
+        let out = sequenced(
+            &cluster.kubeconfig,
+            &["reconcile", "shop", "--timeout", "1s"],
+        )
+        .await;
+        let token = &cluster.annotations("shop").await[RECONCILE_REQUEST_ANNOTATION];
+        assert_eq!(
+            one_line_error(&out),
+            format!(
+                "error: gave up after 1s waiting for the operator to act on a reconcile of \
+                 apps/shop (status.lastHandledReconcileAt is not yet {token}); is the operator \
+                 running?"
+            )
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_name_what_is_wrong() {
+    within(async {
+        let cluster = Cluster::start().await;
+        let k = &cluster.kubeconfig;
+        let out = sequenced(k, &["reconcile", "nowhere"]).await;
+        assert_eq!(
+            one_line_error(&out),
+            "error: SequencedRelease apps/nowhere not found"
+        );
+        let out = sequenced(k, &["rollback", "nowhere", "2", "-n", "other"]).await;
+        assert_eq!(
+            one_line_error(&out),
+            "error: SequencedRelease other/nowhere not found"
+        );
+
+        // Bad arguments are refused before anything is asked.
+        let out = sequenced(k, &["rollback", "shop", "0"]).await;
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            stderr(&out).contains("invalid value '0' for '[REVISION]'"),
+            "{}",
+            stderr(&out)
+        );
+        let out = sequenced(k, &["rollback", "shop", "two"]).await;
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            stderr(&out).contains("invalid value 'two' for '[REVISION]'"),
+            "{}",
+            stderr(&out)
+        );
+        let out = sequenced(k, &["reconcile", "shop", "--timeout", "5 minutes"]).await;
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            stderr(&out).contains("invalid value '5 minutes' for '--timeout <DURATION>'"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(cluster.command_writes().len(), 2, "only the two 404s");
+
+        // A cluster without the CRD.
+        let bare = TestApiServer::start().await;
+        let home = TempDir::new().unwrap();
+        let kubeconfig = support::kubeconfig(&home, &bare.url(), "apps");
+        let out = sequenced(&kubeconfig, &["rollback", "shop"]).await;
+        assert_eq!(
+            one_line_error(&out),
+            format!(
+                "error: the cluster at {}/ does not serve SequencedRelease \
+                 (sequenced.dev/v1alpha1): install the CRD with \
+                 `sequenced crd | kubectl apply --server-side -f -`",
+                bare.url()
+            )
+        );
+    })
+    .await;
+}
+
+/// The commands against the real controller: the annotations they set are the ones it acts on,
+/// and the status it writes ends their wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_and_reconcile_with_the_real_operator() {
     within(async {
         let op = Operator::start(4).await;
         let dir = chart(
@@ -80,9 +580,9 @@ async fn rollback_and_reconcile_wait_for_the_operator_and_print_the_outcome() {
 
         // No revision: the Ready one before the current one.
         let out = sequenced(&kubeconfig, &["rollback", "cli", "--timeout", "50s"]).await;
-        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(out.status.success(), "{}", stderr(&out));
         assert_eq!(
-            text(&out.stdout),
+            stdout(&out),
             "cli: Ready at revision 3: rolled back to revision 1; spec generation 2 not applied\n"
         );
         let sr = op.releases("default").get("cli").await.unwrap();
@@ -95,9 +595,9 @@ async fn rollback_and_reconcile_wait_for_the_operator_and_print_the_outcome() {
 
         // A revision that does not exist: refused, exit code 1.
         let out = sequenced(&kubeconfig, &["rollback", "cli", "7", "--timeout", "50s"]).await;
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
         assert_eq!(
-            text(&out.stdout),
+            stdout(&out),
             "cli: Ready at revision 3: rollback refused: there is no revision 7: the latest is 3\n"
         );
 
@@ -107,52 +607,14 @@ async fn rollback_and_reconcile_wait_for_the_operator_and_print_the_outcome() {
             &["reconcile", "cli", "--force", "--timeout", "50s"],
         )
         .await;
-        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(out.status.success(), "{}", stderr(&out));
         assert!(
-            text(&out.stdout)
+            stdout(&out)
                 .starts_with("cli: Ready at revision 4: revision 4 (chart version 0.1.0) is ready"),
             "{}",
-            text(&out.stdout)
+            stdout(&out)
         );
-
-        // --no-wait only asks; without --force the force annotation goes.
-        let out = sequenced(&kubeconfig, &["reconcile", "cli", "--no-wait"]).await;
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        assert!(text(&out.stdout).starts_with("requested a reconcile of default/cli (token "));
-        let sr = op.releases("default").get("cli").await.unwrap();
-        let annotations = sr.metadata.annotations.unwrap();
-        assert!(annotations.contains_key(RECONCILE_REQUEST_ANNOTATION));
-        assert!(!annotations.contains_key(FORCE_REQUEST_ANNOTATION));
         op.stop().await;
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requests_name_what_is_wrong() {
-    within(async {
-        let op = Operator::without_controller().await;
-        let home = TempDir::new().unwrap();
-        let kubeconfig = support::kubeconfig(&home, &op.server.url(), "default");
-        let out = sequenced(&kubeconfig, &["reconcile", "nowhere"]).await;
-        assert_eq!(out.status.code(), Some(2));
-        assert_eq!(
-            text(&out.stderr),
-            "error: SequencedRelease default/nowhere not found\n"
-        );
-        let out = sequenced(&kubeconfig, &["rollback", "nowhere", "0"]).await;
-        assert_eq!(out.status.code(), Some(2));
-        assert!(text(&out.stderr).contains("invalid value '0'"), "{}", text(&out.stderr));
-        // Nobody acts on it: the wait ends, naming what it waited for.
-        let dir = chart("idle", &[("templates/c.yaml", &config_map("c", "a: b"))]);
-        op.create("default", release("idle", &dir.path().join("idle"), json!({})))
-            .await;
-        let out = sequenced(&kubeconfig, &["reconcile", "idle", "--timeout", "1s"]).await;
-        assert_eq!(out.status.code(), Some(2));
-        assert_eq!(
-            text(&out.stderr),
-            "error: requested a reconcile of default/idle; gave up after 1s waiting for the operator to act on it\n"
-        );
     })
     .await;
 }

@@ -122,9 +122,10 @@ pub struct RequestArgs {
     /// Its namespace (default: the kubeconfig context's namespace).
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
-    /// How long to wait for the operator to act and the operation to end.
-    #[arg(long, default_value = "5m")]
-    pub timeout: String,
+    /// How long to wait for the operator to act and the operation to end (`90s`, `5m`, `1h`).
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    #[arg(value_parser = crate::readiness::parse_duration)]
+    pub timeout: std::time::Duration,
     /// Return once the request is made.
     #[arg(long)]
     pub no_wait: bool,

@@ -374,11 +374,11 @@ fn count(layer: &LayerStatus) -> String {
 }
 
 /// Messages are shown on one line each.
-fn one_line(text: &str) -> String {
+pub(super) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn release_phase(phase: ReleasePhase) -> &'static str {
+pub(super) fn release_phase(phase: ReleasePhase) -> &'static str {
     match phase {
         ReleasePhase::Pending => "Pending",
         ReleasePhase::Rendering => "Rendering",
@@ -496,9 +496,7 @@ async fn get(
     match api.get(&target.name).await {
         Ok(release) => Ok(release),
         Err(kube::Error::Api(status)) if status.is_not_found() => {
-            // A missing object names itself in the details; a missing resource type does not.
-            let named = status.details.as_ref().is_some_and(|d| !d.name.is_empty());
-            if named {
+            if object_missing(&status) {
                 Err(StatusError::NotFound {
                     namespace: target.namespace.clone(),
                     name: target.name.clone(),
@@ -516,6 +514,12 @@ async fn get(
             message: error_chain(&e),
         }),
     }
+}
+
+/// Whether a 404 says the object is missing, rather than the resource type: a missing object
+/// names itself in the details, a missing resource type (the CRD not installed) does not.
+pub(super) fn object_missing(status: &kube::core::Status) -> bool {
+    status.details.as_ref().is_some_and(|d| !d.name.is_empty())
 }
 
 /// Follows the one object until it is Ready or Failed.
@@ -610,7 +614,7 @@ impl Printer {
 
 /// An error and its sources, `: `-separated, without repeating a source that its parent already
 /// quoted.
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
