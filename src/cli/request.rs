@@ -15,7 +15,9 @@ use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::status::{EXIT_FAILED, error_chain, object_missing, one_line, release_phase};
+use super::status::{
+    EXIT_FAILED, Target, connect, error_chain, object_missing, one_line, release_phase,
+};
 use super::{RequestArgs, fail};
 use crate::api::{
     FORCE_REQUEST_ANNOTATION, RECONCILE_REQUEST_ANNOTATION, ROLLBACK_REQUEST_ANNOTATION,
@@ -251,13 +253,6 @@ pub fn run(args: &RequestArgs, request: Request) -> ExitCode {
     }
 }
 
-/// The release the command asks about, and where.
-struct Target {
-    namespace: String,
-    name: String,
-    url: String,
-}
-
 impl Target {
     /// The error for a 404 on the release: the object missing, or the CRD not installed.
     fn missing(&self, status: &kube::core::Status) -> RequestError {
@@ -275,20 +270,9 @@ impl Target {
 }
 
 async fn ask(args: &RequestArgs, request: Request) -> Result<ExitCode, RequestError> {
-    let config = kube::Config::infer()
+    let (api, target) = connect(&args.name, args.namespace.as_deref())
         .await
-        .map_err(|e| RequestError::NoCluster(error_chain(&e)))?;
-    let target = Target {
-        namespace: args
-            .namespace
-            .clone()
-            .unwrap_or_else(|| config.default_namespace.clone()),
-        name: args.name.clone(),
-        url: config.cluster_url.to_string(),
-    };
-    let client =
-        kube::Client::try_from(config).map_err(|e| RequestError::NoCluster(error_chain(&e)))?;
-    let api: Api<SequencedRelease> = Api::namespaced(client, &target.namespace);
+        .map_err(RequestError::NoCluster)?;
 
     let token = token();
     let patched = match api

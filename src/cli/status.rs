@@ -448,28 +448,34 @@ pub fn run(args: &StatusArgs) -> ExitCode {
     }
 }
 
-/// The release the command looks at, and where.
-struct Target {
-    namespace: String,
-    name: String,
-    url: String,
+/// The release a command looks at, and where.
+pub(super) struct Target {
+    pub(super) namespace: String,
+    pub(super) name: String,
+    pub(super) url: String,
+}
+
+/// The SequencedReleases of `namespace` (default: the kubeconfig context's) in the cluster of
+/// the kubeconfig (or in-cluster config), and the release `name` there; the error is why there is
+/// no cluster to talk to.
+pub(super) async fn connect(
+    name: &str,
+    namespace: Option<&str>,
+) -> Result<(Api<SequencedRelease>, Target), String> {
+    let config = kube::Config::infer().await.map_err(|e| error_chain(&e))?;
+    let target = Target {
+        namespace: namespace.map_or_else(|| config.default_namespace.clone(), str::to_string),
+        name: name.to_string(),
+        url: config.cluster_url.to_string(),
+    };
+    let client = kube::Client::try_from(config).map_err(|e| error_chain(&e))?;
+    Ok((Api::namespaced(client, &target.namespace), target))
 }
 
 async fn show(args: &StatusArgs) -> Result<u8, StatusError> {
-    let config = kube::Config::infer()
+    let (api, target) = connect(&args.name, args.namespace.as_deref())
         .await
-        .map_err(|e| StatusError::NoCluster(error_chain(&e)))?;
-    let target = Target {
-        namespace: args
-            .namespace
-            .clone()
-            .unwrap_or_else(|| config.default_namespace.clone()),
-        name: args.name.clone(),
-        url: config.cluster_url.to_string(),
-    };
-    let client =
-        kube::Client::try_from(config).map_err(|e| StatusError::NoCluster(error_chain(&e)))?;
-    let api: Api<SequencedRelease> = Api::namespaced(client, &target.namespace);
+        .map_err(StatusError::NoCluster)?;
     let release = get(&api, &target).await?;
 
     let terminal = std::io::stdout().is_terminal();

@@ -190,7 +190,12 @@ impl Records {
 
     /// The Secret of `record`, in Helm's format. A record too large for a Secret is written
     /// without its stored plan (a rollback to it is then refused, saying why).
-    fn secret(&self, release: &Release, me: &Identity, record: &Record) -> Value {
+    fn secret(
+        &self,
+        release: &Release,
+        me: &Identity,
+        record: &Record,
+    ) -> Result<Secret, serde_json::Error> {
         let name = helm_record_name(&me.release_name, record.revision);
         let mut helm = record.to_helm(&me.release_name, &me.target_namespace);
         let mut encoded = helm.encode();
@@ -212,7 +217,7 @@ impl Records {
             labels.insert(k, Value::String(v));
         }
         labels.insert(MANAGED_BY_LABEL.to_string(), Value::from(MANAGED_BY));
-        json!({
+        let body = json!({
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {
@@ -223,7 +228,8 @@ impl Records {
             },
             "type": HELM_RECORD_TYPE,
             "data": { HELM_RECORD_KEY: ByteString(encoded.into_bytes()) },
-        })
+        });
+        serde_json::from_value(body)
     }
 
     /// Writes the record of a new revision. It is created, so that a record someone else wrote
@@ -234,10 +240,10 @@ impl Records {
         me: &Identity,
         record: &Record,
     ) -> Result<(), Error> {
-        let body = self.secret(release, me, record);
         let name = helm_record_name(&me.release_name, record.revision);
         let what = || format!("writing release record {}/{name}", namespace(release));
-        let secret: Secret = serde_json::from_value(body)
+        let secret = self
+            .secret(release, me, record)
             .map_err(|e| Error::Internal(format!("{}: {e}", what())))?;
         let secrets = self.secrets(release);
         let params = PostParams {
@@ -259,9 +265,7 @@ impl Records {
             }
             Err(e) => return Err(kube_error(what())(e)),
         }
-        if let Ok(mut cached) = self.cached.lock() {
-            cached.insert((release.clone(), record.revision), Arc::new(record.clone()));
-        }
+        self.remember(release, record.clone());
         Ok(())
     }
 
@@ -301,19 +305,19 @@ impl Records {
         let mut changed = (*record).clone();
         changed.info.status = update.status;
         changed.info.description = update.description.clone();
-        let name = helm_record_name(&me.release_name, changed.revision);
-        let body = self.secret(release, me, &changed);
-        let secret: Secret = serde_json::from_value(body)
-            .map_err(|e| Error::Internal(format!("writing release record {name}: {e}")))?;
         if status == HelmStatus::Unknown {
             // Written in the earlier format: create it in Helm's, then drop the old one.
             self.put(release, me, &changed).await?;
             self.delete_named(release, &record_name(&release.name, changed.revision))
                 .await?;
         } else {
+            let name = helm_record_name(&me.release_name, changed.revision);
+            let secret = self
+                .secret(release, me, &changed)
+                .map_err(|e| Error::Internal(format!("writing release record {name}: {e}")))?;
             self.apply(release, &name, &secret).await?;
+            self.remember(release, changed);
         }
-        self.remember(release, changed);
         Ok(())
     }
 

@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::dependencies::{self, DependencyFacts};
 use super::install::{self, InstallStep};
-use super::recovery::{self, Cause, RecordUpdate, RollbackRequest};
+use super::recovery::{self, Cause, RecordUpdate, Requests, RollbackRequest};
 use super::status::{holds_lock, pending, retry_due, stalled};
 use super::uninstall::{Uninstall, UninstallStep, uninstall_step};
 use super::{Deployable, Note, Observations, Outcome, Revision, Settings, Wanted};
@@ -277,9 +277,10 @@ pub fn next(facts: &Facts) -> Next {
         });
         return Next::Suspend { status };
     }
-    let mut next = deploy(facts);
-    if let Some(token) = recovery::requests(sr, &facts.status).reconcile {
-        acknowledge(&mut next, &token);
+    let requests = recovery::requests(sr, &facts.status);
+    let mut next = deploy(facts, &requests);
+    if let Some(token) = &requests.reconcile {
+        acknowledge(&mut next, token);
     }
     next
 }
@@ -318,7 +319,7 @@ fn stall(facts: &Facts, reason: Reason, message: &str, settings: &Settings) -> N
     }
 }
 
-fn deploy(facts: &Facts) -> Next {
+fn deploy(facts: &Facts, requests: &Requests) -> Next {
     let sr = &facts.release;
     let generation = sr.metadata.generation;
     let now = &facts.now;
@@ -334,7 +335,6 @@ fn deploy(facts: &Facts) -> Next {
         Some(Ok(source)) => source,
     };
     let status = &facts.status;
-    let requests = recovery::requests(sr, status);
     if let Some(request) = &requests.rollback {
         return rollback_on_request(facts, request, source, &settings);
     }
