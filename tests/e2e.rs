@@ -588,20 +588,11 @@ async fn e2e_a_failed_upgrade_is_rolled_back_and_helm_reads_the_history() {
         Api::namespaced(e2e.client.clone(), &e2e.namespace);
     assert!(deployments.get_opt("extra").await.unwrap().is_none());
     if let Some(path) = std::env::var_os("SEQUENCED_E2E_KUBECONFIG") {
-        let out = std::process::Command::new(support::helm())
-            .args([
-                "history",
-                "undo",
-                "-o",
-                "json",
-                "-n",
-                &e2e.namespace,
-                "--kubeconfig",
-            ])
-            .arg(path)
-            .output()
-            .expect("run helm");
-        let history: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let text = support::run_helm(
+            std::path::Path::new(&path),
+            &["history", "undo", "-o", "json", "-n", &e2e.namespace],
+        );
+        let history: serde_json::Value = serde_json::from_str(&text).unwrap();
         let statuses: Vec<&str> = history
             .as_array()
             .unwrap()

@@ -6,7 +6,7 @@ use sequenced_testkit as support;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -32,21 +32,16 @@ async fn within<F: Future<Output = ()>>(test: F) {
 /// Starts `sequenced status ARGS` with this kubeconfig, stdout and stderr captured, and nothing
 /// of the environment that could point it at another cluster.
 fn spawn(kubeconfig: &Path, args: &[&str]) -> Child {
-    let home = kubeconfig.parent().expect("kubeconfig dir");
-    Command::new(env!("CARGO_BIN_EXE_sequenced"))
-        .arg("status")
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("HOME", home)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("KUBERNETES_SERVICE_PORT")
-        .env_remove("NO_COLOR")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("run sequenced")
+    Command::from(support::sequenced_command(
+        env!("CARGO_BIN_EXE_sequenced"),
+        kubeconfig,
+    ))
+    .arg("status")
+    .args(args)
+    .env_remove("NO_COLOR")
+    .kill_on_drop(true)
+    .spawn()
+    .expect("run sequenced")
 }
 
 async fn finish(child: Child) -> Output {

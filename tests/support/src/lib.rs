@@ -29,6 +29,23 @@ pub mod workloads;
 use std::path::Path;
 use std::process::Command;
 
+/// The built `sequenced` binary at `bin`, talking only to the cluster of `kubeconfig`: its HOME
+/// beside the kubeconfig and no in-cluster variables, so nothing of the environment can point it
+/// at another cluster; stdin empty, stdout and stderr captured. The caller adds the arguments.
+pub fn sequenced_command(bin: &str, kubeconfig: &Path) -> Command {
+    let home = kubeconfig.parent().expect("kubeconfig dir");
+    let mut command = Command::new(bin);
+    command
+        .env("KUBECONFIG", kubeconfig)
+        .env("HOME", home)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    command
+}
+
 /// Runs the real helm with `args` against the cluster of `kubeconfig`, and returns what it
 /// printed; a helm that fails fails the test with its message.
 pub fn run_helm(kubeconfig: &Path, args: &[&str]) -> String {
