@@ -93,6 +93,9 @@ pub struct Claim {
     pub release_name: Option<String>,
     /// Helm's release namespace annotation.
     pub release_namespace: Option<String>,
+    /// The finalizers that keep the object while it is being deleted (empty when it is not
+    /// being deleted): what an uninstall waiting for it names.
+    pub deleting_with: Vec<String>,
 }
 
 /// Whose an existing object is, as seen from one release.
@@ -152,6 +155,18 @@ impl Claim {
             owner: annotation(OWNER_ANNOTATION),
             release_name: annotation(RELEASE_NAME_ANNOTATION),
             release_namespace: annotation(RELEASE_NAMESPACE_ANNOTATION),
+            deleting_with: if object.pointer("/metadata/deletionTimestamp").is_some() {
+                object
+                    .pointer("/metadata/finalizers")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            } else {
+                Vec::new()
+            },
         }
     }
 

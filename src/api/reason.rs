@@ -26,6 +26,9 @@ pub enum Reason {
     RolledBack,
     /// A failed revision's objects were uninstalled (`spec.onFailure: uninstall`).
     Uninstalled,
+    /// Objects of the release were changed or deleted by someone else
+    /// (`spec.driftDetection`): being corrected, or reported only (`warn`).
+    Drifted,
 
     // Failures that only a change of the spec (or chart) can fix: never retried.
     /// The spec cannot be used: a missing chart path, a missing `valuesFrom` object or key.
@@ -50,6 +53,9 @@ pub enum Reason {
     DeleteFailed,
     /// A Helm hook failed, or was not done within `spec.timeout`.
     HookFailed,
+    /// The operation (install, upgrade, rollback, uninstall) did not finish within
+    /// `spec.timeout`.
+    Timeout,
 
     // Transient: retried with backoff, the status unchanged.
     /// The chart could not be downloaded.
@@ -67,6 +73,8 @@ impl Reason {
             Reason::Uninstalling => "Uninstalling",
             Reason::RollingBack => "RollingBack",
             Reason::RolledBack => "RolledBack",
+            Reason::Drifted => "Drifted",
+            Reason::Timeout => "Timeout",
             Reason::Uninstalled => "Uninstalled",
             Reason::InvalidSpec => "InvalidSpec",
             Reason::InvalidChart => "InvalidChart",
@@ -110,6 +118,8 @@ pub enum EventReason {
     UninstallStarted,
     Uninstalled,
     ReconcileRequested,
+    DriftDetected,
+    DriftCorrected,
 }
 
 impl EventReason {
@@ -133,6 +143,8 @@ impl EventReason {
             EventReason::UninstallStarted => "UninstallStarted",
             EventReason::Uninstalled => "Uninstalled",
             EventReason::ReconcileRequested => "ReconcileRequested",
+            EventReason::DriftDetected => "DriftDetected",
+            EventReason::DriftCorrected => "DriftCorrected",
         }
     }
 }

@@ -166,7 +166,17 @@ pub struct SequencedReleaseSpec {
     #[serde(default)]
     pub adopt: bool,
 
-    /// How often a Ready release is looked at again even when nothing changed.
+    /// What happens when the release's objects no longer match what it applied (deleted, or a
+    /// field it manages changed by someone else): `enabled` re-applies the affected layers in
+    /// order, `warn` reports it (condition `Drifted`), `disabled` does neither.
+    #[serde(default)]
+    pub drift_detection: DriftDetection,
+
+    /// How often a Ready release is looked at again even when nothing changed: the chart
+    /// source is resolved again (a new version in a range, a changed chart path in the
+    /// operator's file system, `valuesFrom` read again) and the release's objects are compared
+    /// with what it applied (`spec.driftDetection`). Changes of the spec, of its `valuesFrom`
+    /// and chart ConfigMaps and Secrets, and deletions of its objects are acted on at once.
     #[serde(default = "default_interval")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
@@ -327,6 +337,19 @@ pub enum OnFailure {
     Keep,
 }
 
+/// `spec.driftDetection`, with the names of Flux's `driftDetection.mode`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DriftDetection {
+    /// Drift is corrected: the affected layers are applied again, in order.
+    #[default]
+    Enabled,
+    /// Drift is reported (condition `Drifted`, an event) and left as it is.
+    Warn,
+    /// Drift is not looked for.
+    Disabled,
+}
+
 /// Another SequencedRelease this one waits for.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -397,9 +420,45 @@ pub struct SequencedReleaseStatus {
     /// stays there until its spec or chart changes, or a reconcile is requested.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<RollbackStatus>,
+    /// The last time drift was corrected (`spec.driftDetection: enabled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drift_correction: Option<DriftCorrection>,
+    /// The current revision's objects outside this object's namespace (cluster-scoped ones,
+    /// those of another target namespace), in the order an uninstall deletes them. Kept here
+    /// because the release records are Secrets in this namespace: when the namespace is
+    /// deleted they go first, and the uninstall still removes these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inventory: Vec<InventoryEntry>,
     /// The last failure `spec.onFailure` remediated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remediation: Option<RemediationStatus>,
+}
+
+/// A drift correction: when, in which revision, and what had drifted.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftCorrection {
+    /// When the correction started.
+    pub time: Time,
+    /// The revision whose objects were corrected.
+    pub revision: i64,
+    /// What had drifted: `Kind namespace/name` with `deleted` or the fields changed.
+    pub objects: Vec<String>,
+}
+
+/// An object of the release, by identity, and the uninstall layer it is deleted with.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryEntry {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The chart path of its layer.
+    pub chart: String,
+    /// Its layer: the entries of one layer are deleted together, after those listed before.
+    pub layer: String,
 }
 
 /// A rollback: the revision that re-applies an earlier one, and the spec it holds back.
@@ -471,6 +530,8 @@ pub enum ReleasePhase {
     Failed,
     RollingBack,
     Uninstalling,
+    /// A revision replaced by a newer one before it finished (history entries only).
+    Superseded,
 }
 
 /// One layer of one chart of the release.

@@ -131,7 +131,7 @@ fn in_progress(phase: ReleasePhase) -> bool {
         | ReleasePhase::Deploying
         | ReleasePhase::RollingBack
         | ReleasePhase::Uninstalling => true,
-        ReleasePhase::Ready | ReleasePhase::Failed => false,
+        ReleasePhase::Ready | ReleasePhase::Failed | ReleasePhase::Superseded => false,
     }
 }
 

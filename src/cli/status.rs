@@ -387,6 +387,7 @@ pub(super) fn release_phase(phase: ReleasePhase) -> &'static str {
         ReleasePhase::Failed => "Failed",
         ReleasePhase::RollingBack => "RollingBack",
         ReleasePhase::Uninstalling => "Uninstalling",
+        ReleasePhase::Superseded => "Superseded",
     }
 }
 

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -79,6 +80,10 @@ impl<'a> Reconcile<'a> {
             }
         };
         let now = rollout::seconds(Time(k8s_openapi::jiff::Timestamp::now()));
+        let operation_since = ctx.operations.running_for(&sr).and_then(|ran| {
+            let ran = k8s_openapi::jiff::SignedDuration::try_from(ran).ok()?;
+            now.0.checked_sub(ran).ok().map(Time)
+        });
         Reconcile {
             api: Api::namespaced(
                 ctx.client.clone(),
@@ -88,7 +93,10 @@ impl<'a> Reconcile<'a> {
             settings: Settings::of(&sr.spec),
             key,
             ctx,
-            facts: Facts::new(sr, lock, now),
+            facts: Facts {
+                operation_since,
+                ..Facts::new(sr, lock, now)
+            },
             prepared: None,
             locked: false,
         }
@@ -222,6 +230,9 @@ impl<'a> Reconcile<'a> {
                 let revisions = ctx.records.revisions(&self.key, &self.me).await?;
                 self.facts.revisions = Some(revisions);
             }
+            Need::Namespace => {
+                self.facts.namespace_terminating = Some(self.namespace_terminating().await?);
+            }
             Need::Observe(wanted) => {
                 let deployable = self.deployable();
                 let hooks = self.hooks();
@@ -233,6 +244,17 @@ impl<'a> Reconcile<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Whether the release's namespace is being deleted (or is gone).
+    async fn namespace_terminating(&self) -> Result<bool, Error> {
+        let namespace = self.key.namespace.as_deref().unwrap_or("default");
+        let api: Api<Namespace> = Api::all(self.ctx.client.clone());
+        let found = api
+            .get_opt(namespace)
+            .await
+            .map_err(kube_error(format!("reading namespace {namespace}")))?;
+        Ok(found.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()))
     }
 
     fn deployable(&self) -> Option<Arc<Deployable>> {
@@ -607,6 +629,12 @@ impl<'a> Reconcile<'a> {
     /// cached copy, the reconcile starts again from it ([`Halt::Restart`]).
     async fn lock(&mut self, step: bool) -> Result<(), Stop> {
         if self.locked && self.ctx.locks.safely_held(&self.key) {
+            return Ok(());
+        }
+        // A release whose namespace is being deleted is uninstalled without a lease: none can
+        // be created there any more, and the deletions it does are idempotent.
+        if self.facts.namespace_terminating == Some(true) {
+            self.locked = true;
             return Ok(());
         }
         let acquired = self

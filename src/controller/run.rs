@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -47,6 +47,8 @@ pub(super) struct Context {
     pub plans: Plans,
     pub records: Records,
     pub locks: Arc<Locks>,
+    /// When this controller first saw each operation in progress (`spec.timeout`).
+    pub operations: Operations,
     /// Errors in a row per release, for the backoff.
     failures: Mutex<HashMap<ObjectRef<SequencedRelease>, u32>>,
     /// Set on SIGTERM: no new step starts.
@@ -63,6 +65,52 @@ impl Context {
         self.sources.forget(release);
         self.plans.forget(release);
         self.records.forget(release);
+        self.operations.forget(release);
+    }
+}
+
+/// An operation in progress: the release's uid, its revision, and whether it uninstalls.
+type Operation = (String, i64, bool);
+
+/// When this controller first saw each operation in progress, on its own monotonic clock:
+/// `spec.timeout` is measured from there, never from a time another replica wrote.
+#[derive(Default)]
+pub(super) struct Operations {
+    seen: Mutex<HashMap<ObjectRef<SequencedRelease>, (Operation, Instant)>>,
+}
+
+impl Operations {
+    /// How long ago this controller first saw the release's current operation; None when none
+    /// is in progress.
+    pub fn running_for(&self, sr: &SequencedRelease) -> Option<Duration> {
+        let key = ObjectRef::from_obj(sr);
+        let status = sr.status.as_ref();
+        let phase = status.and_then(|s| s.phase);
+        let Ok(mut seen) = self.seen.lock() else {
+            return None;
+        };
+        if !rollout::holds_lock(phase) {
+            seen.remove(&key);
+            return None;
+        }
+        let operation = (
+            sr.metadata.uid.clone().unwrap_or_default(),
+            status.and_then(|s| s.revision).unwrap_or(0),
+            phase == Some(ReleasePhase::Uninstalling) || sr.metadata.deletion_timestamp.is_some(),
+        );
+        let entry = seen
+            .entry(key)
+            .or_insert_with(|| (operation.clone(), Instant::now()));
+        if entry.0 != operation {
+            *entry = (operation, Instant::now());
+        }
+        Some(entry.1.elapsed())
+    }
+
+    fn forget(&self, release: &ObjectRef<SequencedRelease>) {
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.remove(release);
+        }
     }
 }
 
@@ -124,6 +172,7 @@ pub async fn run(
         options,
         store: store.clone(),
         failures: Mutex::new(HashMap::new()),
+        operations: Operations::default(),
         locks,
         stopping: AtomicBool::new(false),
     });

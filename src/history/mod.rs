@@ -17,7 +17,7 @@ use std::io::{Read, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::api::ObjectKey;
+use crate::api::{InventoryEntry, ObjectKey};
 use crate::api::PRUNE_LAYER;
 use crate::plan::{ExternalDependency, Hook, Plan};
 
@@ -86,6 +86,58 @@ impl Inventory {
             .filter(|o| !kept.contains(o))
             .cloned()
             .collect()
+    }
+}
+
+impl Inventory {
+    /// The objects outside `namespace` (cluster-scoped, or in another namespace), in uninstall
+    /// order with their layers: what `status.inventory` keeps.
+    pub fn outside(&self, namespace: &str) -> Vec<InventoryEntry> {
+        self.steps
+            .iter()
+            .flat_map(|step| {
+                step.objects
+                    .iter()
+                    .filter(|o| o.namespace.as_deref() != Some(namespace))
+                    .map(|o| InventoryEntry {
+                        api_version: o.api_version.clone(),
+                        kind: o.kind.clone(),
+                        namespace: o.namespace.clone(),
+                        name: o.name.clone(),
+                        chart: step.chart.clone(),
+                        layer: step.name.clone(),
+                    })
+            })
+            .collect()
+    }
+
+    /// The uninstall of what `status.inventory` kept: its layers in order, each after the one
+    /// before it.
+    pub fn from_entries(entries: &[InventoryEntry]) -> Inventory {
+        let mut steps: Vec<InventoryStep> = Vec::new();
+        for entry in entries {
+            let key = ObjectKey {
+                api_version: entry.api_version.clone(),
+                kind: entry.kind.clone(),
+                namespace: entry.namespace.clone(),
+                name: entry.name.clone(),
+            };
+            match steps.last_mut() {
+                Some(step) if step.chart == entry.chart && step.name == entry.layer => {
+                    step.objects.push(key);
+                }
+                _ => {
+                    let after = steps.len().checked_sub(1).into_iter().collect();
+                    steps.push(InventoryStep {
+                        chart: entry.chart.clone(),
+                        name: entry.layer.clone(),
+                        objects: vec![key],
+                        after,
+                    });
+                }
+            }
+        }
+        Inventory { steps }
     }
 }
 

@@ -13,7 +13,7 @@ use super::recovery::RecordUpdate;
 use super::status::{elapsed, failed, progressing, set_conditions};
 use super::{ActionFailure, Note, Observations, Outcome, Revision, Wanted, external_blocker};
 use crate::api::{
-    CRD_LAYER, Claim, EventReason, HistoryEntry, LayerPhase, LayerStatus, ObjectKey, Owner,
+    CRD_LAYER, Claim, EventReason, HistoryEntry, Identity, LayerPhase, LayerStatus, ObjectKey, Owner,
     PRUNE_LAYER, Reason, ReleasePhase, SequencedReleaseStatus,
 };
 use crate::readiness::{self, Rules, Verdict};
@@ -174,11 +174,12 @@ pub fn begin(
     };
     status.message = Some(message.clone());
     status.progress = Some(progress(revision, &status.layers));
-    // An operation cut short by a new revision ends here.
+    // An operation cut short by a new revision ends here: superseded, not failed (its record
+    // says the same).
     if let Some(previous) = status.history.first_mut()
         && previous.finished_at.is_none()
     {
-        previous.phase = ReleasePhase::Failed;
+        previous.phase = ReleasePhase::Superseded;
         previous.finished_at = Some(now.clone());
     }
     status.history.insert(
@@ -584,7 +585,8 @@ pub fn step(
                 settle_deletion(
                     &mut st.layers[i],
                     revision.prune,
-                    |k| observed.ours(k, revision.me),
+                    observed,
+                    revision.me,
                     now,
                 );
             }
@@ -862,6 +864,51 @@ pub fn fail_action(
     (status, vec![event], retry)
 }
 
+/// The operation ran past `spec.timeout` (`timeout`) without finishing: the step's actions are
+/// dropped, the stages still at work are Failed, and the revision fails with reason `Timeout`,
+/// naming what it still waited for. A step that finished (Ready or Failed) is kept as it is.
+pub fn time_out(revision: &Revision, step: InstallStep, timeout: Duration, now: &Time) -> InstallStep {
+    if step.finished {
+        return step;
+    }
+    let mut st = step.status;
+    let waiting = st
+        .message
+        .clone()
+        .unwrap_or_else(|| format!("revision {}", st.revision.unwrap_or(0)));
+    let message = format!(
+        "timed out after {} (spec.timeout), still waiting for {waiting}",
+        readiness::format_duration(timeout)
+    );
+    for layer in &mut st.layers {
+        if matches!(
+            layer.phase,
+            LayerPhase::Applying | LayerPhase::Waiting | LayerPhase::Deleting
+        ) {
+            layer.phase = LayerPhase::Failed;
+            layer.finished_at = Some(now.clone());
+        }
+    }
+    let generation = st.observed_generation;
+    let (st, retry) = failed(
+        &st,
+        generation,
+        Reason::Timeout,
+        &message,
+        revision.settings.retries,
+        now,
+    );
+    InstallStep {
+        actions: Vec::new(),
+        status: st,
+        events: vec![Note::warning(EventReason::LayerFailed, message)],
+        requeue_after: retry,
+        finished: true,
+        timeouts: step.timeouts,
+        records: Vec::new(),
+    }
+}
+
 /// The controller stopped before action `done` of `step`: the status keeps what was done, and
 /// the layers not reached go back to Pending.
 pub fn cut_short(revision: &Revision, step: &InstallStep, done: usize) -> SequencedReleaseStatus {
@@ -941,14 +988,17 @@ fn settle(
     }
 }
 
-/// Counts the deleted objects of a Deleting entry; true (and Deleted) once none is left.
+/// Counts the deleted objects of a Deleting entry; true (and Deleted) once none is left. The
+/// entry's message names the first object left, and the finalizers that hold it when it is
+/// being deleted (an uninstall does not hang silently on a finalizer nobody removes).
 pub(super) fn settle_deletion(
     layer: &mut LayerStatus,
     objects: &[ObjectKey],
-    left: impl Fn(&ObjectKey) -> bool,
+    observed: &Observations,
+    me: &Identity,
     now: &Time,
 ) -> bool {
-    let mut remaining = objects.iter().filter(|k| left(k));
+    let mut remaining = objects.iter().filter(|k| observed.ours(k, me));
     let first = remaining.next();
     let count = first.map_or(0, |_| 1 + remaining.count());
     layer.ready = i32::try_from(objects.len() - count).unwrap_or(0);
@@ -960,7 +1010,20 @@ pub(super) fn settle_deletion(
             true
         }
         Some(first) => {
-            layer.message = Some(format!("waiting for {first} to be deleted"));
+            let held = observed
+                .present
+                .get(first)
+                .and_then(Option::as_ref)
+                .map(|claim| claim.deleting_with.as_slice())
+                .unwrap_or_default();
+            layer.message = Some(if held.is_empty() {
+                format!("waiting for {first} to be deleted")
+            } else {
+                format!(
+                    "waiting for {first} to be deleted: it is held by finalizer {}, which its controller has not removed",
+                    held.join(", ")
+                )
+            });
             false
         }
     }

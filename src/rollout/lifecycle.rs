@@ -19,13 +19,13 @@ use super::dependencies::{self, DependencyFacts};
 use super::install::{self, InstallStep};
 use super::recovery::{self, Cause, RecordUpdate, Requests, RollbackRequest};
 use super::status::{holds_lock, pending, retry_due, stalled};
-use super::uninstall::{Uninstall, UninstallStep, uninstall_step};
+use super::uninstall::{self, Uninstall, UninstallStep, uninstall_step};
 use super::{Deployable, Note, Observations, Outcome, Revision, Settings, Wanted};
 use crate::api::{
     EventReason, FINALIZER, Identity, OnFailure, Reason, ReleasePhase, RemediationAction,
     RemediationStatus, SequencedRelease, SequencedReleaseStatus,
 };
-use crate::history::{HelmStatus, Info, Record};
+use crate::history::{HelmStatus, Info, Inventory, Record};
 
 /// How long a release in progress waits without any event before it is looked at again.
 pub const FALLBACK_REQUEUE: Duration = Duration::from_secs(60);
@@ -88,6 +88,11 @@ pub struct Facts {
     /// The revisions that have a record.
     pub revisions: Option<Revisions>,
     pub observed: Observations,
+    /// When this controller first saw the operation in progress (install, upgrade, rollback,
+    /// uninstall): `spec.timeout` is measured from it, not from a time another replica wrote.
+    pub operation_since: Option<Time>,
+    /// Whether the release's namespace is being deleted; gathered for an uninstall.
+    pub namespace_terminating: Option<bool>,
 }
 
 impl Facts {
@@ -105,6 +110,8 @@ impl Facts {
             stored: BTreeMap::new(),
             revisions: None,
             observed: Observations::default(),
+            operation_since: None,
+            namespace_terminating: None,
         }
     }
 
@@ -164,6 +171,8 @@ pub enum Need {
     StoredPlan(i64),
     /// Which revisions have a record.
     Revisions,
+    /// Whether the release's namespace is being deleted.
+    Namespace,
     /// These objects, read from the cluster.
     Observe(Wanted),
 }
@@ -455,6 +464,7 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
         now,
     );
     status.rollback = None;
+    status.inventory = kept_inventory(facts, &record);
     Next::Begin(Box::new(Begin {
         records: superseded(&facts.status, number),
         drop_records: past_history(revisions, &facts.status, number, &settings),
@@ -463,6 +473,18 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
         status,
         create_namespace: sr.spec.create_namespace,
     }))
+}
+
+/// What `status.inventory` keeps while `record`'s revision is the current one: its objects
+/// outside the release's namespace, with those it prunes, in uninstall order.
+fn kept_inventory(facts: &Facts, record: &Record) -> Vec<crate::api::InventoryEntry> {
+    let namespace = facts
+        .release
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or("default");
+    record.uninstall_inventory().outside(namespace)
 }
 
 /// The record of the current revision, the one a new revision comes after.
@@ -616,12 +638,23 @@ fn step_revision(facts: &Facts, number: i64, source: &Source, settings: &Setting
     }
     match install::step(&revision, status, &facts.observed, now) {
         Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
-        Outcome::Decided(mut step) => {
+        Outcome::Decided(step) => {
+            let mut step = match timed_out(facts, settings) {
+                Some(limit) => install::time_out(&revision, step, limit, now),
+                None => step,
+            };
             step.records =
                 recovery::finish(status, &mut step.status, record, &mut step.events, now);
             Next::Install(Box::new(step))
         }
     }
+}
+
+/// `spec.timeout` when the operation in progress has run that long, as this controller saw it.
+fn timed_out(facts: &Facts, settings: &Settings) -> Option<Duration> {
+    let since = facts.operation_since.as_ref()?;
+    let ran = super::status::elapsed(Some(since), &facts.now)?;
+    (holds_lock(facts.status.phase) && ran >= settings.timeout).then_some(settings.timeout)
 }
 
 /// A rollback asked for with `sequenced rollback`: to the revision it names, or to the Ready
@@ -702,7 +735,7 @@ fn begin_rollback(
     };
     let me = facts.identity();
     let revision = Revision::of(&deployable, &record, *settings, &me, true);
-    let (status, note) = recovery::begin_rollback(
+    let (mut status, note) = recovery::begin_rollback(
         &revision,
         &record,
         status,
@@ -711,6 +744,7 @@ fn begin_rollback(
         cause,
         now,
     );
+    status.inventory = kept_inventory(facts, &record);
     Next::Begin(Box::new(Begin {
         records: superseded(&facts.status, number),
         drop_records: past_history(revisions, &facts.status, number, settings),
@@ -818,8 +852,24 @@ fn uninstall_failed(facts: &Facts, status: &SequencedReleaseStatus, starting: bo
     let Some(record) = record else {
         return finished(status, Vec::new());
     };
-    match step_uninstall(facts, &record, status) {
+    let inventory = record.uninstall_inventory();
+    let step = step_uninstall(
+        facts,
+        &inventory,
+        record.sequenced,
+        &record.hooks,
+        record.revision,
+        status,
+    );
+    match step {
         Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
+        Outcome::Decided(step) if timed_out(facts, &settings).is_some() && !step.finished => {
+            Next::Uninstall(Box::new(uninstall::time_out(
+                step,
+                settings.timeout,
+                &facts.now,
+            )))
+        }
         Outcome::Decided(step)
             if !starting
                 && step.finished
@@ -865,7 +915,13 @@ fn earlier_ready(status: &SequencedReleaseStatus, number: i64) -> bool {
 fn uninstall(facts: &Facts) -> Next {
     let sr = &facts.release;
     let status = &facts.status;
+    let settings = Settings::of(&sr.spec);
     let keep_history = sr.spec.uninstall.as_ref().is_some_and(|u| u.keep_history);
+    // In a namespace being deleted nothing new can be created there (no lease, no hook, no
+    // record), and the namespace controller deletes the records itself.
+    let Some(terminating) = facts.namespace_terminating else {
+        return Next::Need(Need::Namespace);
+    };
     let record = match status.revision {
         None => None,
         Some(n) => match facts.records.get(&n) {
@@ -874,6 +930,13 @@ fn uninstall(facts: &Facts) -> Next {
         },
     };
     let finish = |events: Vec<Note>| {
+        if terminating {
+            return Next::FinishUninstall {
+                events,
+                records: Vec::new(),
+                delete: Vec::new(),
+            };
+        }
         let Some(revisions) = &facts.revisions else {
             return Next::Need(Need::Revisions);
         };
@@ -897,40 +960,65 @@ fn uninstall(facts: &Facts) -> Next {
             delete,
         }
     };
-    let Some(record) = record else {
-        return finish(Vec::new());
+    // Without its record (deleted with its namespace, or by hand), what the status kept of the
+    // objects outside the namespace is uninstalled.
+    let (inventory, sequenced, hooks, revision) = match &record {
+        Some(record) => (
+            record.uninstall_inventory(),
+            record.sequenced,
+            record.hooks.as_slice(),
+            record.revision,
+        ),
+        None if !status.inventory.is_empty() => (
+            Inventory::from_entries(&status.inventory),
+            true,
+            &[][..],
+            status.revision.unwrap_or(0),
+        ),
+        None => return finish(Vec::new()),
     };
-    match step_uninstall(facts, &record, status) {
+    let hooks = if terminating { &[][..] } else { hooks };
+    match step_uninstall(facts, &inventory, sequenced, hooks, revision, status) {
         Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
+        Outcome::Decided(step) if timed_out(facts, &settings).is_some() && !step.finished => {
+            Next::Uninstall(Box::new(uninstall::time_out(
+                step,
+                settings.timeout,
+                &facts.now,
+            )))
+        }
         // What the last step's hooks ask (a delete policy) is done first.
         Outcome::Decided(step)
             if step.finished && step.hooks_before.is_empty() && step.hooks_after.is_empty() =>
         {
             finish(step.events)
         }
-        Outcome::Decided(step) => Next::Uninstall(Box::new(step)),
+        Outcome::Decided(mut step) => {
+            if terminating {
+                step.records.clear();
+            }
+            Next::Uninstall(Box::new(step))
+        }
     }
 }
 
-/// One step of the uninstall of what `record`'s revision deployed, with its hooks (unless
-/// `spec.disableHooks`), from `status`.
+/// One step of the uninstall of `inventory` (revision `revision`'s, sequenced or not as it
+/// was), with its `hooks` (none with `spec.disableHooks`), from `status`.
 fn step_uninstall(
     facts: &Facts,
-    record: &Record,
+    inventory: &Inventory,
+    sequenced: bool,
+    hooks: &[crate::history::HookRecord],
+    revision: i64,
     status: &SequencedReleaseStatus,
 ) -> Outcome<UninstallStep> {
     let settings = Settings::of(&facts.release.spec);
-    let inventory = record.uninstall_inventory();
     let me = facts.identity();
-    let run = format!("{}/{}", me.uid, record.revision);
+    let run = format!("{}/{}", me.uid, revision);
     let u = Uninstall {
-        inventory: &inventory,
-        sequenced: record.sequenced,
-        hooks: if settings.disable_hooks {
-            &[]
-        } else {
-            &record.hooks
-        },
+        inventory,
+        sequenced,
+        hooks: if settings.disable_hooks { &[] } else { hooks },
         run: &run,
         timeout: settings.timeout,
     };

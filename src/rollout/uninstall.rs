@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::hooks::{self, HookAction, Stage};
 use super::install::{layer_label, settle_deletion};
 use super::recovery::RecordUpdate;
-use super::status::{elapsed, progressing, retry_delay};
+use super::status::{elapsed, progressing, retry_delay, set_conditions};
 use super::{Note, Observations, Outcome, Wanted};
 use crate::api::{
     EventReason, Identity, LayerPhase, LayerStatus, ObjectKey, Reason, ReleasePhase,
@@ -228,7 +228,8 @@ pub fn uninstall_step(
         if settle_deletion(
             &mut st.layers[slot],
             &step.objects,
-            |k| observed.ours(k, me),
+            observed,
+            me,
             now,
         ) {
             let message = format!("Layer {} is deleted", layer_label(&st.layers[slot]));
@@ -362,6 +363,32 @@ pub fn uninstall_step(
         finished,
         records: Vec::new(),
     })
+}
+
+/// The uninstall ran past `spec.timeout` (`timeout`) without finishing: it stays Uninstalling
+/// and goes on when what blocks it changes, but the status says it is stuck (Stalled, reason
+/// `Timeout`) and names what it waits for, such as a finalizer nobody removes.
+pub fn time_out(mut step: UninstallStep, timeout: Duration, now: &Time) -> UninstallStep {
+    if step.finished {
+        return step;
+    }
+    let waiting = step
+        .status
+        .message
+        .clone()
+        .unwrap_or_else(|| "uninstalling".to_string());
+    let message = format!(
+        "uninstall not done after {} (spec.timeout): {waiting}; it goes on once that changes",
+        crate::readiness::format_duration(timeout)
+    );
+    step.status.message = Some(message.clone());
+    set_conditions(
+        &mut step.status,
+        Reason::Timeout,
+        now,
+        [(false, &message), (false, ""), (true, &message)],
+    );
+    step
 }
 
 fn unseen(keys: &[ObjectKey], observed: &Observations) -> Wanted {
