@@ -64,6 +64,8 @@ pub struct Metrics {
     pub lock_takeovers: IntCounter,
     /// Resources that did not become ready in time.
     pub readiness_timeouts: IntCounter,
+    /// Drift corrections started (`spec.driftDetection: enabled`).
+    pub drift_corrections: IntCounter,
     synced: AtomicBool,
     /// Reads the phase of every release when `sequenced_releases` is scraped.
     phases: std::sync::Mutex<Option<PhaseSource>>,
@@ -141,6 +143,10 @@ impl Metrics {
                 "sequenced_readiness_timeouts_total",
                 "Resources that did not become ready within their readiness timeout",
             )?,
+            drift_corrections: IntCounter::new(
+                "sequenced_drift_corrections_total",
+                "Drift corrections: releases whose deleted or changed objects were applied again",
+            )?,
             registry,
             synced: AtomicBool::new(false),
             phases: std::sync::Mutex::new(None),
@@ -156,6 +162,7 @@ impl Metrics {
         r.register(Box::new(metrics.releases.clone()))?;
         r.register(Box::new(metrics.lock_takeovers.clone()))?;
         r.register(Box::new(metrics.readiness_timeouts.clone()))?;
+        r.register(Box::new(metrics.drift_corrections.clone()))?;
         #[cfg(target_os = "linux")]
         r.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
@@ -341,6 +348,7 @@ mod tests {
             "sequenced_releases{phase=\"Deploying\"} 0",
             "sequenced_lock_takeovers_total 0",
             "sequenced_readiness_timeouts_total 0",
+            "sequenced_drift_corrections_total 0",
         ] {
             assert!(text.contains(name), "{name} missing in\n{text}");
         }

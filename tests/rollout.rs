@@ -39,6 +39,7 @@ fn settings() -> Settings {
         interval: Duration::from_secs(600),
         disable_hooks: false,
         on_failure: OnFailure::Keep,
+        drift: sequenced::api::DriftDetection::Enabled,
     }
 }
 

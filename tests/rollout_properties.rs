@@ -11,7 +11,9 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
-use sequenced::api::{Identity, ObjectKey, OnFailure, ReleasePhase, SequencedReleaseStatus};
+use sequenced::api::{
+    DriftDetection, Identity, ObjectKey, OnFailure, ReleasePhase, SequencedReleaseStatus,
+};
 use sequenced::plan::{self, Plan};
 use sequenced::rollout::install::{InstallAction, step, wanted};
 use sequenced::rollout::{Observations, Outcome, Revision, Settings, begin};
@@ -92,7 +94,7 @@ proptest! {
         let settings = Settings {
             sequenced: true, wait: true, readiness_timeout: Duration::from_secs(3600), max_history: 10,
             retries: 0, adopt: false, timeout: Duration::from_secs(300), interval: Duration::from_secs(600), disable_hooks: false,
-            on_failure: OnFailure::Keep,
+            on_failure: OnFailure::Keep, drift: DriftDetection::Enabled,
         };
         let keys: Vec<ObjectKey> = plan.resources.iter().map(|r| ObjectKey {
             api_version: r.api_version.clone(), kind: r.kind.clone(), namespace: Some("g".into()), name: r.name.clone(),

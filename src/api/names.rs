@@ -32,6 +32,8 @@ pub const FIELD_MANAGER: &str = "sequenced";
 pub const READY: &str = "Ready";
 pub const RECONCILING: &str = "Reconciling";
 pub const STALLED: &str = "Stalled";
+/// The condition `spec.driftDetection: warn` sets while objects differ from what was applied.
+pub const DRIFTED: &str = "Drifted";
 
 /// The `status.layers` entry of the CRD stage.
 pub const CRD_LAYER: &str = "(crds)";

@@ -14,6 +14,7 @@ use serde_json::Value;
 use tokio::sync::RwLock;
 
 use crate::api::{FIELD_MANAGER, ObjectKey};
+use crate::rollout::drift::Drift;
 
 /// Discovery is refreshed on an unknown kind at most this often.
 const REFRESH_EVERY: Duration = Duration::from_secs(2);
@@ -217,16 +218,70 @@ impl Cluster {
         }
     }
 
-    /// Server-side apply of `object` as field manager `sequenced`, taking over conflicting
-    /// fields (as `helm upgrade --server-side --force-conflicts`).
+    /// Server-side apply of `object` as field manager `sequenced`. Fields another manager owns
+    /// through a subresource (an HPA's `spec.replicas`, written through `/scale`) are never
+    /// fought over: they are left out of the apply. Fields someone changed on the object itself
+    /// (`kubectl edit`, `kubectl patch`, another apply) are taken back, as the chart says.
     pub async fn apply(&self, key: &ObjectKey, object: &Value) -> Result<(), ClusterError> {
         let kind = self.kind(&key.api_version, &key.kind).await?;
         let api = self.api(&kind, key.namespace.as_deref());
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        api.patch(&key.name, &params, &Patch::Apply(object))
+        let params = PatchParams::apply(FIELD_MANAGER);
+        let conflicts = match api.patch(&key.name, &params, &Patch::Apply(object)).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => match conflicts_of(&status) {
+                Some(conflicts) => conflicts,
+                None => return Err(api_error("applying", key.to_string(), kube::Error::Api(status))),
+            },
+            Err(e) => return Err(api_error("applying", key.to_string(), e)),
+        };
+        let mut object = object.clone();
+        for conflict in conflicts.iter().filter(|c| c.subresource) {
+            if remove_field(&mut object, &conflict.field) {
+                tracing::debug!(object = %key, field = %conflict.field, manager = %conflict.manager, "leaving a field to the manager that owns it through a subresource");
+            }
+        }
+        api.patch(&key.name, &params.force(), &Patch::Apply(&object))
             .await
             .map(drop)
             .map_err(|e| api_error("applying", key.to_string(), e))
+    }
+
+    /// How the object differs from what applying `object` would make of it (a server-side apply
+    /// dry run): None when it matches, [`Drift::Deleted`] when it is gone, else the fields that
+    /// differ. Fields another manager owns through a subresource do not count.
+    pub async fn drift(&self, key: &ObjectKey, object: &Value) -> Result<Option<Drift>, ClusterError> {
+        let kind = match self.kind(&key.api_version, &key.kind).await {
+            Ok(kind) => kind,
+            Err(ClusterError::UnknownKind { .. }) => return Ok(Some(Drift::Deleted)),
+            Err(e) => return Err(e),
+        };
+        let api = self.api(&kind, key.namespace.as_deref());
+        let live = match api.get_opt(&key.name).await {
+            Ok(Some(live)) => serde_json::to_value(live).unwrap_or(Value::Null),
+            Ok(None) => return Ok(Some(Drift::Deleted)),
+            Err(e) => return Err(api_error("reading", key.to_string(), e)),
+        };
+        let mut params = PatchParams::apply(FIELD_MANAGER);
+        params.dry_run = true;
+        let applied = match api.patch(&key.name, &params, &Patch::Apply(object)).await {
+            Ok(applied) => serde_json::to_value(applied).unwrap_or(Value::Null),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let Some(conflicts) = conflicts_of(&status) else {
+                    return Err(api_error("checking", key.to_string(), kube::Error::Api(status)));
+                };
+                let fields: Vec<String> = conflicts
+                    .into_iter()
+                    .filter(|c| !c.subresource)
+                    .map(|c| c.field)
+                    .collect();
+                return Ok((!fields.is_empty()).then_some(Drift::Changed(fields)));
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Some(Drift::Deleted)),
+            Err(e) => return Err(api_error("checking", key.to_string(), e)),
+        };
+        let mut fields = Vec::new();
+        differences(&comparable(&live), &comparable(&applied), "", &mut fields);
+        Ok((!fields.is_empty()).then_some(Drift::Changed(fields)))
     }
 
     /// Creates `object` unless it exists; true when it was created.
@@ -287,5 +342,110 @@ impl Cluster {
             Err(ClusterError::UnknownKind { .. }) => Ok(None),
             found => found,
         }
+    }
+}
+
+/// A field of a server-side apply conflict: its path (`.spec.replicas`), the manager that owns
+/// it, and whether that manager owns it through a subresource.
+struct Conflict {
+    field: String,
+    manager: String,
+    subresource: bool,
+}
+
+/// The field conflicts of a 409 answer to an apply, as kube-apiserver words each cause:
+/// `conflict with "kube-controller-manager" with subresource "scale" using apps/v1 at ...`.
+/// None when the 409 is not about fields.
+fn conflicts_of(status: &kube::core::Status) -> Option<Vec<Conflict>> {
+    let causes = &status.details.as_ref()?.causes;
+    let conflicts: Vec<Conflict> = causes
+        .iter()
+        .filter(|c| c.reason == "FieldManagerConflict")
+        .map(|c| {
+            let rest = c.message.trim_start_matches("conflict with ");
+            let manager = rest
+                .strip_prefix('"')
+                .and_then(|r| r.split('"').next())
+                .unwrap_or(rest)
+                .to_string();
+            Conflict {
+                field: c.field.clone(),
+                manager,
+                subresource: c.message.contains(" with subresource "),
+            }
+        })
+        .collect();
+    (!conflicts.is_empty()).then_some(conflicts)
+}
+
+/// Removes a field given as a path of map keys (`.spec.replicas`); false when the path goes
+/// through a list item (`.spec.containers[name="app"].image`) or is not there.
+fn remove_field(object: &mut Value, path: &str) -> bool {
+    if path.contains('[') {
+        return false;
+    }
+    let mut parts: Vec<&str> = path.trim_start_matches('.').split('.').collect();
+    let Some(last) = parts.pop() else {
+        return false;
+    };
+    let mut at = object;
+    for part in parts {
+        match at.get_mut(part) {
+            Some(next) => at = next,
+            None => return false,
+        }
+    }
+    at.as_object_mut().is_some_and(|m| m.remove(last).is_some())
+}
+
+/// The object without what the server keeps for itself (status, resourceVersion, managed
+/// fields, timestamps): what a user's change can touch.
+fn comparable(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Value::Object(m) = &mut object {
+        m.remove("status");
+        if let Some(Value::Object(meta)) = m.get_mut("metadata") {
+            for k in [
+                "managedFields",
+                "resourceVersion",
+                "generation",
+                "creationTimestamp",
+                "uid",
+                "selfLink",
+            ] {
+                meta.remove(k);
+            }
+        }
+    }
+    object
+}
+
+/// At most this many differing fields are named for one object.
+const MAX_DIFFERENCES: usize = 20;
+
+/// The paths (`.data.a`, `.spec.ports[0].port`) where `a` and `b` differ.
+fn differences(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
+    if out.len() >= MAX_DIFFERENCES || a == b {
+        return;
+    }
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let null = Value::Null;
+                differences(
+                    x.get(k).unwrap_or(&null),
+                    y.get(k).unwrap_or(&null),
+                    &format!("{path}.{k}"),
+                    out,
+                );
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                differences(p, q, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => out.push(if path.is_empty() { ".".to_string() } else { path.to_string() }),
     }
 }

@@ -14,6 +14,7 @@ use crate::api::{
 use crate::cluster::ClusterError;
 use crate::history::HookRecord;
 use crate::plan::ExternalDependency;
+use crate::rollout::drift::{Drift, DriftReport, Drifted};
 use crate::rollout::hooks::HookAction;
 use crate::rollout::{ActionFailure, Deployable, Observations, Wanted};
 
@@ -170,6 +171,68 @@ impl Objects<'_> {
             .filter_map(|gv| gv.strip_prefix(&prefix))
             .find(|v| !v.contains('/'))
             .map(str::to_string)
+    }
+
+    /// How the revision's objects differ from what it applied. Deleted objects are looked up in
+    /// the managed watches' index (a GET for a kind whose watch has not listed yet); with
+    /// `full`, every object is also compared with a server-side apply dry run of what it was
+    /// applied as (a GET and a dry-run PATCH each).
+    pub async fn drift(&self, deployable: &Deployable, full: bool) -> Result<DriftReport, Error> {
+        let cluster = &self.ctx.cluster;
+        let mut report = DriftReport::default();
+        let mut unknown = Vec::new();
+        for (r, key) in deployable.keys.iter().enumerate() {
+            let kind = match cluster.kind(&key.api_version, &key.kind).await {
+                Ok(kind) => kind,
+                Err(ClusterError::UnknownKind { .. }) => {
+                    report.drifted.push(Drifted {
+                        resource: r,
+                        drift: Drift::Deleted,
+                    });
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            self.ctx.watches.managed(&kind);
+            if full {
+                unknown.push(r);
+                continue;
+            }
+            match self.ctx.watches.exists(
+                &kind.resource.group,
+                &kind.resource.kind,
+                key.namespace.as_deref(),
+                &key.name,
+            ) {
+                Some(true) => {}
+                Some(false) => report.drifted.push(Drifted {
+                    resource: r,
+                    drift: Drift::Deleted,
+                }),
+                None => unknown.push(r),
+            }
+        }
+        for chunk in unknown.chunks(READ_CONCURRENCY) {
+            let checked = futures::future::join_all(chunk.iter().map(|&r| async move {
+                let key = &deployable.keys[r];
+                if full {
+                    let Some(resource) = deployable.plan.resources.get(r) else {
+                        return Ok(None);
+                    };
+                    cluster.drift(key, &self.owned(&resource.object, key)).await
+                } else {
+                    Ok(cluster.find(key).await?.is_none().then_some(Drift::Deleted))
+                }
+            }))
+            .await;
+            for (&r, drift) in chunk.iter().zip(checked) {
+                if let Some(drift) = drift? {
+                    report.drifted.push(Drifted { resource: r, drift });
+                }
+            }
+        }
+        report.drifted.sort_by_key(|d| d.resource);
+        Ok(report)
     }
 
     /// Creates the chart's CRDs that do not exist yet.

@@ -230,6 +230,20 @@ impl<'a> Reconcile<'a> {
                 let revisions = ctx.records.revisions(&self.key, &self.me).await?;
                 self.facts.revisions = Some(revisions);
             }
+            Need::Drift => {
+                let report = match self.deployable() {
+                    Some(deployable) => {
+                        let full = ctx.drift_check_due(&self.key, self.settings.interval);
+                        let report = self.objects().drift(&deployable, full).await?;
+                        if full {
+                            ctx.drift_checked(&self.key);
+                        }
+                        report
+                    }
+                    None => Default::default(),
+                };
+                self.facts.drift = Some(report);
+            }
             Need::Namespace => {
                 self.facts.namespace_terminating = Some(self.namespace_terminating().await?);
             }
@@ -709,6 +723,9 @@ impl<'a> Reconcile<'a> {
     async fn publish(&self, notes: &[Note]) {
         let reference = self.sr().object_ref(&());
         for note in notes {
+            if note.reason == EventReason::DriftCorrected {
+                self.ctx.options.metrics.drift_corrections.inc();
+            }
             let event = Event {
                 type_: if note.warning {
                     EventType::Warning

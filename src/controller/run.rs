@@ -49,6 +49,8 @@ pub(super) struct Context {
     pub locks: Arc<Locks>,
     /// When this controller first saw each operation in progress (`spec.timeout`).
     pub operations: Operations,
+    /// When each release's objects were last compared with what it applied.
+    drift_checks: Mutex<HashMap<ObjectRef<SequencedRelease>, Instant>>,
     /// Errors in a row per release, for the backoff.
     failures: Mutex<HashMap<ObjectRef<SequencedRelease>, u32>>,
     /// Set on SIGTERM: no new step starts.
@@ -66,6 +68,26 @@ impl Context {
         self.plans.forget(release);
         self.records.forget(release);
         self.operations.forget(release);
+        if let Ok(mut checks) = self.drift_checks.lock() {
+            checks.remove(release);
+        }
+    }
+
+    /// Whether the release's objects are due for a full comparison with what it applied: once
+    /// every `interval`, and once when this controller first sees the release Ready.
+    pub fn drift_check_due(&self, release: &ObjectRef<SequencedRelease>, interval: Duration) -> bool {
+        self.drift_checks
+            .lock()
+            .ok()
+            .and_then(|checks| checks.get(release).map(|at| at.elapsed() >= interval.mul_f64(0.9)))
+            .unwrap_or(true)
+    }
+
+    /// The release's objects were just compared in full.
+    pub fn drift_checked(&self, release: &ObjectRef<SequencedRelease>) {
+        if let Ok(mut checks) = self.drift_checks.lock() {
+            checks.insert(release.clone(), Instant::now());
+        }
     }
 }
 
@@ -173,6 +195,7 @@ pub async fn run(
         store: store.clone(),
         failures: Mutex::new(HashMap::new()),
         operations: Operations::default(),
+        drift_checks: Mutex::new(HashMap::new()),
         locks,
         stopping: AtomicBool::new(false),
     });

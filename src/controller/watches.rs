@@ -19,6 +19,19 @@ use crate::cluster::Kind;
 
 type Trigger = UnboundedSender<ObjectRef<SequencedRelease>>;
 
+/// A kind by API group and kind (the same objects whatever version serves them).
+type GroupKind = (String, String);
+/// An object by namespace and name.
+type ObjectName = (Option<String>, String);
+
+/// The managed objects of one kind that exist.
+#[derive(Default)]
+struct Present {
+    objects: HashSet<ObjectName>,
+    /// The watch's first list is complete: an object not here does not exist.
+    synced: bool,
+}
+
 /// An external object, by kind, namespace and name.
 type ExternalKey = (String, String, Option<String>, String);
 
@@ -27,6 +40,8 @@ pub struct Watches {
     client: Client,
     trigger: Trigger,
     kinds: Mutex<HashSet<(String, String)>>,
+    /// The managed objects that exist, by kind, as the managed watches last saw them.
+    present: Arc<Mutex<HashMap<GroupKind, Present>>>,
     external: Arc<Mutex<HashMap<ExternalKey, HashSet<ObjectRef<SequencedRelease>>>>>,
     /// The watch tasks, stopped when the controller goes away.
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
@@ -48,6 +63,7 @@ impl Watches {
             client,
             trigger,
             kinds: Mutex::new(HashSet::new()),
+            present: Arc::new(Mutex::new(HashMap::new())),
             external: Arc::new(Mutex::new(HashMap::new())),
             tasks: Mutex::new(Vec::new()),
         }
@@ -80,13 +96,51 @@ impl Watches {
             .any_semantic();
         let trigger = self.trigger.clone();
         let what = format!("{}/{}", kind.resource.api_version, kind.resource.kind);
+        let group_kind = (kind.resource.group.clone(), kind.resource.kind.clone());
+        let present = Arc::clone(&self.present);
         let task = tokio::spawn(async move {
             tracing::debug!(kind = %what, "watching managed objects");
             let mut events = watcher(api, config).default_backoff().boxed();
+            // The objects of a (re)list, swapped in once it is complete.
+            let mut listing: HashSet<ObjectName> = HashSet::new();
             while let Some(event) = events.next().await {
+                let name = |o: &PartialObjectMeta<DynamicObject>| (o.namespace(), o.name_any());
+                let index = |update: &dyn Fn(&mut Present)| {
+                    if let Ok(mut present) = present.lock() {
+                        update(present.entry(group_kind.clone()).or_default());
+                    }
+                };
                 let object = match event {
-                    Ok(Event::Apply(o) | Event::InitApply(o) | Event::Delete(o)) => o,
-                    Ok(_) => continue,
+                    Ok(Event::Init) => {
+                        listing.clear();
+                        continue;
+                    }
+                    Ok(Event::InitDone) => {
+                        let listed = std::mem::take(&mut listing);
+                        index(&|p| {
+                            p.objects.clone_from(&listed);
+                            p.synced = true;
+                        });
+                        continue;
+                    }
+                    Ok(Event::InitApply(o)) => {
+                        listing.insert(name(&o));
+                        o
+                    }
+                    Ok(Event::Apply(o)) => {
+                        let n = name(&o);
+                        index(&|p| {
+                            p.objects.insert(n.clone());
+                        });
+                        o
+                    }
+                    Ok(Event::Delete(o)) => {
+                        let n = name(&o);
+                        index(&|p| {
+                            p.objects.remove(&n);
+                        });
+                        o
+                    }
                     Err(e) => {
                         tracing::debug!(kind = %what, error = %e, "watch error");
                         continue;
@@ -100,6 +154,18 @@ impl Watches {
             }
         });
         self.keep(task);
+    }
+
+    /// Whether a managed object of this group and kind exists, as its watch last saw it; None
+    /// while the kind is not watched or its first list is not complete.
+    pub fn exists(&self, group: &str, kind: &str, namespace: Option<&str>, name: &str) -> Option<bool> {
+        let present = self.present.lock().ok()?;
+        let index = present.get(&(group.to_string(), kind.to_string()))?;
+        index.synced.then(|| {
+            index
+                .objects
+                .contains(&(namespace.map(str::to_string), name.to_string()))
+        })
     }
 
     /// Wakes `owner` when the external object changes (werf's external dependencies).

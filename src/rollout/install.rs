@@ -201,6 +201,77 @@ pub fn begin(
     status
 }
 
+/// Starts correcting the drift of a Ready revision: the plan layers in `layers` are applied
+/// again (Pending), the layers that depend on them, directly or not, are checked again
+/// (Waiting) without being applied, the rest stays Ready. The revision is Deploying again; its
+/// history entry and record are kept.
+pub fn correct(
+    revision: &Revision,
+    status: &SequencedReleaseStatus,
+    layers: &BTreeSet<usize>,
+    message: &str,
+    now: &Time,
+) -> SequencedReleaseStatus {
+    let plan = revision.plan;
+    let mut st = status.clone();
+    let fresh = layout(revision);
+    let mut apply = layers.clone();
+    if !same_layout(&st.layers, &fresh) {
+        // Not the layout of this revision (an older operator's status): apply every layer.
+        st.layers = fresh;
+        apply = (0..plan.layers.len()).collect();
+    }
+    // The layers that depend on a re-applied one, until none more is found.
+    let mut recheck = BTreeSet::new();
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for j in 0..plan.layers.len() {
+            if apply.contains(&j) || recheck.contains(&j) {
+                continue;
+            }
+            let on = |i: &usize| apply.contains(i) || recheck.contains(i);
+            let resources_on = plan.must_be_ready(j).into_iter().any(|r| {
+                plan.layers
+                    .iter()
+                    .position(|l| l.resources.contains(&r))
+                    .is_some_and(|i| on(&i))
+            });
+            if plan.must_be_applied(j).iter().any(on) || resources_on {
+                recheck.insert(j);
+                grew = true;
+            }
+        }
+    }
+    let s = slots(revision);
+    for (i, layer) in st.layers[s.main..s.main + plan.layers.len()]
+        .iter_mut()
+        .enumerate()
+    {
+        if apply.contains(&i) {
+            layer.phase = LayerPhase::Pending;
+            layer.ready = 0;
+            layer.started_at = None;
+            layer.finished_at = None;
+            layer.message = None;
+        } else if recheck.contains(&i) {
+            layer.phase = LayerPhase::Waiting;
+            layer.started_at = Some(now.clone());
+            layer.finished_at = None;
+            layer.message = None;
+        }
+    }
+    st.phase = Some(if revision.rollback {
+        ReleasePhase::RollingBack
+    } else {
+        ReleasePhase::Deploying
+    });
+    st.progress = Some(progress(revision, &st.layers));
+    st.message = Some(message.to_string());
+    progressing(&mut st, Reason::Drifted, message, now);
+    st
+}
+
 /// Ready main layers out of all of them: `3/5`.
 fn progress(revision: &Revision, layers: &[LayerStatus]) -> String {
     let s = slots(revision);

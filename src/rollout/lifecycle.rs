@@ -16,13 +16,14 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::dependencies::{self, DependencyFacts};
+use super::drift::{self, DriftReport};
 use super::install::{self, InstallStep};
 use super::recovery::{self, Cause, RecordUpdate, Requests, RollbackRequest};
 use super::status::{holds_lock, pending, retry_due, stalled};
 use super::uninstall::{self, Uninstall, UninstallStep, uninstall_step};
 use super::{Deployable, Note, Observations, Outcome, Revision, Settings, Wanted};
 use crate::api::{
-    EventReason, FINALIZER, Identity, OnFailure, Reason, ReleasePhase, RemediationAction,
+    DriftDetection, EventReason, FINALIZER, Identity, OnFailure, Reason, ReleasePhase, RemediationAction,
     RemediationStatus, SequencedRelease, SequencedReleaseStatus,
 };
 use crate::history::{HelmStatus, Info, Inventory, Record};
@@ -93,6 +94,8 @@ pub struct Facts {
     pub operation_since: Option<Time>,
     /// Whether the release's namespace is being deleted; gathered for an uninstall.
     pub namespace_terminating: Option<bool>,
+    /// How the objects of a Ready revision differ from what it applied.
+    pub drift: Option<DriftReport>,
 }
 
 impl Facts {
@@ -112,6 +115,7 @@ impl Facts {
             observed: Observations::default(),
             operation_since: None,
             namespace_terminating: None,
+            drift: None,
         }
     }
 
@@ -173,6 +177,8 @@ pub enum Need {
     Revisions,
     /// Whether the release's namespace is being deleted.
     Namespace,
+    /// Whether the objects of the current (Ready) revision still match what it applied.
+    Drift,
     /// These objects, read from the cluster.
     Observe(Wanted),
 }
@@ -632,6 +638,24 @@ fn step_revision(facts: &Facts, number: i64, source: &Source, settings: &Setting
     };
     let me = facts.identity();
     let revision = Revision::of(deployable, record, *settings, &me, record.is_upgrade());
+    if status.phase == Some(ReleasePhase::Ready) && settings.drift != DriftDetection::Disabled {
+        let Some(report) = &facts.drift else {
+            return Next::Need(Need::Drift);
+        };
+        if let Some((status, events)) = drift::judge(&revision, status, report, now) {
+            let requeue = if status.phase == Some(ReleasePhase::Ready) {
+                requeue(settings, &status, None, now)
+            } else {
+                Requeue::After(Duration::from_millis(100))
+            };
+            return Next::Write(Box::new(Write {
+                records: Vec::new(),
+                status,
+                events,
+                requeue,
+            }));
+        }
+    }
     let missing = facts.observed.missing(&install::wanted(&revision, status));
     if !missing.is_empty() {
         return Next::Need(Need::Observe(missing));

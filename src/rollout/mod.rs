@@ -19,6 +19,7 @@
 //! - [`status`] holds the status transitions they share (conditions, Failed, Stalled, retries).
 
 pub mod dependencies;
+pub mod drift;
 pub mod hooks;
 pub mod install;
 pub mod lifecycle;
@@ -32,7 +33,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::api::{
-    Claim, EventReason, Identity, ObjectKey, OnFailure, SequencedReleaseSpec, Sequencing,
+    Claim, DriftDetection, EventReason, Identity, ObjectKey, OnFailure, SequencedReleaseSpec,
+    Sequencing,
 };
 use crate::history::{Content, HookRecord, Inventory, Record, StoredPlan};
 use crate::plan::{ExternalDependency, Plan};
@@ -70,6 +72,9 @@ pub struct Settings {
     pub disable_hooks: bool,
     /// `onFailure`: what is done once a failed operation's retries are spent.
     pub on_failure: OnFailure,
+    /// `driftDetection`: whether a Ready release's objects are compared with what it applied,
+    /// and whether a difference is corrected.
+    pub drift: DriftDetection,
 }
 
 /// `spec.timeout` and `spec.readinessTimeout` when they cannot be read.
@@ -93,6 +98,7 @@ impl Settings {
             interval: parse_duration(&spec.interval).unwrap_or(DEFAULT_INTERVAL),
             disable_hooks: spec.disable_hooks,
             on_failure: spec.on_failure,
+            drift: spec.drift_detection,
         }
     }
 

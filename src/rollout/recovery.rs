@@ -246,6 +246,14 @@ pub fn finish(
     if !in_progress || after.revision != Some(number) {
         return Vec::new();
     }
+    // A drift correction re-applies a revision that had finished: its record stays as it was.
+    let correcting = before
+        .history
+        .iter()
+        .any(|h| h.revision == number && h.finished_at.is_some());
+    if correcting {
+        return Vec::new();
+    }
     let operation = match record.rollback_to {
         Some(to) => format!("Rollback to {to}"),
         None if record.is_upgrade() => "Upgrade".to_string(),
@@ -440,6 +448,7 @@ mod tests {
             interval: Duration::from_secs(1),
             disable_hooks: false,
             on_failure,
+            drift: crate::api::DriftDetection::Enabled,
         };
         let failed = SequencedReleaseStatus {
             phase: Some(ReleasePhase::Failed),
