@@ -230,7 +230,13 @@ impl Cluster {
             Ok(_) => return Ok(()),
             Err(kube::Error::Api(status)) if status.code == 409 => match conflicts_of(&status) {
                 Some(conflicts) => conflicts,
-                None => return Err(api_error("applying", key.to_string(), kube::Error::Api(status))),
+                None => {
+                    return Err(api_error(
+                        "applying",
+                        key.to_string(),
+                        kube::Error::Api(status),
+                    ));
+                }
             },
             Err(e) => return Err(api_error("applying", key.to_string(), e)),
         };
@@ -249,7 +255,11 @@ impl Cluster {
     /// How the object differs from what applying `object` would make of it (a server-side apply
     /// dry run): None when it matches, [`Drift::Deleted`] when it is gone, else the fields that
     /// differ. Fields another manager owns through a subresource do not count.
-    pub async fn drift(&self, key: &ObjectKey, object: &Value) -> Result<Option<Drift>, ClusterError> {
+    pub async fn drift(
+        &self,
+        key: &ObjectKey,
+        object: &Value,
+    ) -> Result<Option<Drift>, ClusterError> {
         let kind = match self.kind(&key.api_version, &key.kind).await {
             Ok(kind) => kind,
             Err(ClusterError::UnknownKind { .. }) => return Ok(Some(Drift::Deleted)),
@@ -267,7 +277,11 @@ impl Cluster {
             Ok(applied) => serde_json::to_value(applied).unwrap_or(Value::Null),
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 let Some(conflicts) = conflicts_of(&status) else {
-                    return Err(api_error("checking", key.to_string(), kube::Error::Api(status)));
+                    return Err(api_error(
+                        "checking",
+                        key.to_string(),
+                        kube::Error::Api(status),
+                    ));
                 };
                 let fields: Vec<String> = conflicts
                     .into_iter()
@@ -446,6 +460,10 @@ fn differences(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
                 differences(p, q, &format!("{path}[{i}]"), out);
             }
         }
-        _ => out.push(if path.is_empty() { ".".to_string() } else { path.to_string() }),
+        _ => out.push(if path.is_empty() {
+            ".".to_string()
+        } else {
+            path.to_string()
+        }),
     }
 }

@@ -174,7 +174,8 @@ impl Objects<'_> {
     }
 
     /// How the revision's objects differ from what it applied. Deleted objects are looked up in
-    /// the managed watches' index (a GET for a kind whose watch has not listed yet); with
+    /// the managed watches' index, and one missing there (or of a kind whose watch has not
+    /// listed yet) is read to be sure; with
     /// `full`, every object is also compared with a server-side apply dry run of what it was
     /// applied as (a GET and a dry-run PATCH each).
     pub async fn drift(&self, deployable: &Deployable, full: bool) -> Result<DriftReport, Error> {
@@ -205,11 +206,8 @@ impl Objects<'_> {
                 &key.name,
             ) {
                 Some(true) => {}
-                Some(false) => report.drifted.push(Drifted {
-                    resource: r,
-                    drift: Drift::Deleted,
-                }),
-                None => unknown.push(r),
+                // The index may lag behind a create it has not seen yet: a GET confirms.
+                Some(false) | None => unknown.push(r),
             }
         }
         for chunk in unknown.chunks(READ_CONCURRENCY) {

@@ -721,6 +721,14 @@ impl<'a> Reconcile<'a> {
     }
 
     async fn publish(&self, notes: &[Note]) {
+        // Events are new objects in the release's namespace: none can be created there while
+        // it is being deleted; the log keeps them.
+        if self.facts.namespace_terminating == Some(true) {
+            for note in notes {
+                tracing::info!(reason = %note.reason, message = %note.message, "namespace terminating: event not recorded");
+            }
+            return;
+        }
         let reference = self.sr().object_ref(&());
         for note in notes {
             if note.reason == EventReason::DriftCorrected {

@@ -75,11 +75,19 @@ impl Context {
 
     /// Whether the release's objects are due for a full comparison with what it applied: once
     /// every `interval`, and once when this controller first sees the release Ready.
-    pub fn drift_check_due(&self, release: &ObjectRef<SequencedRelease>, interval: Duration) -> bool {
+    pub fn drift_check_due(
+        &self,
+        release: &ObjectRef<SequencedRelease>,
+        interval: Duration,
+    ) -> bool {
         self.drift_checks
             .lock()
             .ok()
-            .and_then(|checks| checks.get(release).map(|at| at.elapsed() >= interval.mul_f64(0.9)))
+            .and_then(|checks| {
+                checks
+                    .get(release)
+                    .map(|at| at.elapsed() >= interval.mul_f64(0.9))
+            })
             .unwrap_or(true)
     }
 

@@ -158,7 +158,13 @@ impl Watches {
 
     /// Whether a managed object of this group and kind exists, as its watch last saw it; None
     /// while the kind is not watched or its first list is not complete.
-    pub fn exists(&self, group: &str, kind: &str, namespace: Option<&str>, name: &str) -> Option<bool> {
+    pub fn exists(
+        &self,
+        group: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<bool> {
         let present = self.present.lock().ok()?;
         let index = present.get(&(group.to_string(), kind.to_string()))?;
         index.synced.then(|| {

@@ -17,8 +17,8 @@ use std::io::{Read, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::api::{InventoryEntry, ObjectKey};
 use crate::api::PRUNE_LAYER;
+use crate::api::{InventoryEntry, ObjectKey};
 use crate::plan::{ExternalDependency, Hook, Plan};
 
 pub use helm::HelmStatus;

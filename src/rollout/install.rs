@@ -13,8 +13,8 @@ use super::recovery::RecordUpdate;
 use super::status::{elapsed, failed, progressing, set_conditions};
 use super::{ActionFailure, Note, Observations, Outcome, Revision, Wanted, external_blocker};
 use crate::api::{
-    CRD_LAYER, Claim, EventReason, HistoryEntry, Identity, LayerPhase, LayerStatus, ObjectKey, Owner,
-    PRUNE_LAYER, Reason, ReleasePhase, SequencedReleaseStatus,
+    CRD_LAYER, Claim, EventReason, HistoryEntry, Identity, LayerPhase, LayerStatus, ObjectKey,
+    Owner, PRUNE_LAYER, Reason, ReleasePhase, SequencedReleaseStatus,
 };
 use crate::readiness::{self, Rules, Verdict};
 
@@ -938,7 +938,12 @@ pub fn fail_action(
 /// The operation ran past `spec.timeout` (`timeout`) without finishing: the step's actions are
 /// dropped, the stages still at work are Failed, and the revision fails with reason `Timeout`,
 /// naming what it still waited for. A step that finished (Ready or Failed) is kept as it is.
-pub fn time_out(revision: &Revision, step: InstallStep, timeout: Duration, now: &Time) -> InstallStep {
+pub fn time_out(
+    revision: &Revision,
+    step: InstallStep,
+    timeout: Duration,
+    now: &Time,
+) -> InstallStep {
     if step.finished {
         return step;
     }

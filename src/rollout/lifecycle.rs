@@ -23,8 +23,8 @@ use super::status::{holds_lock, pending, retry_due, stalled};
 use super::uninstall::{self, Uninstall, UninstallStep, uninstall_step};
 use super::{Deployable, Note, Observations, Outcome, Revision, Settings, Wanted};
 use crate::api::{
-    DriftDetection, EventReason, FINALIZER, Identity, OnFailure, Reason, ReleasePhase, RemediationAction,
-    RemediationStatus, SequencedRelease, SequencedReleaseStatus,
+    DriftDetection, EventReason, FINALIZER, Identity, OnFailure, Reason, ReleasePhase,
+    RemediationAction, RemediationStatus, SequencedRelease, SequencedReleaseStatus,
 };
 use crate::history::{HelmStatus, Info, Inventory, Record};
 

@@ -225,13 +225,7 @@ pub fn uninstall_step(
         if st.layers[slot].phase != LayerPhase::Deleting {
             continue;
         }
-        if settle_deletion(
-            &mut st.layers[slot],
-            &step.objects,
-            observed,
-            me,
-            now,
-        ) {
+        if settle_deletion(&mut st.layers[slot], &step.objects, observed, me, now) {
             let message = format!("Layer {} is deleted", layer_label(&st.layers[slot]));
             events.push(Note::normal(EventReason::LayerDeleted, message));
         }

@@ -38,6 +38,7 @@ mod errors;
 mod fields;
 mod patch;
 mod resources;
+mod scale;
 mod select;
 mod store;
 mod typed;
@@ -553,7 +554,8 @@ fn resource_route(
     if rt.namespaced && namespace.is_empty() && !name.is_empty() {
         return Err(ApiError::no_such_resource());
     }
-    if !(sub.is_empty() || (sub == "status" && rt.status)) {
+    if !(sub.is_empty() || (sub == "status" && rt.status) || (sub == "scale" && scale::serves(&rt)))
+    {
         return Err(ApiError::no_such_resource());
     }
     Ok(Route::Resource(Box::new(Target {
@@ -902,6 +904,16 @@ fn resource(
         dry_run,
     };
     let item = !t.name.is_empty();
+    if t.sub == "scale" {
+        let body = match body {
+            Some(Err(e)) => return Err(ApiError::bad_request(e)),
+            Some(Ok(v)) => Some(v),
+            None => None,
+        };
+        let content_type = req.content_type().unwrap_or_default();
+        let scale = scale::handle(state, &w, &req.method, &content_type, body)?;
+        return Ok(Reply::json(200, scale));
+    }
     let object_reply = |out: Out, v: View| match out {
         Out::Object(code, obj) => Reply::json(code, show(t, v, &obj)),
         Out::Raw(code, body) => Reply::json(code, body),

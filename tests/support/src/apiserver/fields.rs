@@ -649,13 +649,20 @@ impl Entry {
             && (operation == "Apply" || self.api_version == api_version)
     }
 
-    /// How a conflict names this manager.
+    /// How a conflict names this manager, as kube-apiserver's field manager prints it:
+    /// `"m"`, `"m" with subresource "scale"`, then for an Update ` using apps/v1 at <time>`.
     fn conflict_name(&self) -> String {
-        if self.operation == "Update" {
-            format!("{} using {}", quote(&self.manager), self.api_version)
-        } else {
-            quote(&self.manager)
+        let mut name = quote(&self.manager);
+        if !self.subresource.is_empty() {
+            name.push_str(&format!(" with subresource {}", quote(&self.subresource)));
         }
+        if self.operation == "Update" {
+            name.push_str(&format!(" using {}", self.api_version));
+            if !self.time.is_empty() {
+                name.push_str(&format!(" at {}", self.time));
+            }
+        }
+        name
     }
 }
 

@@ -1,0 +1,557 @@
+//! Convergence on the in-process test API server (issue "Convergence on a real cluster"): drift
+//! corrected in order or only reported, fields an HPA owns left alone, `spec.timeout` bounding
+//! an operation, an uninstall that names the finalizer it waits for, a superseded revision, and
+//! namespace deletion that always finishes, also after the controller was down.
+
+use sequenced_testkit as support;
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use sequenced::api::ReleasePhase;
+use sequenced::api::v1alpha1::SequencedRelease;
+use serde_json::{Value, json};
+use support::charts::{chart, condition, config_map, deployment, is_ready, message, release};
+use support::operator::{Operator, is_write};
+use tempfile::TempDir;
+
+async fn within<F: Future<Output = ()>>(test: F) {
+    tokio::time::timeout(Duration::from_secs(150), test)
+        .await
+        .expect("the scenario did not finish in time");
+}
+
+fn status(sr: &SequencedRelease) -> &sequenced::api::SequencedReleaseStatus {
+    sr.status.as_ref().expect("a status")
+}
+
+/// Chart `shop`: layer `config` (ConfigMaps `settings` and `extra`), then layer `app`
+/// (Deployment `app`), which depends on it.
+fn shop() -> TempDir {
+    chart(
+        "shop",
+        &[
+            (
+                "templates/settings.yaml",
+                &format!(
+                    "{}---\n{}",
+                    config_map("settings", "helm.sh/layer: config"),
+                    config_map("extra", "helm.sh/layer: config")
+                ),
+            ),
+            (
+                "templates/app.yaml",
+                &deployment(
+                    "app",
+                    "helm.sh/layer: app\n    helm.sh/depends-on/layers: config",
+                ),
+            ),
+            ("values.yaml", "version: 1\n"),
+        ],
+    )
+}
+
+fn config_maps(op: &Operator, namespace: &str) -> Api<ConfigMap> {
+    Api::namespaced(op.client.clone(), namespace)
+}
+
+/// The requests with `verb` for `kind` `name` from request `from` on.
+fn requests_since(op: &Operator, from: usize, verb: &str, kind: &str, name: &str) -> usize {
+    op.server
+        .requests()
+        .iter()
+        .skip(from)
+        .filter(|r| {
+            r.verb == verb
+                && r.status < 300
+                && r.kind.as_deref() == Some(kind)
+                && r.name.as_deref() == Some(name)
+                && !r.query.contains("dryRun")
+        })
+        .count()
+}
+
+async fn ready_at(op: &Operator, namespace: &str, name: &str, revision: i64) -> SequencedRelease {
+    op.wait_release(
+        namespace,
+        name,
+        &format!("revision {revision} Ready"),
+        |sr| is_ready(sr) && sr.status.as_ref().and_then(|s| s.revision) == Some(revision),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_object_is_recreated_at_once_and_the_layers_after_it_are_only_checked() {
+    within(async {
+        let op = Operator::start(4).await;
+        let _kubelet = op.kubelet();
+        let dir = shop();
+        op.create(
+            "default",
+            release("shop", &dir.path().join("shop"), json!({"interval": "1h"})),
+        )
+        .await;
+        ready_at(&op, "default", "shop", 1).await;
+
+        let before = op.server.requests().len();
+        config_maps(&op, "default")
+            .delete("settings", &DeleteParams::default())
+            .await
+            .unwrap();
+        let note = op.wait_event("default", "shop", "DriftCorrected").await;
+        assert_eq!(
+            note,
+            "correcting drift of revision 1: ConfigMap default/settings deleted; applying layer config again"
+        );
+        op.wait_object("v1", "ConfigMap", "default", "settings").await;
+        let sr = op
+            .wait_release("default", "shop", "Ready after the correction", |sr| {
+                is_ready(sr) && status(sr).last_drift_correction.is_some()
+            })
+            .await;
+        let st = status(&sr);
+        assert_eq!(st.revision, Some(1), "a correction is not a new revision");
+        let correction = st.last_drift_correction.as_ref().unwrap();
+        assert_eq!(correction.revision, 1);
+        assert_eq!(correction.objects, ["ConfigMap default/settings deleted"]);
+        assert_eq!(st.history.len(), 1);
+        assert_eq!(st.history[0].phase, ReleasePhase::Ready);
+        // Layer config was applied again; layer app, which depends on it, was only checked.
+        assert_eq!(requests_since(&op, before, "apply", "ConfigMap", "settings"), 1);
+        assert_eq!(requests_since(&op, before, "apply", "Deployment", "app"), 0);
+        assert_eq!(op.metrics.drift_corrections.get(), 1);
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_changed_by_an_edit_is_taken_back_at_the_interval() {
+    within(async {
+        let op = Operator::start(4).await;
+        let _kubelet = op.kubelet();
+        let dir = shop();
+        op.create(
+            "default",
+            release("shop", &dir.path().join("shop"), json!({"interval": "1s"})),
+        )
+        .await;
+        ready_at(&op, "default", "shop", 1).await;
+        // What `kubectl edit` does: an update by another field manager.
+        let edit = PatchParams {
+            field_manager: Some("kubectl-edit".to_string()),
+            ..PatchParams::default()
+        };
+        config_maps(&op, "default")
+            .patch("extra", &edit, &Patch::Merge(json!({"data": {"a": "edited"}})))
+            .await
+            .unwrap();
+        let note = op.wait_event("default", "shop", "DriftCorrected").await;
+        assert_eq!(
+            note,
+            "correcting drift of revision 1: ConfigMap default/extra changed: .data.a; applying layer config again"
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let cm = config_maps(&op, "default").get("extra").await.unwrap();
+            if cm.data.as_ref().and_then(|d| d.get("a")).map(String::as_str) == Some("b") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the edit is never taken back");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        ready_at(&op, "default", "shop", 1).await;
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_with_warn_is_reported_and_left_as_it_is() {
+    within(async {
+        let op = Operator::start(4).await;
+        let _kubelet = op.kubelet();
+        let dir = shop();
+        op.create(
+            "default",
+            release(
+                "shop",
+                &dir.path().join("shop"),
+                json!({"driftDetection": "warn", "interval": "1h"}),
+            ),
+        )
+        .await;
+        ready_at(&op, "default", "shop", 1).await;
+        config_maps(&op, "default")
+            .delete("settings", &DeleteParams::default())
+            .await
+            .unwrap();
+        let sr = op
+            .wait_release("default", "shop", "condition Drifted", |sr| {
+                condition(sr, "Drifted").is_some_and(|c| c.0 == "True")
+            })
+            .await;
+        let (_, reason, text) = condition(&sr, "Drifted").unwrap();
+        assert_eq!(reason, "Drifted");
+        assert_eq!(
+            text,
+            "revision 1 drifted (spec.driftDetection: warn, not corrected): ConfigMap default/settings deleted"
+        );
+        assert!(is_ready(&sr), "warn leaves the release Ready");
+        let note = op.wait_event("default", "shop", "DriftDetected").await;
+        assert_eq!(note, text);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            op.server
+                .object("v1", "ConfigMap", Some("default"), "settings")
+                .is_none(),
+            "warn changes nothing"
+        );
+        assert_eq!(op.metrics.drift_corrections.get(), 0);
+        assert!(status(&sr).last_drift_correction.is_none());
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_an_hpa_sets_through_scale_are_never_fought_over() {
+    within(async {
+        let op = Operator::start(4).await;
+        let _kubelet = op.kubelet();
+        let dir = shop();
+        op.create(
+            "default",
+            release("shop", &dir.path().join("shop"), json!({"interval": "1s"})),
+        )
+        .await;
+        ready_at(&op, "default", "shop", 1).await;
+        // What the HorizontalPodAutoscaler controller does: it writes /scale.
+        let deployments: Api<Deployment> = Api::namespaced(op.client.clone(), "default");
+        let hpa = PatchParams {
+            field_manager: Some("kube-controller-manager".to_string()),
+            ..PatchParams::default()
+        };
+        deployments
+            .patch_scale("app", &hpa, &Patch::Merge(json!({"spec": {"replicas": 5}})))
+            .await
+            .unwrap();
+        let replicas = |d: &Deployment| d.spec.as_ref().and_then(|s| s.replicas);
+        // Two full drift checks later nothing was corrected.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(replicas(&deployments.get("app").await.unwrap()), Some(5));
+        assert_eq!(op.metrics.drift_corrections.get(), 0);
+
+        // An upgrade applies the Deployment again and leaves replicas to the HPA.
+        op.releases("default")
+            .patch(
+                "shop",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"values": {"version": 2}}})),
+            )
+            .await
+            .unwrap();
+        ready_at(&op, "default", "shop", 2).await;
+        let app = deployments.get("app").await.unwrap();
+        assert_eq!(replicas(&app), Some(5));
+        let owners: Vec<(String, Option<String>)> = app
+            .metadata
+            .managed_fields
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| {
+                serde_json::to_string(&e.fields_v1)
+                    .unwrap_or_default()
+                    .contains("f:replicas")
+            })
+            .map(|e| (e.manager.unwrap_or_default(), e.subresource))
+            .collect();
+        assert_eq!(
+            owners,
+            [(
+                "kube-controller-manager".to_string(),
+                Some("scale".to_string())
+            )],
+            "only the HPA owns spec.replicas"
+        );
+        op.stop().await;
+    })
+    .await;
+}
+
+/// Chart `slow`: layer `config` (ConfigMap `settings`), then layer `app` (Deployment `app`),
+/// which never becomes ready without a kubelet.
+fn slow() -> TempDir {
+    chart(
+        "slow",
+        &[
+            (
+                "templates/settings.yaml",
+                &config_map("settings", "helm.sh/layer: config"),
+            ),
+            (
+                "templates/app.yaml",
+                &deployment(
+                    "app",
+                    "helm.sh/layer: app\n    helm.sh/depends-on/layers: config",
+                ),
+            ),
+            ("values.yaml", "version: 1\n"),
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spec_timeout_ends_an_operation_that_never_finishes() {
+    within(async {
+        let op = Operator::start(4).await;
+        let dir = slow();
+        op.create(
+            "default",
+            release(
+                "slow",
+                &dir.path().join("slow"),
+                json!({"timeout": "3s", "readinessTimeout": "1h"}),
+            ),
+        )
+        .await;
+        let sr = op
+            .wait_release("default", "slow", "timed out", |sr| {
+                condition(sr, "Stalled").is_some_and(|c| c.0 == "True" && c.1 == "Timeout")
+            })
+            .await;
+        let text = message(&sr);
+        assert!(
+            text.starts_with("timed out after 3s (spec.timeout), still waiting for layer app of chart slow: waiting for Deployment app"),
+            "{text}"
+        );
+        let st = status(&sr);
+        assert_eq!(st.phase, Some(ReleasePhase::Failed));
+        assert_eq!(st.history[0].phase, ReleasePhase::Failed);
+        let app = st.layers.iter().find(|l| l.name == "app").unwrap();
+        assert_eq!(app.phase, sequenced::api::LayerPhase::Failed);
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_replaced_while_it_waits_is_superseded_not_failed() {
+    within(async {
+        let op = Operator::start(4).await;
+        let dir = slow();
+        op.create(
+            "default",
+            release("slow", &dir.path().join("slow"), json!({})),
+        )
+        .await;
+        op.wait_release("default", "slow", "layer app waiting", |sr| {
+            support::charts::layer_phase(sr, "app") == Some(sequenced::api::LayerPhase::Waiting)
+        })
+        .await;
+        op.releases("default")
+            .patch(
+                "slow",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"values": {"version": 2}}})),
+            )
+            .await
+            .unwrap();
+        let _kubelet = op.kubelet();
+        let sr = ready_at(&op, "default", "slow", 2).await;
+        let phases: Vec<(i64, ReleasePhase)> = status(&sr)
+            .history
+            .iter()
+            .map(|h| (h.revision, h.phase))
+            .collect();
+        assert_eq!(
+            phases,
+            [(2, ReleasePhase::Ready), (1, ReleasePhase::Superseded)]
+        );
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(op.client.clone(), "default");
+        let first = secrets.get("sh.helm.release.v1.slow.v1").await.unwrap();
+        assert_eq!(
+            first
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .get("status")
+                .map(String::as_str),
+            Some("superseded")
+        );
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uninstall_held_by_a_finalizer_says_so_and_finishes_once_it_is_removed() {
+    within(async {
+        let op = Operator::start(4).await;
+        let held = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  finalizers:\n    - example.com/hold\ndata:\n  a: b\n";
+        let dir = chart("held", &[("templates/held.yaml", held)]);
+        op.create(
+            "default",
+            release("held", &dir.path().join("held"), json!({"timeout": "3s"})),
+        )
+        .await;
+        ready_at(&op, "default", "held", 1).await;
+        op.releases("default")
+            .delete("held", &DeleteParams::default())
+            .await
+            .unwrap();
+        let sr = op
+            .wait_release("default", "held", "an uninstall past its timeout", |sr| {
+                condition(sr, "Stalled").is_some_and(|c| c.0 == "True" && c.1 == "Timeout")
+            })
+            .await;
+        assert_eq!(
+            message(&sr),
+            "uninstall not done after 3s (spec.timeout): uninstalling layer (default) of chart held: waiting for ConfigMap default/held to be deleted: it is held by finalizer example.com/hold, which its controller has not removed; it goes on once that changes"
+        );
+        assert_eq!(status(&sr).phase, Some(ReleasePhase::Uninstalling));
+        op.server
+            .remove_finalizers("v1", "ConfigMap", Some("default"), "held");
+        op.wait_deleted("default", "held").await;
+        op.stop().await;
+    })
+    .await;
+}
+
+/// Chart `wide`: a ClusterRole (cluster-scoped, outside the namespace) in layer `rbac`, then a
+/// ConfigMap in layer `config`.
+fn wide(role: &str) -> TempDir {
+    let cluster_role = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {role}\n  annotations:\n    helm.sh/layer: rbac\nrules:\n  - apiGroups: [\"\"]\n    resources: [\"configmaps\"]\n    verbs: [\"get\"]\n"
+    );
+    chart(
+        "wide",
+        &[
+            ("templates/role.yaml", &cluster_role),
+            (
+                "templates/settings.yaml",
+                &config_map(
+                    "settings",
+                    "helm.sh/layer: config\n    helm.sh/depends-on/layers: rbac",
+                ),
+            ),
+        ],
+    )
+}
+
+async fn delete_namespace(op: &Operator, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(op.client.clone());
+    namespaces
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+async fn wait_namespace_gone(op: &Operator, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(op.client.clone());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while namespaces.get_opt(name).await.unwrap().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "namespace {name} stays Terminating"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn cluster_role(op: &Operator, name: &str) -> Option<Value> {
+    op.server
+        .object("rbac.authorization.k8s.io/v1", "ClusterRole", None, name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_namespace_of_a_ready_release_finishes_and_removes_what_it_had_outside() {
+    within(async {
+        let op = Operator::start(4).await;
+        op.namespace("doomed").await;
+        let dir = wide("doomed-reader");
+        op.create(
+            "doomed",
+            release("wide", &dir.path().join("wide"), json!({})),
+        )
+        .await;
+        let sr = ready_at(&op, "doomed", "wide", 1).await;
+        let kept: Vec<(&str, &str)> = status(&sr)
+            .inventory
+            .iter()
+            .map(|e| (e.kind.as_str(), e.name.as_str()))
+            .collect();
+        assert_eq!(kept, [("ClusterRole", "doomed-reader")], "status.inventory");
+        assert!(cluster_role(&op, "doomed-reader").is_some());
+
+        let before = op.server.requests().len();
+        delete_namespace(&op, "doomed").await;
+        wait_namespace_gone(&op, "doomed").await;
+        assert!(
+            cluster_role(&op, "doomed-reader").is_none(),
+            "the ClusterRole is left behind"
+        );
+        // Nothing was created in the namespace being deleted.
+        let refused: Vec<String> = op
+            .server
+            .requests()
+            .iter()
+            .skip(before)
+            .filter(|r| is_write(r) && r.status == 403)
+            .map(|r| format!("{} {:?} {:?}", r.verb, r.kind, r.name))
+            .collect();
+        assert!(refused.is_empty(), "refused writes: {refused:?}");
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_deleted_while_the_controller_was_down_finishes_when_it_is_back() {
+    within(async {
+        let mut op = Operator::start(4).await;
+        op.namespace("lost").await;
+        let dir = wide("lost-reader");
+        op.create("lost", release("wide", &dir.path().join("wide"), json!({})))
+            .await;
+        ready_at(&op, "lost", "wide", 1).await;
+        op.take_controller().stop().await;
+
+        delete_namespace(&op, "lost").await;
+        // The namespace controller deletes the Lease and the records; the release stays, held
+        // by its finalizer, and so does the namespace.
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(op.client.clone(), "lost");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !secrets
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the records are never deleted"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let sr = op.releases("lost").get("wide").await.unwrap();
+        assert!(sr.metadata.deletion_timestamp.is_some());
+        assert!(cluster_role(&op, "lost-reader").is_some());
+
+        let back = op.spawn("controller-back", 4);
+        wait_namespace_gone(&op, "lost").await;
+        assert!(
+            cluster_role(&op, "lost-reader").is_none(),
+            "the ClusterRole is left behind"
+        );
+        back.stop().await;
+    })
+    .await;
+}
