@@ -555,3 +555,60 @@ async fn a_namespace_deleted_while_the_controller_was_down_finishes_when_it_is_b
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drift_correction_cut_short_by_a_killed_controller_is_finished_by_the_next_one() {
+    within(async {
+        let op = Operator::without_controller().await;
+        let a = op.spawn("controller-a", 4);
+        let dir = shop();
+        op.create(
+            "default",
+            release("shop", &dir.path().join("shop"), json!({"timeout": "3s", "interval": "1h"})),
+        )
+        .await;
+        op.wait_object("apps/v1", "Deployment", "default", "app").await;
+        assert!(op.deployment_ready("default", "app"));
+        ready_at(&op, "default", "shop", 1).await;
+
+        // The Deployment is deleted; controller a applies it again and waits for it, then dies.
+        let deployments: Api<Deployment> = Api::namespaced(op.client.clone(), "default");
+        deployments.delete("app", &DeleteParams::default()).await.unwrap();
+        let note = op.wait_event("default", "shop", "DriftCorrected").await;
+        assert_eq!(
+            note,
+            "correcting drift of revision 1: Deployment default/app deleted; applying layer app again"
+        );
+        op.wait_release("default", "shop", "layer app waiting", |sr| {
+            support::charts::layer_phase(sr, "app") == Some(sequenced::api::LayerPhase::Waiting)
+        })
+        .await;
+        a.kill().await;
+        let b = op.spawn("controller-b", 4);
+        assert!(op.deployment_ready("default", "app"));
+        op.wait_event("default", "shop", "LockTakenOver").await;
+        let sr = ready_at(&op, "default", "shop", 1).await;
+        assert!(status(&sr).last_drift_correction.is_some());
+        assert_eq!(status(&sr).history.len(), 1, "still revision 1");
+        // b resumed from the status: the Deployment a applied is not applied again.
+        let appliers: Vec<Option<String>> = op
+            .server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.verb == "apply"
+                    && r.kind.as_deref() == Some("Deployment")
+                    && !r.query.contains("dryRun")
+            })
+            .map(|r| r.client.clone())
+            .collect();
+        assert_eq!(
+            appliers,
+            [Some("controller-a".to_string()), Some("controller-a".to_string())],
+            "installed, then re-created, both by controller-a"
+        );
+        assert_eq!(b.metrics.lock_takeovers.get(), 1);
+        b.stop().await;
+    })
+    .await;
+}

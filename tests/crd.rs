@@ -214,7 +214,8 @@ fn every_spec_and_status_field_of_the_design_is_there() {
             "Ready",
             "Failed",
             "RollingBack",
-            "Uninstalling"
+            "Uninstalling",
+            "Superseded"
         ])
     );
     assert_eq!(status["phase"]["nullable"], true);

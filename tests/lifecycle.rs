@@ -18,6 +18,7 @@ use sequenced::api::{
 use sequenced::history::{Inventory, Record};
 use sequenced::plan::{self, Plan};
 use sequenced::rollout::dependencies::{DependencyFacts, DependencyState};
+use sequenced::rollout::drift::{Drift, DriftReport, Drifted};
 use sequenced::rollout::install::InstallAction;
 use sequenced::rollout::lifecycle::{Begin, PlanFact, Refusal, Revisions, Source};
 use sequenced::rollout::{
@@ -59,6 +60,7 @@ fn with_status(mut sr: SequencedRelease, status: SequencedReleaseStatus) -> Sequ
 fn facts(sr: SequencedRelease) -> Facts {
     let mut facts = Facts::new(Arc::new(sr), LockView::Free, at(100));
     facts.revisions = Some(Revisions::default());
+    facts.namespace_terminating = Some(false);
     facts
 }
 
@@ -573,6 +575,9 @@ fn a_ready_release_with_nothing_new_does_nothing_and_reads_nothing() {
     assert_eq!(next(&f), Next::Need(Need::Record(1)));
     f.records
         .insert(1, record(1, "sha256:1", deployable().inventory.clone()));
+    // Drift detection (on by default) asks whether the objects still match.
+    assert_eq!(next(&f), Next::Need(Need::Drift));
+    f.drift = Some(DriftReport::default());
     let Next::Install(step) = next(&f) else {
         panic!("an idle step");
     };
@@ -816,4 +821,216 @@ fn requeues_follow_the_phase() {
     ] {
         assert_eq!(holds_lock(Some(phase)), held, "{phase:?}");
     }
+}
+
+/// A Ready release at revision 1 of [`deployable`], with its record and plan gathered.
+fn ready_facts(spec: Value) -> Facts {
+    let status = ready(1, "sha256:1");
+    let mut f = facts(with_status(release(spec, json!({})), status));
+    f.source = source("sha256:1");
+    f.plan = plan_fact("sha256:1", false);
+    f.records
+        .insert(1, record(1, "sha256:1", deployable().inventory.clone()));
+    f
+}
+
+#[test]
+fn with_drift_detection_disabled_a_ready_release_reads_nothing() {
+    let f = ready_facts(json!({"driftDetection": "disabled"}));
+    let Next::Install(step) = next(&f) else {
+        panic!("an idle step");
+    };
+    assert!(step.actions.is_empty());
+}
+
+#[test]
+fn a_deleted_object_reapplies_its_layer_and_rechecks_the_layers_that_depend_on_it() {
+    let mut f = ready_facts(json!({}));
+    // ConfigMap queue (layer queue) is gone; layer app depends on queue and database.
+    let queue = deployable()
+        .plan
+        .resources
+        .iter()
+        .position(|r| r.name == "queue")
+        .unwrap();
+    f.drift = Some(DriftReport {
+        drifted: vec![Drifted {
+            resource: queue,
+            drift: Drift::Deleted,
+        }],
+    });
+    let Next::Write(write) = next(&f) else {
+        panic!("a correction begins");
+    };
+    let phases: Vec<(&str, LayerPhase)> = write
+        .status
+        .layers
+        .iter()
+        .map(|l| (l.name.as_str(), l.phase))
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            ("database", LayerPhase::Ready),
+            ("queue", LayerPhase::Pending),
+            ("app", LayerPhase::Waiting)
+        ]
+    );
+    assert_eq!(write.status.phase, Some(ReleasePhase::Deploying));
+    assert_eq!(write.status.revision, Some(1), "no new revision");
+    assert!(write.records.is_empty(), "the record is left as it is");
+    let note = &write.events[0];
+    assert_eq!(note.reason, EventReason::DriftCorrected);
+    assert_eq!(
+        note.message,
+        "correcting drift of revision 1: ConfigMap apps/queue deleted; applying layer queue again"
+    );
+    let correction = write.status.last_drift_correction.as_ref().unwrap();
+    assert_eq!(correction.objects, ["ConfigMap apps/queue deleted"]);
+    // The next step applies layer queue only.
+    let mut f2 = f.clone();
+    f2.status = write.status.clone();
+    f2.drift = None;
+    for (i, _) in deployable().keys.iter().enumerate() {
+        f2.observed.resources.insert(i, None);
+    }
+    for key in deployable().keys.iter() {
+        f2.observed.present.insert(key.clone(), None);
+    }
+    let Next::Install(step) = next(&f2) else {
+        panic!("the correction steps");
+    };
+    assert_eq!(step.actions, [InstallAction::ApplyLayer(1)]);
+}
+
+#[test]
+fn drift_with_warn_sets_the_drifted_condition_once_and_clears_it() {
+    let mut f = ready_facts(json!({"driftDetection": "warn"}));
+    f.drift = Some(DriftReport {
+        drifted: vec![Drifted {
+            resource: 0,
+            drift: Drift::Changed(vec![".spec.template.spec.containers[0].image".into()]),
+        }],
+    });
+    let Next::Write(write) = next(&f) else {
+        panic!("the condition is written");
+    };
+    assert_eq!(write.status.phase, Some(ReleasePhase::Ready));
+    let drifted = write
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Drifted")
+        .unwrap();
+    assert_eq!(
+        drifted.message,
+        "revision 1 drifted (spec.driftDetection: warn, not corrected): Deployment apps/db changed: .spec.template.spec.containers[0].image"
+    );
+    assert_eq!(write.events[0].reason, EventReason::DriftDetected);
+    // Written once: the same drift again changes nothing.
+    let mut again = f.clone();
+    again.status = write.status.clone();
+    assert!(matches!(next(&again), Next::Install(_)));
+    // Gone: so is the condition.
+    again.drift = Some(DriftReport::default());
+    let Next::Write(cleared) = next(&again) else {
+        panic!("the condition is removed");
+    };
+    assert!(
+        cleared
+            .status
+            .conditions
+            .iter()
+            .all(|c| c.type_ != "Drifted")
+    );
+}
+
+#[test]
+fn an_operation_past_spec_timeout_fails_with_reason_timeout() {
+    let mut f = facts(release(json!({"timeout": "30s"}), json!({})));
+    f.source = source("sha256:1");
+    f.plan = plan_fact("sha256:1", false);
+    let Next::Begin(begin) = next(&f) else {
+        panic!("begins");
+    };
+    f.status = begin.status.clone();
+    f.records.insert(1, Some(Arc::new(begin.record.clone())));
+    for key in deployable().keys.iter() {
+        f.observed.present.insert(key.clone(), None);
+    }
+    for (i, _) in deployable().keys.iter().enumerate() {
+        f.observed.resources.insert(i, None);
+    }
+    // Seen in progress since 29 s: still going.
+    f.operation_since = Some(at(71));
+    let Next::Install(step) = next(&f) else {
+        panic!("steps");
+    };
+    assert!(!step.actions.is_empty());
+    // Since 30 s: over.
+    f.operation_since = Some(at(70));
+    let Next::Install(step) = next(&f) else {
+        panic!("steps");
+    };
+    assert!(step.actions.is_empty(), "nothing more is started");
+    assert_eq!(step.status.phase, Some(ReleasePhase::Failed));
+    let (_, reason, message) = condition(&step.status, "Stalled");
+    assert_eq!(reason, "Timeout");
+    assert!(
+        message.starts_with("timed out after 30s (spec.timeout), still waiting for "),
+        "{message}"
+    );
+    assert_eq!(step.records.len(), 1, "the record says failed");
+}
+
+#[test]
+fn in_a_terminating_namespace_without_records_the_kept_inventory_is_uninstalled() {
+    let deleting = json!({"deletionTimestamp": "2027-01-15T08:00:00Z"});
+    let mut status = ready(1, "sha256:1");
+    status.inventory = vec![sequenced::api::InventoryEntry {
+        api_version: "rbac.authorization.k8s.io/v1".into(),
+        kind: "ClusterRole".into(),
+        namespace: None,
+        name: "reader".into(),
+        chart: "shop".into(),
+        layer: "rbac".into(),
+    }];
+    let mut f = facts(with_status(release(json!({}), deleting), status));
+    f.namespace_terminating = None;
+    assert_eq!(next(&f), Next::Need(Need::Namespace));
+    f.namespace_terminating = Some(true);
+    // The records went with the namespace.
+    f.records.insert(1, None);
+    let role = ObjectKey {
+        api_version: "rbac.authorization.k8s.io/v1".into(),
+        kind: "ClusterRole".into(),
+        namespace: None,
+        name: "reader".into(),
+    };
+    assert!(matches!(next(&f), Next::Need(Need::Observe(_))));
+    let ours = sequenced::api::Claim {
+        owner: Some("apps/shop".into()),
+        ..Default::default()
+    };
+    f.observed.present.insert(role.clone(), Some(ours));
+    let Next::Uninstall(step) = next(&f) else {
+        panic!("uninstalls");
+    };
+    assert_eq!(step.deletes, [(0, vec![role.clone()])]);
+    assert!(
+        step.records.is_empty(),
+        "no record is written in the namespace"
+    );
+    f.status = step.status.clone();
+    f.observed.present.insert(role, None);
+    let Next::FinishUninstall {
+        records, delete, ..
+    } = next(&f)
+    else {
+        panic!("finishes");
+    };
+    assert!(
+        records.is_empty() && delete.is_empty(),
+        "the namespace controller deletes the records"
+    );
 }

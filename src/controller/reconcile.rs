@@ -80,7 +80,8 @@ impl<'a> Reconcile<'a> {
             }
         };
         let now = rollout::seconds(Time(k8s_openapi::jiff::Timestamp::now()));
-        let operation_since = ctx.operations.running_for(&sr).and_then(|ran| {
+        let blocked = matches!(lock, LockView::Blocked { .. });
+        let operation_since = ctx.operations.running_for(&sr, blocked).and_then(|ran| {
             let ran = k8s_openapi::jiff::SignedDuration::try_from(ran).ok()?;
             now.0.checked_sub(ran).ok().map(Time)
         });

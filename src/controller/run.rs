@@ -110,16 +110,17 @@ pub(super) struct Operations {
 }
 
 impl Operations {
-    /// How long ago this controller first saw the release's current operation; None when none
-    /// is in progress.
-    pub fn running_for(&self, sr: &SequencedRelease) -> Option<Duration> {
+    /// How long ago this controller first saw the release's current operation while no other
+    /// session held its lock; None when none is in progress (or another session runs it: a
+    /// controller that takes an operation over gives it a whole timeout).
+    pub fn running_for(&self, sr: &SequencedRelease, blocked: bool) -> Option<Duration> {
         let key = ObjectRef::from_obj(sr);
         let status = sr.status.as_ref();
         let phase = status.and_then(|s| s.phase);
         let Ok(mut seen) = self.seen.lock() else {
             return None;
         };
-        if !rollout::holds_lock(phase) {
+        if blocked || !rollout::holds_lock(phase) {
             seen.remove(&key);
             return None;
         }

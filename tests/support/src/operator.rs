@@ -382,12 +382,17 @@ fn mark_deployment_ready(server: &TestApiServer, namespace: &str, name: &str) ->
     )
 }
 
-/// Whether a request writes.
+/// Whether a request writes (a dry run does not).
 pub fn is_write(r: &RecordedRequest) -> bool {
     matches!(
         r.verb,
         "create" | "update" | "patch" | "apply" | "delete" | "deletecollection"
-    )
+    ) && !is_dry_run(r)
+}
+
+/// Whether a request asked for a dry run (`dryRun=All`): the drift check's applies.
+pub fn is_dry_run(r: &RecordedRequest) -> bool {
+    r.query.split('&').any(|p| p == "dryRun=All")
 }
 
 /// Stops the kubelet loop when dropped.

@@ -649,8 +649,9 @@ impl Entry {
             && (operation == "Apply" || self.api_version == api_version)
     }
 
-    /// How a conflict names this manager, as kube-apiserver's field manager prints it:
-    /// `"m"`, `"m" with subresource "scale"`, then for an Update ` using apps/v1 at <time>`.
+    /// How a conflict names this manager, as kube-apiserver's field manager prints its
+    /// identifier (which has no time): `"m"`, `"m" with subresource "scale"`, then for an
+    /// Update ` using apps/v1`.
     fn conflict_name(&self) -> String {
         let mut name = quote(&self.manager);
         if !self.subresource.is_empty() {
@@ -658,9 +659,6 @@ impl Entry {
         }
         if self.operation == "Update" {
             name.push_str(&format!(" using {}", self.api_version));
-            if !self.time.is_empty() {
-                name.push_str(&format!(" at {}", self.time));
-            }
         }
         name
     }
