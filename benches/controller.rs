@@ -18,7 +18,7 @@ use kube::api::{Patch, PatchParams};
 use sequenced::api::v1alpha1::LayerPhase;
 use serde_json::json;
 use support::charts::{is_ready, release, repo};
-use support::operator::{Operator, is_write};
+use support::operator::{Operator, is_dry_run, is_write};
 
 fn cpu_time() -> Duration {
     // utime and stime of this process, in clock ticks (fields 14 and 15 of /proc/self/stat).
@@ -124,7 +124,17 @@ async fn idle_reconciles(op: &Operator, touches: usize) -> Idle {
                 && !(r.kind.as_deref() == Some("SequencedRelease") && r.subresource.is_none())
         })
         .count();
+    // The drift check of a woken Ready release looks deletions up in the watches' index.
+    let reads = op
+        .server
+        .requests()
+        .iter()
+        .filter(|r| {
+            matches!(r.verb, "get" | "list") && r.kind.as_deref() != Some("SequencedRelease")
+        })
+        .count();
     Idle {
+        reads,
         writes,
         reconciles,
         reconcile_cpu: reconcile_cpu / u32::try_from(reconciles.max(1)).unwrap_or(1),
@@ -132,8 +142,58 @@ async fn idle_reconciles(op: &Operator, touches: usize) -> Idle {
     }
 }
 
+/// What the drift checks of a Ready release cost: requests per full check (at each
+/// `interval`) and how long one takes, over `seconds` with `interval: 1s`.
+async fn drift_checks(op: &Operator, seconds: u64) -> (usize, usize, usize, Duration) {
+    let kubelet = op.kubelet();
+    op.namespace("drift").await;
+    op.create(
+        "drift",
+        release(
+            "shop",
+            &repo().join("examples/shop"),
+            json!({"interval": "1s"}),
+        ),
+    )
+    .await;
+    op.wait_release("drift", "shop", "Ready", is_ready).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    drop(kubelet);
+    op.server.clear_requests();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let requests = op.server.requests();
+    let ours: Vec<_> = requests
+        .iter()
+        .filter(|r| {
+            r.namespace.as_deref() == Some("drift")
+                && !matches!(
+                    r.kind.as_deref(),
+                    Some("SequencedRelease" | "Lease" | "Event" | "Secret")
+                )
+                && r.verb != "watch"
+        })
+        .collect();
+    let dry_runs: Vec<_> = ours.iter().filter(|r| is_dry_run(r)).collect();
+    let objects = dry_runs
+        .iter()
+        .filter_map(|r| r.name.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let checks = dry_runs.len() / objects.max(1);
+    // One check: from its first request to its last (they come in a burst).
+    let mut longest = Duration::ZERO;
+    for burst in ours.chunk_by(|a, b| b.at.duration_since(a.at) < Duration::from_millis(200)) {
+        if let (Some(first), Some(last)) = (burst.first(), burst.last()) {
+            longest = longest.max(last.at.duration_since(first.at));
+        }
+    }
+    (ours.len(), checks, objects, longest)
+}
+
 /// What the reconciles of a release that has nothing to do cost.
 struct Idle {
+    /// Reads of anything but the release itself.
+    reads: usize,
     writes: usize,
     reconciles: u64,
     /// CPU time of one reconcile, summed over its polls.
@@ -170,11 +230,19 @@ fn main() {
         let touches = if quick { 5 } else { 200 };
         let idle = idle_reconciles(&op, touches).await;
         println!(
-            "reconcile with nothing to do: {} API writes over {} reconciles ({touches} touches); {:.3} ms CPU per reconcile; {:.3} ms process CPU per touch (upper bound: watch events and the test server included)",
+            "reconcile with nothing to do: {} API writes and {} reads of its objects over {} reconciles ({touches} touches); {:.3} ms CPU per reconcile; {:.3} ms process CPU per touch (upper bound: watch events and the test server included)",
             idle.writes,
+            idle.reads,
             idle.reconciles,
             idle.reconcile_cpu.as_secs_f64() * 1000.0,
             idle.process_cpu.as_secs_f64() * 1000.0
+        );
+        let seconds = if quick { 3 } else { 20 };
+        let (requests, checks, objects, longest) = drift_checks(&op, seconds).await;
+        println!(
+            "drift checks (interval 1s, {seconds} s): {checks} full checks of {objects} objects, {requests} requests ({:.1} per object per check), the longest check {:.1} ms",
+            requests as f64 / (checks.max(1) * objects.max(1)) as f64,
+            longest.as_secs_f64() * 1000.0
         );
         op.stop().await;
     });
