@@ -612,3 +612,125 @@ async fn a_drift_correction_cut_short_by_a_killed_controller_is_finished_by_the_
     })
     .await;
 }
+
+/// The message of the release's first layer.
+fn layer_message(sr: &SequencedRelease) -> String {
+    sr.status
+        .as_ref()
+        .and_then(|s| s.layers.first())
+        .and_then(|l| l.message.clone())
+        .unwrap_or_default()
+}
+
+/// Chart `ext`: ConfigMap `app`, which waits for objects outside the release, one annotation
+/// per spelling kubectl accepts.
+fn waits_for(spellings: &[(&str, &str)]) -> TempDir {
+    let annotations: Vec<String> = spellings
+        .iter()
+        .map(|(id, reference)| format!("{id}.external-dependency.werf.io/resource: {reference}"))
+        .collect();
+    chart(
+        "ext",
+        &[(
+            "templates/app.yaml",
+            &config_map("app", &annotations.join("\n    ")),
+        )],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_dependencies_are_found_in_every_spelling_kubectl_accepts() {
+    within(async {
+        let op = Operator::start(4).await;
+        let _kubelet = op.kubelet();
+        let dir = waits_for(&[
+            ("lower", "secret/ext-secret"),
+            ("upper", "Secret/ext-secret"),
+            ("short", "cm/ext-config"),
+            ("plural", "configmaps/ext-config"),
+            ("grouped", "deployment.apps/ext-web"),
+            ("pluralgroup", "deployments.apps/ext-web"),
+            ("versioned", "Deployment.v1.apps/ext-web"),
+        ]);
+        op.create(
+            "default",
+            release("ext", &dir.path().join("ext"), json!({"interval": "1h"})),
+        )
+        .await;
+        // The dependencies are waited for in the order of their ids; each spelling left
+        // unresolved would keep the release waiting for good.
+        op.wait_release("default", "ext", "waiting for the Deployment", |sr| {
+            layer_message(sr).contains(
+                "waiting for external dependency deployment.apps ext-web: deployment.apps ext-web: not found",
+            )
+        })
+        .await;
+        let deployments: Api<Deployment> = Api::namespaced(op.client.clone(), "default");
+        let web: Value = serde_yaml_ng::from_str(&deployment("ext-web", "a.b/c: d")).unwrap();
+        deployments
+            .create(&Default::default(), &serde_json::from_value(web).unwrap())
+            .await
+            .unwrap();
+        op.wait_release("default", "ext", "waiting for the Secret", |sr| {
+            layer_message(sr).contains("waiting for external dependency secret ext-secret")
+        })
+        .await;
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(op.client.clone(), "default");
+        secrets
+            .create(
+                &Default::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "ext-secret"}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        op.wait_release("default", "ext", "waiting for the ConfigMap", |sr| {
+            layer_message(sr).contains("waiting for external dependency configmaps ext-config")
+        })
+        .await;
+        config_maps(&op, "default")
+            .create(
+                &Default::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "ext-config"}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        // The watches on the external objects wake the release: the interval is an hour.
+        ready_at(&op, "default", "ext", 1).await;
+        op.wait_object("v1", "ConfigMap", "default", "app").await;
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_dependency_of_a_kind_nothing_serves_stalls_the_release_naming_the_annotation()
+{
+    within(async {
+        let op = Operator::start(4).await;
+        let dir = waits_for(&[("db", "secrte/ext-secret")]);
+        op.create(
+            "default",
+            release("ext", &dir.path().join("ext"), json!({"interval": "1h"})),
+        )
+        .await;
+        let sr = op
+            .wait_release("default", "ext", "Stalled", support::charts::is_stalled)
+            .await;
+        let (_, reason, text) = condition(&sr, "Stalled").unwrap();
+        assert_eq!(reason, "PlanFailed");
+        assert!(
+            text.contains("annotation db.external-dependency.werf.io/resource of ConfigMap/app")
+                && text.contains("the API server serves no resource \"secrte\""),
+            "{text}"
+        );
+        assert!(
+            op.server
+                .object("v1", "ConfigMap", Some("default"), "app")
+                .is_none(),
+            "nothing is applied"
+        );
+        op.stop().await;
+    })
+    .await;
+}

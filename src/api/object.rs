@@ -13,6 +13,19 @@ pub struct ObjectKey {
     pub name: String,
 }
 
+impl ObjectKey {
+    /// What makes two keys the same object: group, kind, namespace and name. The version is how
+    /// the object is served, not which object it is (`autoscaling/v1` and `autoscaling/v2`
+    /// HorizontalPodAutoscaler `web` are one object).
+    pub fn identity(&self) -> (&str, &str, Option<&str>, &str) {
+        let group = self
+            .api_version
+            .rsplit_once('/')
+            .map_or("", |(group, _)| group);
+        (group, &self.kind, self.namespace.as_deref(), &self.name)
+    }
+}
+
 impl std::fmt::Display for ObjectKey {
     /// `Deployment shop/db`, `ClusterRole reader`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -9,7 +9,7 @@ use kube::api::{
     Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy,
 };
 use kube::core::ApiResource;
-use kube::discovery::{ApiCapabilities, Discovery, Scope};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 use serde_json::Value;
 use tokio::sync::RwLock;
 
@@ -84,10 +84,26 @@ fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(s) if s.code == 404)
 }
 
+/// One resource discovery lists, with the names kubectl accepts for it.
+#[derive(Debug, Clone)]
+struct Served {
+    resource: ApiResource,
+    namespaced: bool,
+    /// Lowercase: the plural, the singular (the lowercase kind when the server leaves it empty),
+    /// the lowercase kind and the short names.
+    names: Vec<String>,
+    /// The group's preferred version.
+    preferred: bool,
+}
+
 /// What discovery found.
 #[derive(Default)]
 struct Catalog {
-    kinds: HashMap<(String, String), (ApiResource, ApiCapabilities)>,
+    /// By (apiVersion, kind).
+    kinds: HashMap<(String, String), (ApiResource, bool)>,
+    /// Every resource (not subresource), the core group first, then the groups in discovery
+    /// order, each group's preferred version first: the order in which a name is resolved.
+    served: Vec<Served>,
     kube_version: Option<String>,
     api_versions: Vec<String>,
     refreshed: Option<Instant>,
@@ -114,41 +130,163 @@ impl Cluster {
         }
     }
 
-    /// Reads discovery and the server version again.
+    /// Reads discovery and the server version again. A group whose resources cannot be listed
+    /// (an aggregated API whose service is down) is left out, as kubectl does, rather than
+    /// failing every release.
     pub async fn refresh(&self) -> Result<(), ClusterError> {
-        let discovery = Discovery::new(self.client.clone())
-            .run()
-            .await
-            .map_err(ClusterError::Discovery)?;
-        let version = self
-            .client
+        let client = &self.client;
+        let version = client
             .apiserver_version()
             .await
             .map_err(ClusterError::Discovery)?;
+        let core = client
+            .list_core_api_versions()
+            .await
+            .map_err(ClusterError::Discovery)?;
+        let groups = client
+            .list_api_groups()
+            .await
+            .map_err(ClusterError::Discovery)?;
+        // (group, version, preferred), the preferred version of each group first.
+        let mut versions: Vec<(String, String, bool)> = core
+            .versions
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (String::new(), v.clone(), i == 0))
+            .collect();
+        for group in &groups.groups {
+            let preferred = group
+                .preferred_version
+                .as_ref()
+                .map(|p| p.version.clone())
+                .or_else(|| group.versions.first().map(|v| v.version.clone()));
+            let mut listed: Vec<&str> = group.versions.iter().map(|v| v.version.as_str()).collect();
+            listed.sort_by_key(|v| Some(*v) != preferred.as_deref());
+            for v in listed {
+                versions.push((group.name.clone(), v.to_string(), Some(v) == preferred.as_deref()));
+            }
+        }
+        let lists = futures::future::join_all(versions.iter().map(|(group, version, _)| async move {
+            if group.is_empty() {
+                client.list_core_api_resources(version).await
+            } else {
+                client
+                    .list_api_group_resources(&format!("{group}/{version}"))
+                    .await
+            }
+        }))
+        .await;
         let mut kinds = HashMap::new();
+        let mut served = Vec::new();
         let mut api_versions = Vec::new();
-        for group in discovery.groups() {
-            for version in group.versions() {
-                let gv = if group.name().is_empty() {
-                    version.to_string()
-                } else {
-                    format!("{}/{version}", group.name())
-                };
-                api_versions.push(gv.clone());
-                for (resource, caps) in group.versioned_resources(version) {
-                    api_versions.push(format!("{gv}/{}", resource.kind));
-                    kinds.insert((gv.clone(), resource.kind.clone()), (resource, caps));
+        for ((group, version, preferred), list) in versions.into_iter().zip(lists) {
+            let list: APIResourceList = match list {
+                Ok(list) => list,
+                Err(e) if group.is_empty() => return Err(ClusterError::Discovery(e)),
+                Err(e) => {
+                    tracing::warn!(group = %group, version = %version, error = %e, "discovery left out a group version it could not list");
+                    continue;
                 }
+            };
+            let gv = list.group_version.clone();
+            api_versions.push(gv.clone());
+            for r in list.resources.iter().filter(|r| !r.name.contains('/')) {
+                let resource = ApiResource {
+                    group: group.clone(),
+                    version: version.clone(),
+                    api_version: gv.clone(),
+                    kind: r.kind.clone(),
+                    plural: r.name.clone(),
+                };
+                api_versions.push(format!("{gv}/{}", r.kind));
+                let kind = r.kind.to_ascii_lowercase();
+                let singular = if r.singular_name.is_empty() {
+                    kind.clone()
+                } else {
+                    r.singular_name.to_ascii_lowercase()
+                };
+                let mut names = vec![r.name.to_ascii_lowercase(), singular, kind];
+                names.extend(
+                    r.short_names
+                        .iter()
+                        .flatten()
+                        .map(|n| n.to_ascii_lowercase()),
+                );
+                names.dedup();
+                kinds.insert((gv.clone(), r.kind.clone()), (resource.clone(), r.namespaced));
+                served.push(Served {
+                    resource,
+                    namespaced: r.namespaced,
+                    names,
+                    preferred,
+                });
             }
         }
         api_versions.sort();
         api_versions.dedup();
         let mut catalog = self.catalog.write().await;
         catalog.kinds = kinds;
+        catalog.served = served;
         catalog.api_versions = api_versions;
         catalog.kube_version = Some(version.git_version);
         catalog.refreshed = Some(Instant::now());
         Ok(())
+    }
+
+    /// The kind a person named, as kubectl resolves `TYPE[.GROUP]` (`secret`, `Secret`, `cm`,
+    /// `deployment.apps`, `statefulsets.apps`, `deployments.v1.apps`): by plural, singular, kind
+    /// or short name in any case, in the group when one is given, at the group's preferred
+    /// version, the core group first. Discovery is read again when nothing matches.
+    pub async fn resolve(&self, name: &str, group: Option<&str>) -> Result<Kind, ClusterError> {
+        self.ensure_discovered().await?;
+        if let Some(found) = self.resolve_known(name, group).await {
+            return Ok(found);
+        }
+        if self.is_stale().await {
+            self.refresh().await?;
+            if let Some(found) = self.resolve_known(name, group).await {
+                return Ok(found);
+            }
+        }
+        Err(ClusterError::UnknownKind {
+            api_version: group.unwrap_or("").to_string(),
+            kind: name.to_string(),
+        })
+    }
+
+    async fn resolve_known(&self, name: &str, group: Option<&str>) -> Option<Kind> {
+        let catalog = self.catalog.read().await;
+        let name = name.to_ascii_lowercase();
+        let group = group.map(str::to_ascii_lowercase);
+        // `deployments.v1.apps`: a version before the group.
+        let versioned = group.as_deref().and_then(|g| g.split_once('.'));
+        let matches = |s: &Served, group: Option<&str>, version: Option<&str>| {
+            s.names.contains(&name)
+                && group.is_none_or(|g| s.resource.group == g)
+                && version.is_none_or(|v| s.resource.version == v)
+        };
+        let pick = |group: Option<&str>, version: Option<&str>| {
+            let candidates = || catalog.served.iter().filter(|s| matches(s, group, version));
+            candidates()
+                .find(|s| s.preferred || version.is_some())
+                .or_else(|| candidates().next())
+                .map(|s| Kind {
+                    resource: s.resource.clone(),
+                    namespaced: s.namespaced,
+                })
+        };
+        pick(group.as_deref(), None).or_else(|| {
+            let (version, group) = versioned?;
+            pick(Some(group), Some(version))
+        })
+    }
+
+    async fn is_stale(&self) -> bool {
+        self.catalog
+            .read()
+            .await
+            .refreshed
+            .is_none_or(|at| at.elapsed() >= REFRESH_EVERY)
     }
 
     async fn ensure_discovered(&self) -> Result<(), ClusterError> {
@@ -173,13 +311,7 @@ impl Cluster {
         if let Some(found) = self.lookup(&key).await {
             return Ok(found);
         }
-        let stale = self
-            .catalog
-            .read()
-            .await
-            .refreshed
-            .is_none_or(|at| at.elapsed() >= REFRESH_EVERY);
-        if stale {
+        if self.is_stale().await {
             self.refresh().await?;
             if let Some(found) = self.lookup(&key).await {
                 return Ok(found);
@@ -193,9 +325,9 @@ impl Cluster {
 
     async fn lookup(&self, key: &(String, String)) -> Option<Kind> {
         let catalog = self.catalog.read().await;
-        catalog.kinds.get(key).map(|(resource, caps)| Kind {
+        catalog.kinds.get(key).map(|(resource, namespaced)| Kind {
             resource: resource.clone(),
-            namespaced: caps.scope == Scope::Namespaced,
+            namespaced: *namespaced,
         })
     }
 

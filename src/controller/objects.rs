@@ -130,15 +130,13 @@ impl Objects<'_> {
     /// its kind does not exist.
     async fn external(&self, external: &ExternalDependency) -> Result<Option<Value>, Error> {
         let cluster = &self.ctx.cluster;
-        let api_version = match &external.group {
-            Some(group) if !group.is_empty() => match self.preferred_version(group).await {
-                Some(v) => format!("{group}/{v}"),
-                None => return Ok(None),
-            },
-            _ => "v1".to_string(),
-        };
-        let kind = match cluster.kind(&api_version, &external.kind).await {
+        let kind = match cluster
+            .resolve(&external.kind, external.group.as_deref())
+            .await
+        {
             Ok(kind) => kind,
+            // Not served (yet): planning refused kinds nothing serves, so this one is a kind of
+            // the chart's own CRDs, not applied yet.
             Err(ClusterError::UnknownKind { .. }) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
@@ -155,22 +153,12 @@ impl Objects<'_> {
             self.release.clone(),
         );
         let key = ObjectKey {
-            api_version,
-            kind: external.kind.clone(),
+            api_version: kind.resource.api_version.clone(),
+            kind: kind.resource.kind.clone(),
             namespace,
             name: external.name.clone(),
         };
         Ok(cluster.find(&key).await?)
-    }
-
-    async fn preferred_version(&self, group: &str) -> Option<String> {
-        let (_, api_versions) = self.ctx.cluster.capabilities().await.ok()?;
-        let prefix = format!("{group}/");
-        api_versions
-            .iter()
-            .filter_map(|gv| gv.strip_prefix(&prefix))
-            .find(|v| !v.contains('/'))
-            .map(str::to_string)
     }
 
     /// How the revision's objects differ from what it applied. Deleted objects are looked up in

@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::Error;
 use super::source::Prepared;
-use crate::api::{ObjectKey, SequencedRelease};
-use crate::cluster::Cluster;
+use crate::api::{ObjectKey, Reason, SequencedRelease};
+use crate::cluster::{Cluster, ClusterError};
 use crate::helm::Helm;
 use crate::history::{HookRecord, Inventory};
 use crate::metrics::Metrics;
@@ -85,12 +85,20 @@ impl Plans {
         metrics
             .render_duration
             .observe(rendering.elapsed().as_secs_f64());
+        // A refusal that installing a CRD can lift is not kept: the next reconcile plans again.
+        let mut keep = true;
         let outcome = match planned {
             Ok((plan, content)) => {
                 let version = prepared.resolved.version.clone();
                 let mut deployable = deployable(plan, version, cluster, &prepared.namespace).await;
                 deployable.content = content;
-                Ok(Arc::new(deployable))
+                match unknown_external(&deployable, cluster).await? {
+                    Some(refusal) => {
+                        keep = false;
+                        Err(refusal)
+                    }
+                    None => Ok(Arc::new(deployable)),
+                }
             }
             Err(e) if e.is_transient() => return Err(e.into()),
             Err(e) => Err(Refusal {
@@ -103,11 +111,84 @@ impl Plans {
             is_upgrade,
             outcome,
         };
-        if let Ok(mut cached) = self.cached.lock() {
+        if keep && let Ok(mut cached) = self.cached.lock() {
             cached.insert(release.clone(), fact.clone());
         }
         Ok(fact)
     }
+}
+
+/// The first external dependency (werf's `<id>.external-dependency.werf.io/resource`) whose kind
+/// neither the API server (after discovery is read again) nor the chart's own CRDs serve: a plan
+/// error naming the annotation, rather than a wait for an object that can never be found.
+async fn unknown_external(
+    deployable: &Deployable,
+    cluster: &Cluster,
+) -> Result<Option<Refusal>, Error> {
+    let crd_names: Vec<(String, Vec<String>)> = deployable
+        .plan
+        .crds
+        .iter()
+        .filter_map(|crd| {
+            let spec = crd.object.get("spec")?;
+            let group = spec.get("group")?.as_str()?.to_ascii_lowercase();
+            let names = spec.get("names")?;
+            let mut all: Vec<String> = ["kind", "plural", "singular"]
+                .iter()
+                .filter_map(|k| names.get(*k)?.as_str())
+                .chain(
+                    names
+                        .get("shortNames")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str),
+                )
+                .map(str::to_ascii_lowercase)
+                .collect();
+            all.dedup();
+            Some((group, all))
+        })
+        .collect();
+    let plan = &deployable.plan;
+    let externals = plan
+        .layers
+        .iter()
+        .flat_map(|l| l.external.iter())
+        .chain(deployable.hooks.iter().flat_map(|h| h.external.iter()));
+    for external in externals {
+        match cluster
+            .resolve(&external.kind, external.group.as_deref())
+            .await
+        {
+            Ok(_) => continue,
+            Err(ClusterError::UnknownKind { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let kind = external.kind.to_ascii_lowercase();
+        let group = external.group.as_deref().map(str::to_ascii_lowercase);
+        let from_chart = crd_names.iter().any(|(g, names)| {
+            names.contains(&kind) && group.as_ref().is_none_or(|want| want == g)
+        });
+        if from_chart {
+            continue;
+        }
+        let spelled = match &external.group {
+            Some(g) => format!("{}.{g}", external.kind),
+            None => external.kind.clone(),
+        };
+        return Ok(Some(Refusal {
+            reason: Reason::PlanFailed,
+            message: format!(
+                "annotation {}{} of {} ({}): the API server serves no resource {spelled:?} (a kind, plural, singular or short name, with an optional .group), nor do the chart's CRDs",
+                external.id,
+                crate::plan::annotations::WERF_EXTERNAL_RESOURCE,
+                external.declared_by,
+                external.template,
+            ),
+        }));
+    }
+    Ok(None)
 }
 
 /// Gives every planned object its namespace, as the cluster scopes its kind (a kind the cluster

@@ -79,11 +79,13 @@ impl Inventory {
     }
 
     /// The objects of this inventory that `next` no longer has, in this inventory's uninstall
-    /// order (the reverse of its plan): what an upgrade to `next` prunes.
+    /// order (the reverse of its plan): what an upgrade to `next` prunes. Objects are compared
+    /// by [`ObjectKey::identity`], so an object `next` serves through another version (a
+    /// HorizontalPodAutoscaler moved from `autoscaling/v1` to `/v2`) is kept, not pruned.
     pub fn removed_in(&self, next: &Inventory) -> Vec<ObjectKey> {
-        let kept: HashSet<&ObjectKey> = next.objects().collect();
+        let kept: HashSet<_> = next.objects().map(ObjectKey::identity).collect();
         self.objects()
-            .filter(|o| !kept.contains(o))
+            .filter(|o| !kept.contains(&o.identity()))
             .cloned()
             .collect()
     }
@@ -478,6 +480,40 @@ mod tests {
         assert_eq!(
             old.removed_in(&new),
             vec![key("Deployment", "app"), key("Deployment", "db")]
+        );
+    }
+
+    #[test]
+    fn pruning_compares_identity_not_the_served_version() {
+        let at = |api_version: &str, kind: &str, name: &str| ObjectKey {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: Some("ns".into()),
+            name: name.into(),
+        };
+        let step = |objects| InventoryStep {
+            chart: "c".into(),
+            name: "l".into(),
+            objects,
+            after: vec![],
+        };
+        let old = Inventory {
+            steps: vec![step(vec![
+                at("autoscaling/v1", "HorizontalPodAutoscaler", "web"),
+                at("policy/v1beta1", "PodDisruptionBudget", "web"),
+            ])],
+        };
+        let new = Inventory {
+            steps: vec![step(vec![
+                at("autoscaling/v2", "HorizontalPodAutoscaler", "web"),
+                at("v1", "PodDisruptionBudget", "web"),
+            ])],
+        };
+        // The HPA is one object served at two versions; a PodDisruptionBudget of the core group
+        // would be another object than the policy one.
+        assert_eq!(
+            old.removed_in(&new),
+            vec![at("policy/v1beta1", "PodDisruptionBudget", "web")]
         );
     }
 }
