@@ -61,13 +61,45 @@ pub enum HelmError {
     /// Helm did not finish in time and was killed.
     #[error("{command} timed out after {after} and was stopped")]
     TimedOut { command: String, after: String },
-    /// Helm ran and failed; `stderr` is its message, unchanged.
-    #[error("{command} failed ({status}):\n{stderr}")]
+    /// Helm ran and failed; `stderr` is its message, unchanged, after its gist
+    /// ([`gist`]) on the first line: what a one-line view (a `kubectl get` column, an event
+    /// list) keeps.
+    #[error("{command} failed ({status}): {}", with_gist(stderr))]
     Failed {
         command: String,
         status: String,
         stderr: String,
     },
+}
+
+/// What helm's message says about why it failed, on one line: from its last `Error:` line (helm
+/// prints warnings and debug lines before it) to the end, the lines joined and the prefix and the
+/// `Use --debug flag` hint dropped; else its last non-empty line.
+pub fn gist(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("Use --debug flag"))
+        .collect();
+    match lines.iter().rposition(|l| l.starts_with("Error:")) {
+        Some(start) => lines[start..]
+            .join(" ")
+            .trim_start_matches("Error:")
+            .trim()
+            .to_string(),
+        None => lines.last().copied().unwrap_or("no message").to_string(),
+    }
+}
+
+/// The gist on the first line, then the whole message unless the gist says all of it.
+fn with_gist(stderr: &str) -> String {
+    let gist = gist(stderr);
+    let whole = stderr.trim();
+    if whole == gist || whole.strip_prefix("Error:").map(str::trim) == Some(gist.as_str()) {
+        gist
+    } else {
+        format!("{gist}\n{whole}")
+    }
 }
 
 impl HelmError {
@@ -247,5 +279,25 @@ impl ProcessGroup {
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod gist_tests {
+    use super::gist;
+
+    #[test]
+    fn the_gist_is_the_last_error_to_the_end_on_one_line() {
+        let template = "walk.go:75: found symbolic link in path\nError: foo/templates/bad.yaml:1:10\n  executing \"foo/templates/bad.yaml\" at <.Values.missing.field>:\n    nil pointer evaluating interface {}.field\n\nUse --debug flag to render out invalid YAML\n";
+        assert_eq!(
+            gist(template),
+            "foo/templates/bad.yaml:1:10 executing \"foo/templates/bad.yaml\" at <.Values.missing.field>: nil pointer evaluating interface {}.field"
+        );
+        assert_eq!(
+            gist("Error: first\nError: release name \"x\": too long\n"),
+            "release name \"x\": too long"
+        );
+        assert_eq!(gist("something odd\nand then this\n"), "and then this");
+        assert_eq!(gist(""), "no message");
     }
 }

@@ -175,8 +175,8 @@ fn repository_errors_name_the_repository_and_keep_helms_message() {
     assert_eq!(
         err.to_string(),
         format!(
-            "chart repository {url}: helm pull demo --version ^5.0.0 failed (exit code 1):\n\
-             Error: chart \"demo\" version \"^5.0.0\" not found in {url} repository"
+            "chart repository {url}: helm pull demo --version ^5.0.0 failed (exit code 1): \
+             chart \"demo\" version \"^5.0.0\" not found in {url} repository"
         )
     );
 
@@ -189,8 +189,8 @@ fn repository_errors_name_the_repository_and_keep_helms_message() {
     assert_eq!(
         err,
         format!(
-            "chart repository {url}: helm pull nope failed (exit code 1):\n\
-             Error: chart \"nope\" not found in {url} repository"
+            "chart repository {url}: helm pull nope failed (exit code 1): \
+             chart \"nope\" not found in {url} repository"
         )
     );
 
@@ -202,7 +202,7 @@ fn repository_errors_name_the_repository_and_keep_helms_message() {
     let err = fetch(&cache, &unreachable, None).unwrap_err().to_string();
     assert!(
         err.starts_with(
-            "chart repository http://127.0.0.1:9: helm pull demo --version ^0.1 failed (exit code 1):\n"
+            "chart repository http://127.0.0.1:9: helm pull demo --version ^0.1 failed (exit code 1): "
         ),
         "{err}"
     );
@@ -367,7 +367,7 @@ fn an_oci_chart_of_an_exact_version_is_downloaded_once_and_helm_resolves_ranges(
         .to_string();
     assert!(
         err.starts_with(&format!(
-            "OCI registry 127.0.0.1:{}: helm pull oci://127.0.0.1:{}/charts/demo --version ^1 failed (exit code 1):\n",
+            "OCI registry 127.0.0.1:{}: helm pull oci://127.0.0.1:{}/charts/demo --version ^1 failed (exit code 1): ",
             server.port, server.port
         )),
         "{err}"

@@ -424,7 +424,7 @@ fn a_missing_dependency_is_helms_error_naming_the_chart() {
     let message = err.to_string();
     assert!(
         message.starts_with(&format!(
-            "rendering chart {}: helm template failed (exit code 1):\n",
+            "rendering chart {}: helm template failed (exit code 1): ",
             dir.path().display()
         )),
         "{message}"

@@ -46,7 +46,7 @@ fn helm_error(args: &[&str], chart: &str, helm_says: &str) -> String {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(
         stderr.starts_with(&format!(
-            "error: rendering chart {chart}: helm template failed (exit code 1):\nError: "
+            "error: rendering chart {chart}: helm template failed (exit code 1): "
         )),
         "{stderr}"
     );
@@ -302,7 +302,7 @@ fn an_unreachable_chart_repository() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.starts_with(
-            "error: chart repository http://127.0.0.1:9/charts: helm pull demo --version ^1 failed (exit code 1):\nError: "
+            "error: chart repository http://127.0.0.1:9/charts: helm pull demo --version ^1 failed (exit code 1): "
         ),
         "{stderr}"
     );
@@ -368,9 +368,10 @@ fn helm_errors_are_passed_on_whole() {
     let chart = dir.path().display();
     assert!(
         stderr.starts_with(&format!(
-            "error: rendering chart {chart}: helm template failed (exit code 1):\n"
+            "error: rendering chart {chart}: helm template failed (exit code 1): \
+             foo/templates/bad.yaml:1:10 executing \"foo/templates/bad.yaml\" at <.Values.missing.field>: nil pointer evaluating interface {{}}.field\n"
         )),
-        "{stderr}"
+        "the reason on the first line: {stderr}"
     );
     // Helm's own message, line for line.
     assert!(

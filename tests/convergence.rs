@@ -734,3 +734,40 @@ async fn an_external_dependency_of_a_kind_nothing_serves_stalls_the_release_nami
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helm_failure_keeps_its_reason_on_the_first_line_of_the_condition_and_the_event() {
+    within(async {
+        let op = Operator::start(4).await;
+        let dir = chart(
+            "bad",
+            &[("templates/bad.yaml", "{{ .Values.missing.field }}\n")],
+        );
+        op.create(
+            "default",
+            release("bad", &dir.path().join("bad"), json!({"interval": "1h"})),
+        )
+        .await;
+        let sr = op
+            .wait_release("default", "bad", "Stalled", support::charts::is_stalled)
+            .await;
+        // kubectl shows the first line of a column or an event, then "...".
+        let (_, reason, text) = condition(&sr, "Ready").unwrap();
+        assert_eq!(reason, "RenderFailed");
+        let first = text.lines().next().unwrap_or_default();
+        assert!(
+            first.contains("helm template failed (exit code 1): bad/templates/bad.yaml:1:10")
+                && first.ends_with("nil pointer evaluating interface {}.field"),
+            "{text}"
+        );
+        let note = op.wait_event("default", "bad", "Stalled").await;
+        assert!(
+            note.lines()
+                .next()
+                .is_some_and(|l| l.ends_with("nil pointer evaluating interface {}.field")),
+            "{note}"
+        );
+        op.stop().await;
+    })
+    .await;
+}

@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 use kube::Client;
 use kube::api::{
     Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy,
 };
 use kube::core::ApiResource;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 use serde_json::Value;
 use tokio::sync::RwLock;
 
@@ -163,19 +163,24 @@ impl Cluster {
             let mut listed: Vec<&str> = group.versions.iter().map(|v| v.version.as_str()).collect();
             listed.sort_by_key(|v| Some(*v) != preferred.as_deref());
             for v in listed {
-                versions.push((group.name.clone(), v.to_string(), Some(v) == preferred.as_deref()));
+                versions.push((
+                    group.name.clone(),
+                    v.to_string(),
+                    Some(v) == preferred.as_deref(),
+                ));
             }
         }
-        let lists = futures::future::join_all(versions.iter().map(|(group, version, _)| async move {
-            if group.is_empty() {
-                client.list_core_api_resources(version).await
-            } else {
-                client
-                    .list_api_group_resources(&format!("{group}/{version}"))
-                    .await
-            }
-        }))
-        .await;
+        let lists =
+            futures::future::join_all(versions.iter().map(|(group, version, _)| async move {
+                if group.is_empty() {
+                    client.list_core_api_resources(version).await
+                } else {
+                    client
+                        .list_api_group_resources(&format!("{group}/{version}"))
+                        .await
+                }
+            }))
+            .await;
         let mut kinds = HashMap::new();
         let mut served = Vec::new();
         let mut api_versions = Vec::new();
@@ -213,7 +218,10 @@ impl Cluster {
                         .map(|n| n.to_ascii_lowercase()),
                 );
                 names.dedup();
-                kinds.insert((gv.clone(), r.kind.clone()), (resource.clone(), r.namespaced));
+                kinds.insert(
+                    (gv.clone(), r.kind.clone()),
+                    (resource.clone(), r.namespaced),
+                );
                 served.push(Served {
                     resource,
                     namespaced: r.namespaced,

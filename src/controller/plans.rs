@@ -167,9 +167,9 @@ async fn unknown_external(
         }
         let kind = external.kind.to_ascii_lowercase();
         let group = external.group.as_deref().map(str::to_ascii_lowercase);
-        let from_chart = crd_names.iter().any(|(g, names)| {
-            names.contains(&kind) && group.as_ref().is_none_or(|want| want == g)
-        });
+        let from_chart = crd_names
+            .iter()
+            .any(|(g, names)| names.contains(&kind) && group.as_ref().is_none_or(|want| want == g));
         if from_chart {
             continue;
         }
