@@ -771,3 +771,62 @@ async fn a_helm_failure_keeps_its_reason_on_the_first_line_of_the_condition_and_
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_layer_has_its_own_event_as_kubectl_get_events_lists_them() {
+    within(async {
+        let op = Operator::start(4).await;
+        let dir = chart(
+            "abc",
+            &[
+                ("templates/a.yaml", &config_map("a", "helm.sh/layer: a")),
+                (
+                    "templates/b.yaml",
+                    &config_map("b", "helm.sh/layer: b\n    helm.sh/depends-on/layers: a"),
+                ),
+                (
+                    "templates/c.yaml",
+                    &config_map("c", "helm.sh/layer: c\n    helm.sh/depends-on/layers: b"),
+                ),
+            ],
+        );
+        op.create(
+            "default",
+            release("abc", &dir.path().join("abc"), json!({"interval": "1h"})),
+        )
+        .await;
+        ready_at(&op, "default", "abc", 1).await;
+        // What `kubectl get events` reads: core/v1 Events, with their count.
+        let events: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(op.client.clone(), "default");
+        let mut started: Vec<(String, Option<i32>)> = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.involved_object.name.as_deref() == Some("abc")
+                    && e.reason.as_deref() == Some("LayerStarted")
+            })
+            .map(|e| (e.message.unwrap_or_default(), e.count))
+            .collect();
+        started.sort();
+        let notes: Vec<&str> = started.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(
+            notes,
+            [
+                "Applying layer a of chart abc (1 resources)",
+                "Applying layer b of chart abc (1 resources)",
+                "Applying layer c of chart abc (1 resources)",
+            ],
+            "one event per layer"
+        );
+        assert!(
+            started.iter().all(|(_, count)| count.unwrap_or(1) == 1),
+            "{started:?}"
+        );
+        op.stop().await;
+    })
+    .await;
+}

@@ -9,8 +9,10 @@
 //! - [`plans`]: the plan cache, rendering through the chart pipeline;
 //! - [`records`]: the release records in the cluster;
 //! - [`objects`]: applying, deleting and observing the release's objects;
-//! - [`watches`]: what wakes a release besides its own object; [`stats`]: CPU time.
+//! - [`watches`]: what wakes a release besides its own object; [`stats`]: CPU time;
+//! - [`events`]: the Events recorded on a release, one per distinct note.
 
+mod events;
 mod objects;
 mod plans;
 mod reconcile;

@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -735,18 +734,17 @@ impl<'a> Reconcile<'a> {
             if note.reason == EventReason::DriftCorrected {
                 self.ctx.options.metrics.drift_corrections.inc();
             }
-            let event = Event {
-                type_: if note.warning {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                reason: note.reason.to_string(),
-                note: Some(note.message.clone()),
-                action: "Reconcile".to_string(),
-                secondary: None,
-            };
-            if let Err(e) = self.ctx.recorder.publish(&event, &reference).await {
+            let published = self
+                .ctx
+                .events
+                .publish(
+                    &reference,
+                    note.warning,
+                    &note.reason.to_string(),
+                    &note.message,
+                )
+                .await;
+            if let Err(e) = published {
                 tracing::debug!(error = %e, reason = %note.reason, "publishing an event");
             }
         }

@@ -11,11 +11,11 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
+use super::events::Events;
 use super::plans::Plans;
 use super::records::Records;
 use super::source::Sources;
@@ -42,7 +42,7 @@ pub(super) struct Context {
     pub options: Options,
     pub store: Store<SequencedRelease>,
     pub watches: Watches,
-    pub recorder: Recorder,
+    pub events: Events,
     pub sources: Sources,
     pub plans: Plans,
     pub records: Records,
@@ -160,10 +160,6 @@ pub async fn run(
     let (trigger, triggers) = futures::channel::mpsc::unbounded();
     let controller = Controller::new(api.clone(), watcher::Config::default().any_semantic());
     let store = controller.store();
-    let reporter = Reporter {
-        controller: "sequenced".to_string(),
-        instance: Some(options.identity.clone()),
-    };
     let concurrency = options.concurrency;
     let phases = store.clone();
     options.metrics.set_phase_source(Box::new(move || {
@@ -195,7 +191,11 @@ pub async fn run(
     let context = Arc::new(Context {
         cluster: Cluster::new(client.clone()),
         watches: Watches::new(client.clone(), trigger),
-        recorder: Recorder::new(client.clone(), reporter),
+        events: Events::new(
+            client.clone(),
+            "sequenced".to_string(),
+            options.identity.clone(),
+        ),
         sources: Sources::default(),
         plans: Plans::default(),
         records: Records::new(client.clone()),
