@@ -830,3 +830,108 @@ async fn every_layer_has_its_own_event_as_kubectl_get_events_lists_them() {
     })
     .await;
 }
+
+/// Chart `scaled`: Deployment `web` and its HorizontalPodAutoscaler, at the apiVersion the
+/// values name (`autoscaling/v1` or `autoscaling/v2`), with a CPU target of 70 %.
+fn scaled() -> TempDir {
+    let hpa = r#"{{- if eq .Values.hpa "autoscaling/v1" }}
+apiVersion: autoscaling/v1
+kind: HorizontalPodAutoscaler
+metadata:
+  name: web
+  annotations:
+    helm.sh/layer: scaling
+    helm.sh/depends-on/layers: app
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  minReplicas: 1
+  maxReplicas: 4
+  targetCPUUtilizationPercentage: 70
+{{- else }}
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: web
+  annotations:
+    helm.sh/layer: scaling
+    helm.sh/depends-on/layers: app
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  minReplicas: 1
+  maxReplicas: 4
+  metrics:
+    - type: Resource
+      resource:
+        name: cpu
+        target: {type: Utilization, averageUtilization: 70}
+{{- end }}
+"#;
+    chart(
+        "scaled",
+        &[
+            ("templates/web.yaml", &deployment("web", "helm.sh/layer: app")),
+            ("templates/hpa.yaml", hpa),
+            ("values.yaml", "hpa: autoscaling/v1\n"),
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_that_changes_the_served_version_updates_the_object_and_does_not_prune_it() {
+    within(async {
+        let op = Operator::start(4).await;
+        let _kubelet = op.kubelet();
+        let dir = scaled();
+        op.create(
+            "default",
+            release("scaled", &dir.path().join("scaled"), json!({"interval": "1h"})),
+        )
+        .await;
+        ready_at(&op, "default", "scaled", 1).await;
+        let v1 = op
+            .server
+            .object(
+                "autoscaling/v1",
+                "HorizontalPodAutoscaler",
+                Some("default"),
+                "web",
+            )
+            .expect("the HPA, through autoscaling/v1");
+        assert_eq!(v1["spec"]["targetCPUUtilizationPercentage"], 70);
+        let uid = v1["metadata"]["uid"].clone();
+
+        let before = op.server.requests().len();
+        op.releases("default")
+            .patch(
+                "scaled",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"values": {"hpa": "autoscaling/v2"}}})),
+            )
+            .await
+            .unwrap();
+        let sr = ready_at(&op, "default", "scaled", 2).await;
+        let v2 = op
+            .server
+            .object(
+                "autoscaling/v2",
+                "HorizontalPodAutoscaler",
+                Some("default"),
+                "web",
+            )
+            .expect("the HPA is still there after the upgrade");
+        assert_eq!(v2["metadata"]["uid"], uid, "the same object, updated");
+        assert_eq!(
+            v2["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
+            70
+        );
+        assert_eq!(
+            requests_since(&op, before, "delete", "HorizontalPodAutoscaler", "web"),
+            0,
+            "the upgrade pruned what it had just applied"
+        );
+        let inventory = &status(&sr).inventory;
+        assert!(inventory.is_empty(), "nothing outside the namespace: {inventory:?}");
+        op.stop().await;
+    })
+    .await;
+}
