@@ -74,6 +74,16 @@ fn requests_since(op: &Operator, from: usize, verb: &str, kind: &str, name: &str
         .count()
 }
 
+/// Creates release `name` of chart `name` in `dir`, in namespace `default`, with an `interval`
+/// of an hour: what happens sooner is the watches' doing.
+async fn create(op: &Operator, dir: &TempDir, name: &str) {
+    op.create(
+        "default",
+        release(name, &dir.path().join(name), json!({"interval": "1h"})),
+    )
+    .await;
+}
+
 async fn ready_at(op: &Operator, namespace: &str, name: &str, revision: i64) -> SequencedRelease {
     op.wait_release(
         namespace,
@@ -90,11 +100,7 @@ async fn a_deleted_object_is_recreated_at_once_and_the_layers_after_it_are_only_
         let op = Operator::start(4).await;
         let _kubelet = op.kubelet();
         let dir = shop();
-        op.create(
-            "default",
-            release("shop", &dir.path().join("shop"), json!({"interval": "1h"})),
-        )
-        .await;
+        create(&op, &dir, "shop").await;
         ready_at(&op, "default", "shop", 1).await;
 
         let before = op.server.requests().len();
@@ -652,11 +658,7 @@ async fn external_dependencies_are_found_in_every_spelling_kubectl_accepts() {
             ("pluralgroup", "deployments.apps/ext-web"),
             ("versioned", "Deployment.v1.apps/ext-web"),
         ]);
-        op.create(
-            "default",
-            release("ext", &dir.path().join("ext"), json!({"interval": "1h"})),
-        )
-        .await;
+        create(&op, &dir, "ext").await;
         // The dependencies are waited for in the order of their ids; each spelling left
         // unresolved would keep the release waiting for good.
         op.wait_release("default", "ext", "waiting for the Deployment", |sr| {
@@ -709,11 +711,7 @@ async fn an_external_dependency_of_a_kind_nothing_serves_stalls_the_release_nami
     within(async {
         let op = Operator::start(4).await;
         let dir = waits_for(&[("db", "secrte/ext-secret")]);
-        op.create(
-            "default",
-            release("ext", &dir.path().join("ext"), json!({"interval": "1h"})),
-        )
-        .await;
+        create(&op, &dir, "ext").await;
         let sr = op
             .wait_release("default", "ext", "Stalled", support::charts::is_stalled)
             .await;
@@ -743,11 +741,7 @@ async fn a_helm_failure_keeps_its_reason_on_the_first_line_of_the_condition_and_
             "bad",
             &[("templates/bad.yaml", "{{ .Values.missing.field }}\n")],
         );
-        op.create(
-            "default",
-            release("bad", &dir.path().join("bad"), json!({"interval": "1h"})),
-        )
-        .await;
+        create(&op, &dir, "bad").await;
         let sr = op
             .wait_release("default", "bad", "Stalled", support::charts::is_stalled)
             .await;
@@ -790,11 +784,7 @@ async fn every_layer_has_its_own_event_as_kubectl_get_events_lists_them() {
                 ),
             ],
         );
-        op.create(
-            "default",
-            release("abc", &dir.path().join("abc"), json!({"interval": "1h"})),
-        )
-        .await;
+        create(&op, &dir, "abc").await;
         ready_at(&op, "default", "abc", 1).await;
         // What `kubectl get events` reads: core/v1 Events, with their count.
         let events: Api<k8s_openapi::api::core::v1::Event> =
@@ -869,7 +859,10 @@ spec:
     chart(
         "scaled",
         &[
-            ("templates/web.yaml", &deployment("web", "helm.sh/layer: app")),
+            (
+                "templates/web.yaml",
+                &deployment("web", "helm.sh/layer: app"),
+            ),
             ("templates/hpa.yaml", hpa),
             ("values.yaml", "hpa: autoscaling/v1\n"),
         ],
@@ -882,11 +875,7 @@ async fn an_upgrade_that_changes_the_served_version_updates_the_object_and_does_
         let op = Operator::start(4).await;
         let _kubelet = op.kubelet();
         let dir = scaled();
-        op.create(
-            "default",
-            release("scaled", &dir.path().join("scaled"), json!({"interval": "1h"})),
-        )
-        .await;
+        create(&op, &dir, "scaled").await;
         ready_at(&op, "default", "scaled", 1).await;
         let v1 = op
             .server
@@ -930,7 +919,10 @@ async fn an_upgrade_that_changes_the_served_version_updates_the_object_and_does_
             "the upgrade pruned what it had just applied"
         );
         let inventory = &status(&sr).inventory;
-        assert!(inventory.is_empty(), "nothing outside the namespace: {inventory:?}");
+        assert!(
+            inventory.is_empty(),
+            "nothing outside the namespace: {inventory:?}"
+        );
         op.stop().await;
     })
     .await;

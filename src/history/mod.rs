@@ -460,14 +460,18 @@ mod tests {
         assert_eq!(record.revision, 1);
     }
 
-    #[test]
-    fn pruning_keeps_the_old_uninstall_order_and_drops_what_stays() {
-        let step = |objects| InventoryStep {
+    /// One step `c`/`l` of these objects.
+    fn step(objects: Vec<ObjectKey>) -> InventoryStep {
+        InventoryStep {
             chart: "c".into(),
             name: "l".into(),
             objects,
             after: vec![],
-        };
+        }
+    }
+
+    #[test]
+    fn pruning_keeps_the_old_uninstall_order_and_drops_what_stays() {
         let old = Inventory {
             steps: vec![
                 step(vec![key("Deployment", "app"), key("Service", "app")]),
@@ -490,12 +494,6 @@ mod tests {
             kind: kind.into(),
             namespace: Some("ns".into()),
             name: name.into(),
-        };
-        let step = |objects| InventoryStep {
-            chart: "c".into(),
-            name: "l".into(),
-            objects,
-            after: vec![],
         };
         let old = Inventory {
             steps: vec![step(vec![
