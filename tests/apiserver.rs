@@ -1990,3 +1990,54 @@ async fn the_played_job_controller_writes_job_statuses_as_recorded() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_terminating_namespace_refuses_creates_with_the_recorded_body_and_allows_updates() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let client = server.client();
+        let recorded = recorded_json("requests-lifecycle.json");
+        let ns = "rec-1795461113";
+        let nss: Api<Namespace> = Api::all(client.clone());
+        nss.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+        )
+        .await
+        .unwrap();
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        let mut keep = cm("keep", &[]);
+        keep.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+        cms.create(&PostParams::default(), &keep).await.unwrap();
+        nss.delete(ns, &DeleteParams::default()).await.unwrap();
+        for key in [
+            "create-in-terminating-namespace-configmap",
+            "create-in-terminating-namespace-lease",
+            "create-in-terminating-namespace-secret",
+        ] {
+            let request = &recorded[key]["request"];
+            let answer = send_json(
+                &server,
+                "POST",
+                request["path"].as_str().unwrap(),
+                "application/json",
+                &request["body"],
+            )
+            .await;
+            assert_eq!(answer.status, 403, "{key}: {}", answer.text);
+            assert_eq!(answer.json(), recorded[key]["response"]["body"], "{key}");
+        }
+        let request = &recorded["update-in-terminating-namespace"]["request"];
+        let answer = send_json(
+            &server,
+            "PATCH",
+            request["path"].as_str().unwrap(),
+            "application/merge-patch+json",
+            &request["body"],
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.text);
+        assert_eq!(answer.json()["data"]["a"], "b");
+    })
+    .await;
+}

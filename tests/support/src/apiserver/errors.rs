@@ -141,6 +141,29 @@ impl ApiError {
         )
     }
 
+    /// NamespaceLifecycle admission: a create in a namespace being deleted.
+    pub fn namespace_terminating(group: &str, resource: &str, name: &str, namespace: &str) -> Self {
+        let mut error = Self::forbidden(
+            group,
+            resource,
+            name,
+            &format!(
+                "unable to create new content in namespace {namespace} because it is being terminated"
+            ),
+        );
+        if let Some(details) = error.body.get_mut("details").and_then(Value::as_object_mut) {
+            details.insert(
+                "causes".into(),
+                json!([{
+                    "reason": "NamespaceTerminating",
+                    "message": format!("namespace {namespace} is being terminated"),
+                    "field": "metadata.namespace",
+                }]),
+            );
+        }
+        error
+    }
+
     pub fn method_not_allowed() -> Self {
         Self::new(
             405,

@@ -447,13 +447,8 @@ impl State {
         };
         match self.objects.get(&key) {
             None => Err(ApiError::not_found("", "namespaces", namespace)),
-            Some(ns) if is_deleting(ns) => Err(ApiError::forbidden(
-                &rt.group,
-                &rt.plural,
-                name,
-                &format!(
-                    "unable to create new content in namespace {namespace} because it is being terminated"
-                ),
+            Some(ns) if is_deleting(ns) => Err(ApiError::namespace_terminating(
+                &rt.group, &rt.plural, name, namespace,
             )),
             Some(_) => Ok(()),
         }
