@@ -2041,3 +2041,93 @@ async fn a_terminating_namespace_refuses_creates_with_the_recorded_body_and_allo
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_horizontal_pod_autoscaler_is_one_object_served_at_v2_and_v1() {
+    use k8s_openapi::api::autoscaling::{v1, v2};
+    timed(async {
+        let server = TestApiServer::start().await;
+        let client = server.client();
+        let recorded = recorded_json("requests-lifecycle.json");
+        let group = get(&server, "/apis/autoscaling").await;
+        assert_eq!(
+            group.json(),
+            recorded["discovery-autoscaling"]["response"]["body"]
+        );
+        for version in ["v1", "v2"] {
+            let list = get(&server, &format!("/apis/autoscaling/{version}")).await.json();
+            let hpa = list["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["name"] == "horizontalpodautoscalers")
+                .unwrap_or_else(|| panic!("{version}: {list}"))
+                .clone();
+            assert_eq!(hpa["shortNames"], json!(["hpa"]), "{version}");
+            assert_eq!(hpa["kind"], "HorizontalPodAutoscaler");
+        }
+
+        let old: Api<v1::HorizontalPodAutoscaler> = Api::default_namespaced(client.clone());
+        let new: Api<v2::HorizontalPodAutoscaler> = Api::default_namespaced(client.clone());
+        let created = old
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": "web"},
+                    "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                        "minReplicas": 1, "maxReplicas": 4, "targetCPUUtilizationPercentage": 70}
+                }))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        let seen = serde_json::to_value(new.get("web").await.unwrap()).unwrap();
+        assert_eq!(seen["apiVersion"], "autoscaling/v2");
+        assert_eq!(seen["metadata"]["uid"], json!(created.metadata.uid));
+        assert_eq!(
+            seen["spec"]["metrics"],
+            json!([{"type": "Resource", "resource": {"name": "cpu",
+                "target": {"type": "Utilization", "averageUtilization": 70}}}])
+        );
+
+        // Applied through v2 with a second metric: the same object; v1 shows the CPU target and
+        // keeps the other metric in an annotation, and a v1 round trip loses nothing.
+        let applied: v2::HorizontalPodAutoscaler = serde_json::from_value(json!({
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "web"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                "minReplicas": 2, "maxReplicas": 6, "metrics": [
+                    {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}}},
+                    {"type": "Resource", "resource": {"name": "memory", "target": {"type": "Utilization", "averageUtilization": 80}}}
+                ]}
+        }))
+        .unwrap();
+        let after = new
+            .patch("web", &PatchParams::apply("m").force(), &Patch::Apply(&applied))
+            .await
+            .unwrap();
+        assert_eq!(after.metadata.uid, created.metadata.uid);
+        let as_v1 = old.get("web").await.unwrap();
+        assert_eq!(as_v1.spec.as_ref().unwrap().target_cpu_utilization_percentage, Some(60));
+        assert_eq!(as_v1.spec.as_ref().unwrap().min_replicas, Some(2));
+        assert!(
+            as_v1
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("autoscaling.alpha.kubernetes.io/metrics"))
+                .is_some_and(|m| m.contains("memory")),
+            "{as_v1:?}"
+        );
+        old.replace("web", &PostParams::default(), &as_v1).await.unwrap();
+        let back = serde_json::to_value(new.get("web").await.unwrap()).unwrap();
+        assert_eq!(back["spec"]["metrics"].as_array().map(Vec::len), Some(2), "{back}");
+        assert!(back.pointer("/metadata/annotations").is_none(), "{back}");
+
+        assert_eq!(old.list(&Default::default()).await.unwrap().items.len(), 1);
+        assert_eq!(new.list(&Default::default()).await.unwrap().items.len(), 1);
+        old.delete("web", &DeleteParams::default()).await.unwrap();
+        assert!(new.get_opt("web").await.unwrap().is_none());
+    })
+    .await;
+}

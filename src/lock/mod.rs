@@ -568,6 +568,13 @@ impl Locks {
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(()),
+            // The lease was deleted with its namespace, and the namespace being deleted refuses
+            // to create it again (an update of an absent Lease creates it): there is no lock to
+            // wait for any more, not even this controller's own last sighting of it.
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                guard(&self.seen).remove(release);
+                Ok(())
+            }
             Err(source) => Err(api_error("releasing", release)(source)),
         }
     }

@@ -34,6 +34,7 @@
 //! - Watches never time out on their own without `timeoutSeconds`; bookmarks come every
 //!   minute and two seconds before the timeout, as from the watch cache.
 
+mod convert;
 mod errors;
 mod fields;
 mod patch;

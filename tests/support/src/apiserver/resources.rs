@@ -502,9 +502,15 @@ pub fn builtins() -> &'static [ResourceType] {
             .iter()
             .map(
                 |&(group, version, plural, kind, namespaced, short, categories, status)| {
+                    // HorizontalPodAutoscaler: v2 preferred (and stored), v1 too.
+                    let versions = if group == "autoscaling" {
+                        vec![version.into(), "v1".into()]
+                    } else {
+                        vec![version.into()]
+                    };
                     ResourceType {
                         group: group.into(),
-                        versions: vec![version.into()],
+                        versions,
                         plural: plural.into(),
                         singular: kind.to_lowercase(),
                         kind: kind.into(),

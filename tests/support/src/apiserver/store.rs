@@ -134,6 +134,9 @@ pub fn present(rt: &ResourceType, version: &str, obj: &Value) -> Value {
     if rt.group == "events.k8s.io" {
         return typed::event_from_core(obj.clone());
     }
+    if super::convert::is_hpa_v1(&rt.group, &rt.kind, version) {
+        return super::convert::hpa_v2_to_v1(obj.clone());
+    }
     let mut v = obj.clone();
     if rt.is_custom()
         && let Value::Object(m) = &mut v
@@ -617,6 +620,10 @@ impl State {
             }
         };
         obj = decoded;
+        if super::convert::is_hpa_v1(&rt.group, &rt.kind, w.version) {
+            // Stored, and defaulted, as autoscaling/v2.
+            obj = super::convert::hpa_v1_to_v2(obj);
+        }
         typed::apply_defaults(rt, &mut obj);
         let mut errs = Vec::new();
         if rt.group == "events.k8s.io" {

@@ -113,7 +113,14 @@ pub fn decode(rt: &ResourceType, version: &str, obj: Value) -> Result<Value, Dec
     if let Err(e) = check_quantities(&obj, false) {
         return Err(DecodeError::BadRequest(cannot(e)));
     }
-    match typed_roundtrip(&rt.group, &rt.kind, obj.clone()) {
+    let typed = if super::convert::is_hpa_v1(&rt.group, &rt.kind, version) {
+        Some(roundtrip::<
+            k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler,
+        >(obj.clone()))
+    } else {
+        typed_roundtrip(&rt.group, &rt.kind, obj.clone())
+    };
+    match typed {
         None => Ok(obj),
         Some(Ok(mut v)) => {
             drop_invented(&obj, &mut v);
