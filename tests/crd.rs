@@ -81,6 +81,7 @@ fn names_scope_subresources_and_columns() {
         .collect();
     let wanted = [
         ("READY", 0),
+        ("STATUS", 0),
         ("PHASE", 0),
         ("LAYER", 0),
         ("REVISION", 0),

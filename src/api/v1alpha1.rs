@@ -31,6 +31,12 @@ const DURATION_MESSAGE: &str = "must be a duration such as 30s, 5m or 1h30m (uni
         description = "Whether every resource of the release is ready"
     ),
     printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message",
+        description = "The Ready condition's message: what is ready, or why not"
+    ),
+    printcolumn(
         name = "Phase",
         type_ = "string",
         json_path = ".status.phase",
@@ -174,9 +180,11 @@ pub struct SequencedReleaseSpec {
 
     /// How often a Ready release is looked at again even when nothing changed: the chart
     /// source is resolved again (a new version in a range, a changed chart path in the
-    /// operator's file system, `valuesFrom` read again) and the release's objects are compared
-    /// with what it applied (`spec.driftDetection`). Changes of the spec, of its `valuesFrom`
-    /// and chart ConfigMaps and Secrets, and deletions of its objects are acted on at once.
+    /// operator's file system, `valuesFrom` read again), a new revision starts when that changed
+    /// the digest, and the release's objects are compared with what it applied
+    /// (`spec.driftDetection`: a GET and a server-side apply dry run per object). Not a retry
+    /// interval. Changes of the spec, of its `valuesFrom` and chart ConfigMaps and Secrets, and
+    /// deletions of its objects are acted on at once.
     #[serde(default = "default_interval")]
     #[schemars(length(max = 32))]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
