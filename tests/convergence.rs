@@ -929,3 +929,195 @@ async fn an_upgrade_that_changes_the_served_version_updates_the_object_and_does_
     })
     .await;
 }
+
+/// Chart `valued` (version `version`): ConfigMap `shown`, whose `data.v` is `.Values.v`.
+fn valued(version: &str) -> TempDir {
+    chart(
+        "valued",
+        &[
+            (
+                "templates/shown.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shown\ndata:\n  v: {{ .Values.v | quote }}\n",
+            ),
+            ("values.yaml", "v: default\n"),
+            (
+                "Chart.yaml",
+                &format!("apiVersion: v2\nname: valued\nversion: {version}\n"),
+            ),
+        ],
+    )
+}
+
+/// `data.v` of ConfigMap `shown`, once it is `want`.
+async fn shown(op: &Operator, want: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = op
+            .server
+            .object("v1", "ConfigMap", Some("default"), "shown")
+            .and_then(|o| o["data"]["v"].as_str().map(str::to_string));
+        if v.as_deref() == Some(want) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ConfigMap shown has v {v:?}, not {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn revision(sr: &SequencedRelease) -> Option<i64> {
+    sr.status.as_ref().and_then(|s| s.revision)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_values_from_config_map_or_secret_starts_a_revision_at_once() {
+    within(async {
+        let op = Operator::start(4).await;
+        let dir = valued("0.1.0");
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(op.client.clone(), "default");
+        config_maps(&op, "default")
+            .create(
+                &Default::default(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": "vals"}, "data": {"values.yaml": "v: one\n"}}),
+                )
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        op.create(
+            "default",
+            release(
+                "valued",
+                &dir.path().join("valued"),
+                json!({"interval": "1h", "valuesFrom": [
+                    {"kind": "ConfigMap", "name": "vals"},
+                    {"kind": "Secret", "name": "secret-vals", "optional": true}
+                ]}),
+            ),
+        )
+        .await;
+        ready_at(&op, "default", "valued", 1).await;
+        shown(&op, "one").await;
+
+        // The interval is an hour: only the watch on the ConfigMap explains a new revision.
+        config_maps(&op, "default")
+            .patch(
+                "vals",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"values.yaml": "v: two\n"}})),
+            )
+            .await
+            .unwrap();
+        ready_at(&op, "default", "valued", 2).await;
+        shown(&op, "two").await;
+
+        // A label leaves the digest as it is: woken, but no new revision.
+        let before = op.server.requests().len();
+        config_maps(&op, "default")
+            .patch(
+                "vals",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
+            )
+            .await
+            .unwrap();
+        // The optional Secret appears later, and wins (it comes after the ConfigMap).
+        secrets
+            .create(
+                &Default::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "secret-vals"},
+                    "stringData": {"values.yaml": "v: three\n"}}))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        let sr = ready_at(&op, "default", "valued", 3).await;
+        shown(&op, "three").await;
+        assert_eq!(
+            revision(&sr),
+            Some(3),
+            "the label started no revision of its own"
+        );
+        assert!(
+            requests_since(&op, before, "get", "ConfigMap", "vals") >= 1,
+            "the release read its inputs again"
+        );
+
+        // A ConfigMap nobody reads wakes nothing (once the steps after Ready are done).
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let reads = op.server.requests().len();
+        config_maps(&op, "default")
+            .create(
+                &Default::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "unrelated"}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            requests_since(&op, reads, "get", "ConfigMap", "vals"),
+            0,
+            "an unrelated ConfigMap woke the release"
+        );
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chart_replaced_in_its_config_map_starts_a_revision_at_once() {
+    within(async {
+        let op = Operator::start(4).await;
+        let archive = |version: &str| {
+            let dir = valued(version);
+            let out = tempfile::tempdir().unwrap();
+            let path = support::package(&dir.path().join("valued"), out.path());
+            std::fs::read(path).unwrap()
+        };
+        let configmap = |bytes: Vec<u8>| -> ConfigMap {
+            serde_json::from_value(json!({"metadata": {"name": "charts"},
+                "binaryData": {"valued.tgz": k8s_openapi::ByteString(bytes)}}))
+            .unwrap()
+        };
+        config_maps(&op, "default")
+            .create(&Default::default(), &configmap(archive("0.1.0")))
+            .await
+            .unwrap();
+        op.create(
+            "default",
+            json!({
+                "apiVersion": "sequenced.dev/v1alpha1",
+                "kind": "SequencedRelease",
+                "metadata": {"name": "valued"},
+                "spec": {"chart": {"configMapRef": {"name": "charts", "key": "valued.tgz"}},
+                    "interval": "1h"}
+            }),
+        )
+        .await;
+        let sr = ready_at(&op, "default", "valued", 1).await;
+        assert_eq!(
+            status(&sr).history[0].chart_version.as_deref(),
+            Some("0.1.0")
+        );
+        config_maps(&op, "default")
+            .replace("charts", &Default::default(), &configmap(archive("0.2.0")))
+            .await
+            .unwrap();
+        let sr = ready_at(&op, "default", "valued", 2).await;
+        assert_eq!(
+            status(&sr)
+                .history
+                .first()
+                .and_then(|h| h.chart_version.as_deref()),
+            Some("0.2.0"),
+            "{:?}",
+            status(&sr).history
+        );
+        op.stop().await;
+    })
+    .await;
+}

@@ -178,6 +178,9 @@ impl<'a> Reconcile<'a> {
         let ctx = self.ctx;
         match need {
             Need::Source => {
+                // A change of what it reads wakes the release from now on.
+                ctx.watches
+                    .reads(&self.key, super::source::inputs_of(&self.facts.release));
                 let prepared = ctx
                     .sources
                     .prepare(

@@ -65,6 +65,7 @@ impl Context {
     /// Forgets what the caches keep of a release that is gone.
     pub fn forget(&self, release: &ObjectRef<SequencedRelease>) {
         self.sources.forget(release);
+        self.watches.forget_reads(release);
         self.plans.forget(release);
         self.records.forget(release);
         self.operations.forget(release);

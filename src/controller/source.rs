@@ -2,7 +2,7 @@
 //! every `interval`), the values (`valuesFrom` in order, then `values`, as ordered values files),
 //! and the digest of both, which decides when a new revision starts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ use kube::{Client, ResourceExt};
 use sha2::{Digest as _, Sha256};
 
 use super::Error;
+use super::watches::{Input, InputKind};
 use crate::api::{KeyReference, Reason, SequencedRelease, ValuesKind};
 use crate::chart::source::{ChartCache, ChartReference, Credentials};
 use crate::helm::Helm;
@@ -132,6 +133,39 @@ impl Sources {
             digest,
         }))
     }
+}
+
+/// The ConfigMaps and Secrets the spec reads: `valuesFrom`, a packaged chart in
+/// `chart.configMapRef` or `chart.secretRef`, and `chart.credentialsSecretRef`.
+pub(super) fn inputs_of(sr: &SequencedRelease) -> HashSet<Input> {
+    let namespace = sr.namespace().unwrap_or_else(|| "default".to_string());
+    let spec = &sr.spec;
+    let of = |kind: ValuesKind| match kind {
+        ValuesKind::ConfigMap => InputKind::ConfigMap,
+        ValuesKind::Secret => InputKind::Secret,
+    };
+    let values = spec
+        .values_from
+        .iter()
+        .map(|r| (of(r.kind), r.name.clone()));
+    let chart = [
+        spec.chart
+            .config_map_ref
+            .as_ref()
+            .map(|k| (InputKind::ConfigMap, k.name.clone())),
+        spec.chart
+            .secret_ref
+            .as_ref()
+            .map(|k| (InputKind::Secret, k.name.clone())),
+        spec.chart
+            .credentials_secret_ref
+            .as_ref()
+            .map(|r| (InputKind::Secret, r.name.clone())),
+    ];
+    values
+        .chain(chart.into_iter().flatten())
+        .map(|(kind, name)| (kind, namespace.clone(), name))
+        .collect()
 }
 
 fn refusal(field: impl std::fmt::Display, message: impl std::fmt::Display) -> Refusal {

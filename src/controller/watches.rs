@@ -1,12 +1,15 @@
 //! What wakes a release besides its own object: metadata-only watches on every kind the
 //! controller has applied (mapped back to the owning release through the `sequenced.dev/owner`
-//! annotation), and watches on the external objects werf charts depend on.
+//! annotation), watches on the external objects werf charts depend on, and metadata-only
+//! watches on the ConfigMaps and Secrets releases read (`valuesFrom`, a chart in
+//! `configMapRef`/`secretRef`, `credentialsSecretRef`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
@@ -35,6 +38,46 @@ struct Present {
 /// An external object, by kind, namespace and name.
 type ExternalKey = (String, String, Option<String>, String);
 
+/// A ConfigMap or Secret a release reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InputKind {
+    ConfigMap,
+    Secret,
+}
+
+/// An input by kind, namespace and name.
+pub type Input = (InputKind, String, String);
+
+/// Which releases read which inputs, both ways.
+#[derive(Default)]
+struct Readers {
+    of: HashMap<Input, HashSet<ObjectRef<SequencedRelease>>>,
+    reads: HashMap<ObjectRef<SequencedRelease>, HashSet<Input>>,
+}
+
+impl Readers {
+    /// Makes `inputs` all that `release` reads.
+    fn set(&mut self, release: &ObjectRef<SequencedRelease>, inputs: HashSet<Input>) {
+        for old in self.reads.remove(release).unwrap_or_default() {
+            if let Some(readers) = self.of.get_mut(&old) {
+                readers.remove(release);
+                if readers.is_empty() {
+                    self.of.remove(&old);
+                }
+            }
+        }
+        for input in &inputs {
+            self.of
+                .entry(input.clone())
+                .or_default()
+                .insert(release.clone());
+        }
+        if !inputs.is_empty() {
+            self.reads.insert(release.clone(), inputs);
+        }
+    }
+}
+
 /// The set of running watches; each is started once and runs until the controller stops.
 pub struct Watches {
     client: Client,
@@ -43,6 +86,9 @@ pub struct Watches {
     /// The managed objects that exist, by kind, as the managed watches last saw them.
     present: Arc<Mutex<HashMap<GroupKind, Present>>>,
     external: Arc<Mutex<HashMap<ExternalKey, HashSet<ObjectRef<SequencedRelease>>>>>,
+    readers: Arc<Mutex<Readers>>,
+    /// The input watches started, by kind and namespace.
+    input_watches: Mutex<HashSet<(InputKind, String)>>,
     /// The watch tasks, stopped when the controller goes away.
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
@@ -65,6 +111,8 @@ impl Watches {
             kinds: Mutex::new(HashSet::new()),
             present: Arc::new(Mutex::new(HashMap::new())),
             external: Arc::new(Mutex::new(HashMap::new())),
+            readers: Arc::new(Mutex::new(Readers::default())),
+            input_watches: Mutex::new(HashSet::new()),
             tasks: Mutex::new(Vec::new()),
         }
     }
@@ -229,5 +277,103 @@ impl Watches {
             }
         });
         self.keep(task);
+    }
+
+    /// Records that `release` reads `inputs` (and nothing else), and wakes it whenever one of
+    /// them is created, changed or deleted.
+    ///
+    /// One metadata-only watch per kind and namespace that some release reads from, started on
+    /// first use: a change of data changes the resourceVersion, which is all that is needed,
+    /// and Secret data never reaches the operator through it. Per namespace rather than over
+    /// the cluster, since releases read inputs from their own namespace, and a cluster-wide
+    /// watch would stream every Secret change of the cluster (Helm records, tokens) to be
+    /// dropped here.
+    pub fn reads(&self, release: &ObjectRef<SequencedRelease>, inputs: HashSet<Input>) {
+        let namespaces: HashSet<(InputKind, String)> = inputs
+            .iter()
+            .map(|(kind, namespace, _)| (*kind, namespace.clone()))
+            .collect();
+        if let Ok(mut readers) = self.readers.lock() {
+            readers.set(release, inputs);
+        }
+        for (kind, namespace) in namespaces {
+            let first = self
+                .input_watches
+                .lock()
+                .is_ok_and(|mut started| started.insert((kind, namespace.clone())));
+            if first {
+                self.watch_inputs(kind, namespace);
+            }
+        }
+    }
+
+    /// Forgets what a release that is gone read.
+    pub fn forget_reads(&self, release: &ObjectRef<SequencedRelease>) {
+        if let Ok(mut readers) = self.readers.lock() {
+            readers.set(release, HashSet::new());
+        }
+    }
+
+    fn watch_inputs(&self, kind: InputKind, namespace: String) {
+        let trigger = self.trigger.clone();
+        let readers = Arc::clone(&self.readers);
+        let config = watcher::Config::default().any_semantic();
+        let events = match kind {
+            InputKind::ConfigMap => {
+                let api: Api<PartialObjectMeta<ConfigMap>> =
+                    Api::namespaced(self.client.clone(), &namespace);
+                watcher(api, config)
+                    .default_backoff()
+                    .map(|e| e.map(changed))
+                    .boxed()
+            }
+            InputKind::Secret => {
+                let api: Api<PartialObjectMeta<Secret>> =
+                    Api::namespaced(self.client.clone(), &namespace);
+                watcher(api, config)
+                    .default_backoff()
+                    .map(|e| e.map(changed))
+                    .boxed()
+            }
+        };
+        let task = tokio::spawn(async move {
+            tracing::debug!(?kind, namespace = %namespace, "watching inputs");
+            let mut events = events;
+            while let Some(event) = events.next().await {
+                let name = match event {
+                    Ok(Some(name)) => name,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        tracing::debug!(?kind, namespace = %namespace, error = %e, "watch error");
+                        continue;
+                    }
+                };
+                let input = (kind, namespace.clone(), name);
+                let owners: Vec<_> = match readers.lock() {
+                    Ok(readers) => readers
+                        .of
+                        .get(&input)
+                        .into_iter()
+                        .flatten()
+                        .cloned()
+                        .collect(),
+                    Err(_) => return,
+                };
+                for owner in owners {
+                    if trigger.unbounded_send(owner).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        self.keep(task);
+    }
+}
+
+/// The name of the object an event says was listed, created, changed or deleted.
+fn changed<K: kube::Resource>(event: Event<K>) -> Option<String> {
+    match event {
+        Event::Apply(o) | Event::InitApply(o) | Event::Delete(o) => Some(o.name_any()),
+        Event::Init | Event::InitDone => None,
     }
 }
