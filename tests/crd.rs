@@ -475,3 +475,76 @@ fn the_rust_types_read_a_release_with_defaults_filled_in() {
         true
     );
 }
+
+/// What the API server answers to a create of `release`: None when it is accepted, else the
+/// 422 message.
+async fn admitted(op: &sequenced_testkit::operator::Operator, release: Value) -> Option<String> {
+    let api = op.releases("default");
+    let sr: sequenced::api::SequencedRelease = serde_json::from_value(release).unwrap();
+    match api.create(&Default::default(), &sr).await {
+        Ok(_) => None,
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(
+                (s.code, s.reason.as_str()),
+                (422, "Invalid"),
+                "{}",
+                s.message
+            );
+            Some(s.message)
+        }
+        Err(other) => panic!("{other}"),
+    }
+}
+
+#[tokio::test]
+async fn the_api_server_refuses_a_release_name_longer_than_helm_allows() {
+    let op = sequenced_testkit::operator::Operator::without_controller().await;
+    let named = |name: &str, spec: Value| {
+        let mut r = release(spec);
+        r["metadata"]["name"] = json!(name);
+        r
+    };
+    let long = "a".repeat(60);
+    let chart = json!({"chart": {"path": "/charts/shop"}});
+    assert_eq!(
+        admitted(&op, named(&long, chart.clone())).await.as_deref(),
+        Some(
+            format!(
+                "SequencedRelease.sequenced.dev \"{long}\" is invalid: <nil>: Invalid value: \"object\": \
+                 the Helm release name defaults to metadata.name, {long}, which is longer than the 53 characters Helm allows: set a shorter spec.releaseName"
+            )
+            .as_str()
+        )
+    );
+    let mut short = chart.clone();
+    short["releaseName"] = json!("shop");
+    assert_eq!(
+        admitted(&op, named(&long, short)).await,
+        None,
+        "a short releaseName is enough"
+    );
+    let mut too_long = chart.clone();
+    too_long["releaseName"] = json!("b".repeat(54));
+    let refused = admitted(&op, named("shop2", too_long))
+        .await
+        .unwrap_or_default();
+    assert!(
+        refused.contains("is longer than the 53 characters Helm allows for a release name"),
+        "{refused}"
+    );
+    assert_eq!(
+        admitted(&op, named(&"c".repeat(53), chart.clone())).await,
+        None,
+        "53 is allowed"
+    );
+    // A rule on a field is reported at that field, with the type of its value.
+    let mut slow = chart;
+    slow["timeout"] = json!("soon");
+    assert_eq!(
+        admitted(&op, named("slow", slow)).await.as_deref(),
+        Some(
+            "SequencedRelease.sequenced.dev \"slow\" is invalid: spec.timeout: Invalid value: \"string\": \
+             must be a duration such as 30s, 5m or 1h30m (units ms, s, m, h)"
+        )
+    );
+}

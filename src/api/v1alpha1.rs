@@ -9,6 +9,13 @@ use serde::{Deserialize, Serialize};
 const DURATION_RULE: &str = r"self.matches('^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$')";
 /// What the API server answers when [`DURATION_RULE`] fails.
 const DURATION_MESSAGE: &str = "must be a duration such as 30s, 5m or 1h30m (units ms, s, m, h)";
+/// CEL rule at the root: the effective Helm release name (`spec.releaseName`, else
+/// `metadata.name`) fits Helm's limit of 53 characters, refused at admission rather than failing
+/// at render time.
+const RELEASE_NAME_RULE: &str =
+    "size(has(self.spec.releaseName) ? self.spec.releaseName : self.metadata.name) <= 53";
+/// What the API server answers when [`RELEASE_NAME_RULE`] fails.
+const RELEASE_NAME_MESSAGE: &str = "has(self.spec.releaseName) ? 'spec.releaseName ' + self.spec.releaseName + ' is longer than the 53 characters Helm allows for a release name' : 'the Helm release name defaults to metadata.name, ' + self.metadata.name + ', which is longer than the 53 characters Helm allows: set a shorter spec.releaseName'";
 
 /// A Helm chart deployed in dependency order: its resources are applied layer by layer, each layer
 /// only after the layers it depends on are ready.
@@ -24,6 +31,7 @@ const DURATION_MESSAGE: &str = "must be a duration such as 30s, 5m or 1h30m (uni
     status = "SequencedReleaseStatus",
     derive = "PartialEq",
     doc = "A Helm chart deployed in dependency order, layer by layer, by the sequenced operator.",
+    validation = Rule::new(RELEASE_NAME_RULE).message(kube::core::cel::Message::Expression(RELEASE_NAME_MESSAGE.into())),
     printcolumn(
         name = "Ready",
         type_ = "string",

@@ -1112,3 +1112,57 @@ pub fn validate_event(ev: &Value, core: bool, create: bool, errs: &mut Vec<Field
         }
     }
 }
+
+/// The CEL rules (`x-kubernetes-validations`) of a custom resource's schema, evaluated as
+/// kube-apiserver does: a failed rule is `Invalid value: "<type>": <message>` at the rule's
+/// field, `<nil>` for a rule at the root of the schema (which may read `self.metadata.name`).
+pub fn validate_cel(schema: &Value, obj: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
+    use kube::core::cel::{CompiledSchema, compile_schema, validate_compiled};
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::rc::Rc;
+    thread_local! {
+        /// Compiled once per schema (and thread), not at every write.
+        static COMPILED: RefCell<HashMap<String, Rc<CompiledSchema>>> = RefCell::new(HashMap::new());
+    }
+    let key = schema.to_string();
+    let compiled = COMPILED.with(|c| {
+        Rc::clone(
+            c.borrow_mut()
+                .entry(key)
+                .or_insert_with(|| Rc::new(compile_schema(schema))),
+        )
+    });
+    let Err(failures) = validate_compiled(&compiled, obj, old) else {
+        return;
+    };
+    for failure in failures.into_vec() {
+        let path = failure.field_path;
+        let at = if path.is_empty() {
+            Some(obj)
+        } else {
+            path.split('.')
+                .try_fold(obj, |v, segment| match segment.split_once('[') {
+                    Some((key, index)) => v
+                        .get(key)?
+                        .get(index.trim_end_matches(']').parse::<usize>().ok()?),
+                    None => v.get(segment),
+                })
+        };
+        let type_name = match at {
+            Some(Value::String(_)) => "string",
+            Some(Value::Number(n)) if n.is_i64() || n.is_u64() => "integer",
+            Some(Value::Number(_)) => "number",
+            Some(Value::Bool(_)) => "boolean",
+            Some(Value::Array(_)) => "array",
+            Some(Value::Null) => "null",
+            _ => "object",
+        };
+        let field = if path.is_empty() {
+            "<nil>".to_string()
+        } else {
+            path
+        };
+        errs.push(FieldError::invalid(field, type_name, failure.message));
+    }
+}
