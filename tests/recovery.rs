@@ -134,6 +134,7 @@ fn applied_since(op: &Operator, from: usize, kinds: &[&str]) -> Vec<String> {
     for r in op.server.requests().iter().skip(from) {
         if r.verb == "apply"
             && r.status < 300
+            && !support::operator::is_dry_run(r)
             && r.kind.as_deref().is_some_and(|k| kinds.contains(&k))
             && let Some(name) = &r.name
             && !names.contains(name)
