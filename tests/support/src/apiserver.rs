@@ -38,6 +38,7 @@ mod convert;
 mod errors;
 mod fields;
 mod patch;
+mod rbac;
 mod resources;
 mod scale;
 mod select;
@@ -64,6 +65,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
 use errors::ApiError;
+use rbac::User;
+pub use rbac::{GROUPS_HEADER, USER_HEADER};
 use resources::ResourceType;
 use select::{FieldSelector, LabelSelector};
 use store::{DeleteOptions, Out, Selection, State, Write};
@@ -93,6 +96,9 @@ pub struct RecordedRequest {
     pub subresource: Option<String>,
     /// Which test client sent it (the `x-test-client` header of [`TestApiServer::client_as`]).
     pub client: Option<String>,
+    /// The user the request ran as: the impersonated user when it impersonated one, else the
+    /// authenticated one ([`USER_HEADER`]); None for the default administrator.
+    pub user: Option<String>,
 }
 
 /// The header that names a test client.
@@ -174,25 +180,69 @@ impl TestApiServer {
         format!("http://{}", self.inner.addr)
     }
 
-    /// A new `kube::Client` for this server, default namespace "default".
-    pub fn client(&self) -> kube::Client {
+    /// The `kube::Config` of [`TestApiServer::client`]: plain HTTP, default namespace
+    /// "default", the cluster's administrator (group system:masters). Set
+    /// `auth_info.impersonate` / `auth_info.impersonate_groups` on it to impersonate.
+    pub fn config(&self) -> kube::Config {
         let uri: http::Uri = self.url().parse().expect("server url");
         let mut config = kube::Config::new(uri);
         config.default_namespace = "default".into();
-        kube::Client::try_from(config).expect("kube client")
+        config
+    }
+
+    /// The `kube::Config` of [`TestApiServer::client_as`]: [`TestApiServer::config`] whose
+    /// requests are recorded as sent by `client_name`.
+    pub fn config_as(&self, client_name: &str) -> kube::Config {
+        let mut config = self.config();
+        config.headers.push((
+            http::HeaderName::from_static(CLIENT_HEADER),
+            http::HeaderValue::from_str(client_name).expect("client name"),
+        ));
+        config
+    }
+
+    /// The `kube::Config` of [`TestApiServer::client_as_user`]: requests recorded as sent by
+    /// `client_name`, authenticated as `user` in `groups` ([`USER_HEADER`], [`GROUPS_HEADER`]).
+    /// A service account's name (`system:serviceaccount:NS:NAME`) brings the groups
+    /// system:serviceaccounts and system:serviceaccounts:NS; every such user is in
+    /// system:authenticated, and is allowed what the RBAC objects in the server grant it.
+    pub fn config_as_user(&self, client_name: &str, user: &str, groups: &[&str]) -> kube::Config {
+        let mut config = self.config_as(client_name);
+        config.headers.push((
+            http::HeaderName::from_static(USER_HEADER),
+            http::HeaderValue::from_str(user).expect("user name"),
+        ));
+        if !groups.is_empty() {
+            config.headers.push((
+                http::HeaderName::from_static(GROUPS_HEADER),
+                http::HeaderValue::from_str(&groups.join(",")).expect("group names"),
+            ));
+        }
+        config
+    }
+
+    /// A new `kube::Client` for this server, default namespace "default", as the cluster's
+    /// administrator.
+    pub fn client(&self) -> kube::Client {
+        kube::Client::try_from(self.config()).expect("kube client")
     }
 
     /// A client whose requests are recorded as sent by `name` ([`RecordedRequest::client`]), to
     /// tell several controllers apart.
     pub fn client_as(&self, name: &str) -> kube::Client {
-        let uri: http::Uri = self.url().parse().expect("server url");
-        let mut config = kube::Config::new(uri);
-        config.default_namespace = "default".into();
-        config.headers.push((
-            http::HeaderName::from_static(CLIENT_HEADER),
-            http::HeaderValue::from_str(name).expect("client name"),
-        ));
-        kube::Client::try_from(config).expect("kube client")
+        kube::Client::try_from(self.config_as(name)).expect("kube client")
+    }
+
+    /// A client recorded as `name_for_recording` that authenticates as `user` in `groups`
+    /// (see [`TestApiServer::config_as_user`]) instead of as the administrator.
+    pub fn client_as_user(
+        &self,
+        name_for_recording: &str,
+        user: &str,
+        groups: &[&str],
+    ) -> kube::Client {
+        kube::Client::try_from(self.config_as_user(name_for_recording, user, groups))
+            .expect("kube client")
     }
 
     /// Holds back every watch event for `client` (as a slow or partitioned watch connection
@@ -335,6 +385,7 @@ impl TestApiServer {
 }
 
 /// A request as the handlers see it.
+#[derive(Clone)]
 struct Req {
     method: Method,
     path: String,
@@ -614,6 +665,19 @@ fn dispatch(inner: &Inner, req: &Req) -> Reply {
     };
     let verb = verb_of(req, target);
     let parsed = parse_body(req);
+    let full_path = if req.query.is_empty() {
+        req.path.clone()
+    } else {
+        format!("{}?{}", req.path, req.query)
+    };
+    // Authentication, then the impersonation filter: who the request runs as.
+    let authenticated = rbac::authenticate(&req.headers);
+    let requester = authenticated.clone().unwrap_or_else(User::admin);
+    let impersonated = rbac::impersonate(&state, &requester, &req.headers, &full_path);
+    let (user, user_name) = match &impersonated {
+        Ok(Some(u)) => (u.clone(), Some(u.name.clone())),
+        _ => (requester, authenticated.map(|u| u.name)),
+    };
     let index = state.requests.len();
     state.requests.push(RecordedRequest {
         method: req.method.to_string(),
@@ -639,12 +703,8 @@ fn dispatch(inner: &Inner, req: &Req) -> Reply {
             .filter(|_| target.is_some()),
         subresource: target.filter(|t| !t.sub.is_empty()).map(|t| t.sub.clone()),
         client: req.header(CLIENT_HEADER).map(String::from),
+        user: user_name,
     });
-    let full_path = if req.query.is_empty() {
-        req.path.clone()
-    } else {
-        format!("{}?{}", req.path, req.query)
-    };
     let method = req.method.as_str().to_uppercase();
     let injected = state
         .failures
@@ -655,10 +715,18 @@ fn dispatch(inner: &Inner, req: &Req) -> Reply {
             f.status
         });
     state.failures.retain(|f| f.remaining > 0);
-    let reply = match (injected, routed) {
+    let reply = match (injected, impersonated) {
         (Some(code), _) => Reply::error(ApiError::injected(code)),
-        (None, Err(e)) => Reply::error(e),
-        (None, Ok(route)) => handle(&mut state, req, route, parsed),
+        (None, Err(rbac::Refused::Forbidden(e))) => Reply::error(e),
+        (None, Err(rbac::Refused::Internal(text))) => Reply::Text(500, text),
+        (None, Ok(_)) => {
+            // The authorizer judges the request as its URL reads, before any routing.
+            let attributes = rbac::request_info(&req.method, &req.path, &req.params);
+            match (rbac::check(&state, &user, &attributes), routed) {
+                (Err(e), _) | (Ok(()), Err(e)) => Reply::error(e),
+                (Ok(()), Ok(route)) => handle(&mut state, req, route, parsed, &user),
+            }
+        }
     };
     state.requests[index].status = reply.status();
     let rv = state.rv;
@@ -672,6 +740,7 @@ fn handle(
     req: &Req,
     route: Route,
     body: Option<Result<Value, String>>,
+    user: &User,
 ) -> Reply {
     let get_only = |r: Reply| {
         if req.method == Method::GET {
@@ -759,7 +828,7 @@ fn handle(
                 )
             }
         }),
-        Route::Resource(t) => match resource(state, req, &t, body) {
+        Route::Resource(t) => match resource(state, req, &t, body, user) {
             Ok(r) => r,
             Err(e) => Reply::error(e),
         },
@@ -882,6 +951,7 @@ fn resource(
     req: &Req,
     t: &Target,
     body: Option<Result<Value, String>>,
+    user: &User,
 ) -> Result<Reply, ApiError> {
     let dry_run = req.params.iter().any(|(k, v)| k == "dryRun" && v == "All");
     let manager_param = req.param("fieldManager").map(String::from);
@@ -905,6 +975,22 @@ fn resource(
         dry_run,
     };
     let item = !t.name.is_empty();
+    if t.rt.is_review() {
+        if req.method != Method::POST || item {
+            return Err(ApiError::method_not_allowed());
+        }
+        let review = rbac::self_subject_access_review(
+            state,
+            user,
+            &body_value(body)?,
+            &manager,
+            &util::now_time(),
+        )?;
+        return Ok(Reply::json(201, review));
+    }
+    if !user.is_admin() && t.sub.is_empty() {
+        authorize_write(state, req, t, &body, user)?;
+    }
     if t.sub == "scale" {
         let body = match body {
             Some(Err(e)) => return Err(ApiError::bad_request(e)),
@@ -1002,6 +1088,63 @@ fn resource(
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// What kube-apiserver checks of a write beyond the request's own authorization: RBAC
+/// escalation prevention for roles and bindings (on the object the write would store), and
+/// `create` for an update or apply that would create its object.
+fn authorize_write(
+    state: &mut State,
+    req: &Req,
+    t: &Target,
+    body: &Option<Result<Value, String>>,
+    user: &User,
+) -> Result<(), ApiError> {
+    let item = !t.name.is_empty();
+    if t.rt.group == "rbac.authorization.k8s.io" {
+        match req.method {
+            Method::POST if !item => {
+                if let Some(Ok(new)) = body {
+                    rbac::check_escalation(state, user, &t.rt.kind, &t.namespace, "", None, new)?;
+                }
+            }
+            Method::PUT | Method::PATCH if item => {
+                let old = state.get(&t.rt, &t.namespace, &t.name).ok();
+                let mut dry = req.clone();
+                dry.params.push(("dryRun".into(), "All".into()));
+                if let Reply::Json {
+                    status, body: new, ..
+                } = resource(state, &dry, t, body.clone(), &User::admin())?
+                    && status < 300
+                {
+                    rbac::check_escalation(
+                        state,
+                        user,
+                        &t.rt.kind,
+                        &t.namespace,
+                        &t.name,
+                        old.as_ref(),
+                        &new,
+                    )?;
+                }
+            }
+            _ => {}
+        }
+    }
+    let apply = req.method == Method::PATCH
+        && req.content_type().as_deref() == Some("application/apply-patch+yaml");
+    let put_create = req.method == Method::PUT && t.rt.create_on_update();
+    if item && (apply || put_create) && state.get(&t.rt, &t.namespace, &t.name).is_err() {
+        rbac::check_create_on_update(
+            state,
+            user,
+            &t.rt.group,
+            &t.rt.plural,
+            &t.namespace,
+            &t.name,
+        )?;
+    }
+    Ok(())
 }
 
 /// POST and PUT take JSON or YAML (protobuf is not understood here); no Content-Type is JSON.

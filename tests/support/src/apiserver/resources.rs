@@ -87,8 +87,15 @@ impl ResourceType {
         }
     }
 
+    /// A review answered at once and never stored (SelfSubjectAccessReview).
+    pub fn is_review(&self) -> bool {
+        self.group == "authorization.k8s.io"
+    }
+
     pub fn verbs(&self) -> Vec<&'static str> {
-        if self.group.is_empty() && self.kind == "Namespace" {
+        if self.is_review() {
+            vec!["create"]
+        } else if self.group.is_empty() && self.kind == "Namespace" {
             vec![
                 "create", "delete", "get", "list", "patch", "update", "watch",
             ]
@@ -295,6 +302,16 @@ const BUILTINS: &[Builtin] = &[
         false,
     ),
     (
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+        false,
+        &[],
+        &[],
+        false,
+    ),
+    (
         "autoscaling",
         "v2",
         "horizontalpodautoscalers",
@@ -482,6 +499,7 @@ pub const BUILTIN_GROUPS: &[&str] = &[
     "apiregistration.k8s.io",
     "apps",
     "events.k8s.io",
+    "authorization.k8s.io",
     "autoscaling",
     "batch",
     "networking.k8s.io",
