@@ -2131,3 +2131,516 @@ async fn a_horizontal_pod_autoscaler_is_one_object_served_at_v2_and_v1() {
     })
     .await;
 }
+
+// ----- identity, impersonation, RBAC and SelfSubjectAccessReview -----
+
+/// The code, reason and message of a request the server refused.
+fn refused<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> (u16, String, String) {
+    match result {
+        Err(kube::Error::Api(s)) => (s.code, s.reason.clone(), s.message.clone()),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// A client of the administrator that impersonates `user` (in `groups` when given), as the
+/// operator's clients do.
+fn impersonating(mut config: kube::Config, user: &str, groups: &[&str]) -> kube::Client {
+    config.auth_info.impersonate = Some(user.to_string());
+    if !groups.is_empty() {
+        config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+    }
+    kube::Client::try_from(config).unwrap()
+}
+
+async fn admin_creates(server: &TestApiServer, path: &str, body: Value) {
+    let answer = send_json(server, "POST", path, "application/json", &body).await;
+    assert_eq!(answer.status, 201, "{path}: {}", answer.text);
+}
+
+async fn namespace(server: &TestApiServer, name: &str) {
+    admin_creates(
+        server,
+        "/api/v1/namespaces",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+    )
+    .await;
+}
+
+const RBAC: &str = "/apis/rbac.authorization.k8s.io/v1";
+
+/// A Role `name` in `ns` with `rules`, bound to `subject` by a RoleBinding of the same name.
+async fn role_for(server: &TestApiServer, ns: &str, name: &str, rules: Value, subject: Value) {
+    admin_creates(
+        server,
+        &format!("{RBAC}/namespaces/{ns}/roles"),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name}, "rules": rules}),
+    )
+    .await;
+    admin_creates(
+        server,
+        &format!("{RBAC}/namespaces/{ns}/rolebindings"),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}, "subjects": [subject]}),
+    )
+    .await;
+}
+
+fn deployer_subject() -> Value {
+    json!({"kind": "ServiceAccount", "name": "deployer", "namespace": "t"})
+}
+
+/// Namespaces t and other, and the service account t/deployer allowed get, list, watch,
+/// create, patch and delete of ConfigMaps in t.
+async fn deployer_setup(server: &TestApiServer) {
+    namespace(server, "t").await;
+    namespace(server, "other").await;
+    role_for(
+        server,
+        "t",
+        "deployer",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]}]),
+        deployer_subject(),
+    )
+    .await;
+}
+
+const DEPLOYER: &str = "system:serviceaccount:t:deployer";
+
+#[tokio::test]
+async fn impersonation_and_access_reviews_answer_as_recorded() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let recorded = recorded_json("requests-lifecycle.json");
+        namespace(&server, "rec-1795461113-t").await;
+        for key in [
+            "impersonated-create-forbidden",
+            "selfsubjectaccessreview-denied",
+        ] {
+            let request = &recorded[key]["request"];
+            let want = &recorded[key]["response"];
+            let mut b = http::Request::builder()
+                .method(request["method"].as_str().unwrap())
+                .uri(request["path"].as_str().unwrap())
+                .header("user-agent", "Python-urllib/3.11")
+                .header("content-type", "application/json")
+                .header(
+                    "impersonate-user",
+                    request["headers"]["Impersonate-User"].as_str().unwrap(),
+                );
+            for g in request["headers"]["Impersonate-Group"].as_array().unwrap() {
+                b = b.header("impersonate-group", g.as_str().unwrap());
+            }
+            let body = serde_json::to_vec(&request["body"]).unwrap();
+            let res = plain_client(&server)
+                .send(b.body(kube::client::Body::from(body)).unwrap())
+                .await
+                .unwrap();
+            let status = res.status().as_u16();
+            let bytes = res.into_body().collect().await.unwrap().to_bytes();
+            let got: Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(status, want["status"], "{key}: {got}");
+            assert_eq!(normalize(&got), normalize(&want["body"]), "{key}");
+        }
+        let users: Vec<Option<String>> = server
+            .requests()
+            .iter()
+            .skip(1)
+            .map(|r| r.user.clone())
+            .collect();
+        assert_eq!(
+            users,
+            vec![Some("system:serviceaccount:rec-1795461113-t:deployer".to_string()); 2]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_service_account_does_what_its_role_grants_and_nothing_more() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        deployer_setup(&server).await;
+        let client = impersonating(server.config_as("operator"), DEPLOYER, &[]);
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "t");
+        cms.create(&PostParams::default(), &cm("made", &[])).await.unwrap();
+        let mut applied = cm("applied", &[]);
+        applied.data = Some([("k".to_string(), "v".to_string())].into());
+        cms.patch("applied", &PatchParams::apply("deployer"), &Patch::Apply(&applied))
+            .await
+            .unwrap();
+        assert_eq!(cms.get("applied").await.unwrap().data, applied.data);
+        assert_eq!(cms.list(&ListParams::default()).await.unwrap().items.len(), 2);
+        cms.delete("made", &DeleteParams::default()).await.unwrap();
+        let recorded: Vec<_> = server
+            .requests()
+            .into_iter()
+            .filter(|r| r.client.as_deref() == Some("operator"))
+            .collect();
+        assert_eq!(recorded.len(), 5);
+        assert!(recorded.iter().all(|r| r.user.as_deref() == Some(DEPLOYER) && r.status < 300));
+        assert!(server.requests().iter().filter(|r| r.client.is_none()).all(|r| r.user.is_none()));
+
+        // Not granted: update; anything in another namespace; cluster-scoped kinds; watching
+        // elsewhere.
+        let (code, reason, message) = refused(
+            cms.replace("applied", &PostParams::default(), &cms.get("applied").await.unwrap()).await,
+        );
+        assert_eq!((code, reason.as_str()), (403, "Forbidden"));
+        assert_eq!(
+            message,
+            "configmaps \"applied\" is forbidden: User \"system:serviceaccount:t:deployer\" cannot update resource \"configmaps\" in API group \"\" in the namespace \"t\""
+        );
+        let elsewhere: Api<ConfigMap> = Api::namespaced(client.clone(), "other");
+        assert_eq!(
+            refused(elsewhere.get("x").await).2,
+            "configmaps \"x\" is forbidden: User \"system:serviceaccount:t:deployer\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"other\""
+        );
+        assert_eq!(
+            refused(elsewhere.create(&PostParams::default(), &cm("x", &[])).await).2,
+            "configmaps is forbidden: User \"system:serviceaccount:t:deployer\" cannot create resource \"configmaps\" in API group \"\" in the namespace \"other\""
+        );
+        let watch = elsewhere.watch(&WatchParams::default(), "0").await.map(|_| ());
+        assert_eq!(
+            refused(watch),
+            (403, "Forbidden".to_string(), "configmaps is forbidden: User \"system:serviceaccount:t:deployer\" cannot watch resource \"configmaps\" in API group \"\" in the namespace \"other\"".to_string())
+        );
+        let all: Api<ConfigMap> = Api::all(client.clone());
+        assert_eq!(
+            refused(all.list(&ListParams::default()).await).2,
+            "configmaps is forbidden: User \"system:serviceaccount:t:deployer\" cannot list resource \"configmaps\" in API group \"\" at the cluster scope"
+        );
+        let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
+        let role = serde_json::from_value(json!({"metadata": {"name": "sneaky"}, "rules": []})).unwrap();
+        assert_eq!(
+            refused(roles.create(&PostParams::default(), &role).await).2,
+            "clusterroles.rbac.authorization.k8s.io is forbidden: User \"system:serviceaccount:t:deployer\" cannot create resource \"clusterroles\" in API group \"rbac.authorization.k8s.io\" at the cluster scope"
+        );
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), "t");
+        let status = deployments
+            .patch_status("web", &PatchParams::default(), &Patch::Merge(json!({"status": {}})))
+            .await;
+        let (_, _, message) = refused(status);
+        assert_eq!(
+            message,
+            "deployments.apps \"web\" is forbidden: User \"system:serviceaccount:t:deployer\" cannot patch resource \"deployments/status\" in API group \"apps\" in the namespace \"t\""
+        );
+        assert!(server.object("v1", "ConfigMap", Some("other"), "x").is_none());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_update_or_apply_that_would_create_needs_create() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        namespace(&server, "t").await;
+        role_for(
+            &server,
+            "t",
+            "patcher",
+            json!([{"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["get", "patch", "update"]}]),
+            json!({"kind": "User", "name": "pat"}),
+        )
+        .await;
+        let client = server.client_as_user("pat", "pat", &[]);
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "t");
+        let admin_cms: Api<ConfigMap> = Api::namespaced(server.client(), "t");
+        admin_cms.create(&PostParams::default(), &cm("there", &[])).await.unwrap();
+        let apply = PatchParams::apply("pat");
+        cms.patch("there", &apply, &Patch::Apply(&cm("there", &[("a", "b")])))
+            .await
+            .unwrap();
+        let (code, reason, message) =
+            refused(cms.patch("new", &apply, &Patch::Apply(&cm("new", &[]))).await);
+        assert_eq!((code, reason.as_str()), (403, "Forbidden"));
+        // kube-apiserver words this refusal with the authorizer's reason only, which RBAC leaves
+        // empty.
+        assert_eq!(message, "configmaps \"new\" is forbidden: ");
+        assert!(admin_cms.get_opt("new").await.unwrap().is_none());
+        // A PUT of an absent Service creates it (AllowCreateOnUpdate): create is needed too.
+        let services: Api<Service> = Api::namespaced(client, "t");
+        let svc: Service = serde_json::from_value(json!({"metadata": {"name": "svc"}, "spec": {"ports": [{"port": 80}]}})).unwrap();
+        assert_eq!(refused(services.replace("svc", &PostParams::default(), &svc).await).0, 403);
+        assert!(server.object("v1", "Service", Some("t"), "svc").is_none());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_role_binding_grants_a_cluster_role_only_in_its_namespace() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        namespace(&server, "a").await;
+        namespace(&server, "b").await;
+        admin_creates(
+            &server,
+            &format!("{RBAC}/clusterroles"),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "cm-reader"},
+                "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]}),
+        )
+        .await;
+        admin_creates(
+            &server,
+            &format!("{RBAC}/namespaces/a/rolebindings"),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "readers"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cm-reader"},
+                "subjects": [{"kind": "Group", "name": "devs", "apiGroup": "rbac.authorization.k8s.io"}]}),
+        )
+        .await;
+        let dev = server.client_as_user("dev", "alice", &["devs"]);
+        let outsider = server.client_as_user("outsider", "mallory", &[]);
+        Api::<ConfigMap>::namespaced(dev.clone(), "a")
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            refused(Api::<ConfigMap>::namespaced(dev.clone(), "b").list(&ListParams::default()).await).2,
+            "configmaps is forbidden: User \"alice\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"b\""
+        );
+        assert_eq!(
+            refused(Api::<ConfigMap>::all(dev).list(&ListParams::default()).await).2,
+            "configmaps is forbidden: User \"alice\" cannot list resource \"configmaps\" in API group \"\" at the cluster scope"
+        );
+        assert_eq!(
+            refused(Api::<ConfigMap>::namespaced(outsider, "a").list(&ListParams::default()).await).0,
+            403
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn impersonating_needs_the_impersonate_verb() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        deployer_setup(&server).await;
+        let bob = server.config_as_user("bob", "bob", &[]);
+        let as_deployer = impersonating(bob.clone(), DEPLOYER, &[]);
+        let cms: Api<ConfigMap> = Api::namespaced(as_deployer.clone(), "t");
+        let (code, reason, message) = refused(cms.list(&ListParams::default()).await);
+        assert_eq!((code, reason.as_str()), (403, "Forbidden"));
+        assert_eq!(
+            message,
+            "serviceaccounts \"deployer\" is forbidden: User \"bob\" cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"t\""
+        );
+        let as_carol = impersonating(bob.clone(), "carol", &[]);
+        assert_eq!(
+            refused(Api::<ConfigMap>::namespaced(as_carol, "t").list(&ListParams::default()).await).2,
+            "users \"carol\" is forbidden: User \"bob\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"
+        );
+
+        role_for(
+            &server,
+            "t",
+            "impersonator",
+            json!([{"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": ["deployer"], "verbs": ["impersonate"]}]),
+            json!({"kind": "User", "name": "bob"}),
+        )
+        .await;
+        // Now bob runs as the service account, with its rights and no others.
+        assert!(cms.list(&ListParams::default()).await.unwrap().items.is_empty());
+        assert_eq!(server.requests().last().unwrap().user.as_deref(), Some(DEPLOYER));
+        assert_eq!(
+            refused(Api::<Secret>::namespaced(as_deployer, "t").list(&ListParams::default()).await).2,
+            "secrets is forbidden: User \"system:serviceaccount:t:deployer\" cannot list resource \"secrets\" in API group \"\" in the namespace \"t\""
+        );
+        // Groups asked for need impersonate on groups too.
+        let with_group = impersonating(bob, DEPLOYER, &["admins"]);
+        assert_eq!(
+            refused(Api::<ConfigMap>::namespaced(with_group, "t").list(&ListParams::default()).await).2,
+            "groups \"admins\" is forbidden: User \"bob\" cannot impersonate resource \"groups\" in API group \"\" at the cluster scope"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn self_subject_access_reviews_answer_for_the_requester() {
+    use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+    timed(async {
+        let server = TestApiServer::start().await;
+        deployer_setup(&server).await;
+        let review = |attributes: Value| -> SelfSubjectAccessReview {
+            serde_json::from_value(json!({"spec": attributes})).unwrap()
+        };
+        let ask = |client: kube::Client, attributes: Value| async move {
+            let reviews: Api<SelfSubjectAccessReview> = Api::all(client);
+            reviews
+                .create(&PostParams::default(), &review(attributes))
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+        };
+        let deployer = impersonating(server.config(), DEPLOYER, &[]);
+        let allowed = ask(
+            deployer.clone(),
+            json!({"resourceAttributes": {"namespace": "t", "verb": "create", "resource": "configmaps"}}),
+        )
+        .await;
+        assert!(allowed.allowed);
+        assert_eq!(
+            allowed.reason.as_deref(),
+            Some("RBAC: allowed by RoleBinding \"deployer/t\" of Role \"deployer\" to ServiceAccount \"deployer/t\"")
+        );
+        let denied = ask(
+            deployer.clone(),
+            json!({"resourceAttributes": {"namespace": "t", "verb": "get", "resource": "secrets"}}),
+        )
+        .await;
+        assert!(!denied.allowed);
+        assert_eq!(denied.reason, None);
+        let elsewhere = ask(
+            deployer.clone(),
+            json!({"resourceAttributes": {"namespace": "other", "verb": "get", "resource": "configmaps"}}),
+        )
+        .await;
+        assert!(!elsewhere.allowed);
+        let health = ask(deployer, json!({"nonResourceAttributes": {"path": "/healthz", "verb": "get"}})).await;
+        assert!(health.allowed, "{health:?}");
+        let admin = ask(
+            server.client(),
+            json!({"resourceAttributes": {"verb": "delete", "resource": "nodes"}}),
+        )
+        .await;
+        assert!(admin.allowed);
+        // Nothing is kept.
+        let listed = get(&server, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews").await;
+        assert_eq!(listed.status, 405, "{}", listed.text);
+        let empty = send_json(
+            &server,
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            "application/json",
+            &json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {}}),
+        )
+        .await;
+        assert_eq!(empty.status, 422, "{}", empty.text);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn granting_permissions_one_does_not_hold_is_refused() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        namespace(&server, "t").await;
+        role_for(
+            &server,
+            "t",
+            "role-maker",
+            json!([
+                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["create", "update", "patch"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
+            ]),
+            json!({"kind": "User", "name": "eve"}),
+        )
+        .await;
+        let eve = server.client_as_user("eve", "eve", &[]);
+        let roles: Api<k8s_openapi::api::rbac::v1::Role> = Api::namespaced(eve.clone(), "t");
+        let role = |name: &str, rules: Value| {
+            serde_json::from_value(json!({"metadata": {"name": name}, "rules": rules})).unwrap()
+        };
+        roles
+            .create(
+                &PostParams::default(),
+                &role("reader", json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}])),
+            )
+            .await
+            .unwrap();
+        let (code, reason, message) = refused(
+            roles
+                .create(
+                    &PostParams::default(),
+                    &role("thief", json!([{"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["get", "list"]}])),
+                )
+                .await,
+        );
+        assert_eq!((code, reason.as_str()), (403, "Forbidden"));
+        assert_eq!(
+            message,
+            "roles.rbac.authorization.k8s.io \"thief\" is forbidden: user \"eve\" (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"configmaps\"], Verbs:[\"list\"]}\n{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\"]}"
+        );
+        // Widening a role she made is refused the same way.
+        let widened = roles
+            .patch(
+                "reader",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]})),
+            )
+            .await;
+        assert_eq!(
+            refused(widened).2,
+            "roles.rbac.authorization.k8s.io \"reader\" is forbidden: user \"eve\" (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\"]}"
+        );
+        let bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> = Api::namespaced(eve.clone(), "t");
+        let binding = |name: &str, kind: &str, role: &str| {
+            serde_json::from_value(json!({"metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+                "subjects": [{"kind": "User", "name": "friend", "apiGroup": "rbac.authorization.k8s.io"}]}))
+            .unwrap()
+        };
+        bindings
+            .create(&PostParams::default(), &binding("ok", "Role", "reader"))
+            .await
+            .unwrap();
+        assert_eq!(
+            refused(bindings.create(&PostParams::default(), &binding("root", "ClusterRole", "cluster-admin")).await).2,
+            "rolebindings.rbac.authorization.k8s.io \"root\" is forbidden: user \"eve\" (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"*\"], Resources:[\"*\"], Verbs:[\"*\"]}\n{NonResourceURLs:[\"*\"], Verbs:[\"*\"]}"
+        );
+        // With bind on the role, or escalate on roles, she may.
+        role_for(
+            &server,
+            "t",
+            "binder",
+            json!([
+                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": ["cluster-admin"], "verbs": ["bind"]},
+                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]}
+            ]),
+            json!({"kind": "User", "name": "eve"}),
+        )
+        .await;
+        bindings
+            .create(&PostParams::default(), &binding("root", "ClusterRole", "cluster-admin"))
+            .await
+            .unwrap();
+        roles
+            .create(
+                &PostParams::default(),
+                &role("thief", json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}])),
+            )
+            .await
+            .unwrap();
+        // The friend bound to cluster-admin in t is admin there only.
+        let friend = server.client_as_user("friend", "friend", &[]);
+        Api::<Secret>::namespaced(friend.clone(), "t")
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        assert_eq!(refused(Api::<Secret>::namespaced(friend, "default").list(&ListParams::default()).await).0, 403);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn any_authenticated_user_may_read_discovery_and_version() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let nobody = server.client_as_user("nobody", "nobody", &[]);
+        let discovery = Discovery::new(nobody.clone()).run().await.unwrap();
+        assert!(discovery.groups().any(|g| g.name() == "apps"));
+        assert!(discovery.groups().any(|g| g.name() == "authorization.k8s.io"));
+        assert_eq!(nobody.apiserver_version().await.unwrap().minor, "28");
+        assert_eq!(
+            refused(Api::<Namespace>::all(nobody.clone()).get("default").await).2,
+            "namespaces \"default\" is forbidden: User \"nobody\" cannot get resource \"namespaces\" in API group \"\" in the namespace \"default\""
+        );
+        let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+        let err = nobody.request_text(req).await;
+        assert_eq!(
+            refused(err),
+            (403, "Forbidden".to_string(), "forbidden: User \"nobody\" cannot get path \"/metrics\"".to_string())
+        );
+    })
+    .await;
+}

@@ -18,9 +18,37 @@
 //! of dependents). It runs no workload controllers: a Deployment keeps the status that the test
 //! gives it with [`TestApiServer::set_status`], as on a cluster without kube-controller-manager.
 //!
+//! Who may do what (apiserver/rbac.rs), as a kube-apiserver with `--authorization-mode=RBAC`
+//! decides it (requests-lifecycle.json records its 403 and a SelfSubjectAccessReview):
+//! - A request without the test header [`USER_HEADER`] is the cluster's administrator (group
+//!   system:masters) and is allowed everything; with it ([`TestApiServer::client_as_user`]), it
+//!   is that user, in the groups of [`GROUPS_HEADER`], a service account's groups for
+//!   `system:serviceaccount:NS:NAME`, and system:authenticated.
+//! - `Impersonate-User` and `Impersonate-Group` (what kube-client sends for
+//!   `auth_info.impersonate` and `impersonate_groups`) need verb `impersonate` on users (or the
+//!   service account) and groups; the request then runs as that user, and
+//!   [`RecordedRequest::user`] names it.
+//! - Every request is authorized from its URL by the Roles, ClusterRoles, RoleBindings and
+//!   ClusterRoleBindings stored here (verbs, API groups, resources and `*/sub`, resourceNames,
+//!   nonResourceURLs; User, Group and ServiceAccount subjects), with kube-apiserver's 403
+//!   wording. The bootstrap policy that matters is built in, not stored: every authenticated
+//!   user may read discovery, /version and the health paths and create
+//!   SelfSubjectAccessReviews, and a binding may name the ClusterRole cluster-admin.
+//! - An update or server-side apply that creates its object also needs `create`; a Role,
+//!   ClusterRole or binding may only grant what its writer holds (or has `escalate` / `bind`
+//!   for).
+//! - SelfSubjectAccessReview is answered (allowed, with RBAC's reason) and never stored.
+//!
 //! Known differences from a real server:
 //! - Only JSON and YAML bodies (no protobuf, no Table output); a few aggregated/virtual APIs
-//!   (authorization reviews, token requests, scale, exec/logs) are not served.
+//!   (SubjectAccessReview and the other reviews besides SelfSubjectAccessReview, token
+//!   requests, exec/logs) are not served.
+//! - Authorization is RBAC only (no Node, ABAC or webhook authorizers, no anonymous requests);
+//!   ClusterRole aggregationRules are not evaluated; the bootstrap ClusterRoles other than
+//!   cluster-admin (view, edit, admin, system:*) are not there to be bound or read, and the
+//!   built-in ones cannot be listed; `Impersonate-Uid` and `Impersonate-Extra-*` are ignored.
+//!   An escalation refusal on an update may come after validation errors where a real server
+//!   would say it first.
 //! - Validation covers metadata and the checks charts commonly trip over, not all of it;
 //!   defaults are those of the workload kinds, Services, Secrets, namespaces and CRDs.
 //! - Server-side apply is a simplified structured-merge-diff: list and map shapes come from a

@@ -173,12 +173,10 @@ pub fn request_info(method: &Method, path: &str, params: &[(String, String)]) ->
         }
         .to_string();
     }
-    if rest.first() == Some(&"namespaces") {
-        if rest.len() > 1 {
-            info.namespace = rest[1].to_string();
-            if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
-                rest = &rest[2..];
-            }
+    if rest.first() == Some(&"namespaces") && rest.len() > 1 {
+        info.namespace = rest[1].to_string();
+        if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
+            rest = &rest[2..];
         }
     }
     if rest.len() >= 3 && !(special && info.verb == "proxy") {
