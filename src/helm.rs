@@ -175,6 +175,27 @@ impl Helm {
         args: &[OsString],
         timeout: Duration,
     ) -> Result<String, HelmError> {
+        self.run_reporting(name, args, timeout, false).await
+    }
+
+    /// [`Helm::run`] for commands that say why they failed on stdout (`helm repo update`
+    /// prints each repository it could not read there): a failure's message holds stdout too.
+    pub async fn run_reporting_stdout(
+        &self,
+        name: &str,
+        args: &[OsString],
+        timeout: Duration,
+    ) -> Result<String, HelmError> {
+        self.run_reporting(name, args, timeout, true).await
+    }
+
+    async fn run_reporting(
+        &self,
+        name: &str,
+        args: &[OsString],
+        timeout: Duration,
+        stdout_in_errors: bool,
+    ) -> Result<String, HelmError> {
         let mut child = tokio::process::Command::new(&self.path)
             .args(args)
             .stdin(Stdio::null())
@@ -236,10 +257,16 @@ impl Helm {
                 Some(code) => format!("exit code {code}"),
                 None => "killed by a signal".to_string(),
             };
+            let mut message = String::new();
+            if stdout_in_errors {
+                message.push_str(String::from_utf8_lossy(&stdout).trim());
+                message.push('\n');
+            }
+            message.push_str(String::from_utf8_lossy(&stderr).trim());
             return Err(HelmError::Failed {
                 command: name.to_string(),
                 status,
-                stderr: String::from_utf8_lossy(&stderr).trim_end().to_string(),
+                stderr: message.trim().to_string(),
             });
         }
         Ok(String::from_utf8_lossy(&stdout).into_owned())

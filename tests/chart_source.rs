@@ -239,6 +239,12 @@ fn repository_credentials_reach_helm_and_no_message_shows_them() {
 
 /// A minimal OCI registry holding the given packaged charts, as `helm push` would store them.
 fn registry(charts: &[PathBuf]) -> Server {
+    registry_with(charts, None)
+}
+
+/// [`registry`], answering only requests with the basic credentials `ci:PASSWORD` when a
+/// password is given (401 with a Basic challenge otherwise, as a registry with htpasswd does).
+fn registry_with(charts: &[PathBuf], password: Option<&'static str>) -> Server {
     let mut blobs: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut manifests: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let digest = |data: &[u8]| format!("sha256:{}", hex::encode(Sha256::digest(data)));
@@ -278,6 +284,20 @@ fn registry(charts: &[PathBuf]) -> Server {
     let blobs = Arc::new(blobs);
     let manifests = Arc::new(manifests);
     Server::start(move |request: &Request| {
+        if let Some(password) = password {
+            use base64::Engine;
+            let expected = format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("ci:{password}"))
+            );
+            if request.headers.get("authorization") != Some(&expected) {
+                return Response {
+                    status: 401,
+                    headers: vec![("WWW-Authenticate".into(), "Basic realm=\"registry\"".into())],
+                    body: b"{\"errors\":[{\"code\":\"UNAUTHORIZED\"}]}".to_vec(),
+                };
+            }
+        }
         let path = request.path.as_str();
         if path == "/v2/" || path == "/v2" {
             return Response::ok("application/json", "{}");
@@ -408,4 +428,75 @@ fn the_template_command_renders_a_remote_chart() {
         ),
         "{stdout}"
     );
+}
+
+/// A helm that writes each command line it is given, and the mode of every file it names, to
+/// `log`, then runs the real helm.
+fn recording_helm(dir: &Path) -> (Helm, PathBuf) {
+    let log = dir.join("helm.log");
+    let script = dir.join("helm");
+    let text = format!(
+        "#!/bin/sh\nprintf 'ARGS %s\\n' \"$*\" >> '{log}'\nfor a in \"$@\"; do\n  if [ -f \"$a\" ]; then printf 'FILE %s %s\\n' \"$(stat -c %a \"$a\")\" \"$a\" >> '{log}'; fi\ndone\nexec '{helm}' \"$@\"\n",
+        log = log.display(),
+        helm = support::helm().display(),
+    );
+    std::fs::write(&script, text).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (Helm::at(&script), log)
+}
+
+#[test]
+fn credentials_reach_helm_only_in_private_files_that_are_gone_after_the_pull() {
+    let scratch = TempDir::new().unwrap();
+    let (helm, log) = recording_helm(scratch.path());
+    let credentials = Credentials {
+        username: "ci".into(),
+        password: "s3cret-pa55".into(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let repo = repository(&["0.3.0"]);
+    let repo_server = serve(repo.path(), Some("s3cret-pa55"));
+    let packages = TempDir::new().unwrap();
+    let charts = demo_charts(packages.path(), &["0.4.0"]);
+    let registry_server = registry_with(&charts, Some("s3cret-pa55"));
+    for (reference, version) in [
+        (repo_ref(&repo_server, None), "0.3.0"),
+        (oci_ref(&registry_server, None), "0.4.0"),
+    ] {
+        let cache_dir = TempDir::new().unwrap();
+        let cache = ChartCache::new(cache_dir.path());
+        let fetched = runtime
+            .block_on(cache.fetch(&helm, &reference, Some(&credentials)))
+            .unwrap_or_else(|e| panic!("{reference:?}: {e}"));
+        assert_eq!(version_of(&fetched.path), version);
+    }
+    let written = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !written.contains("s3cret-pa55") && !written.contains("--password"),
+        "a command line holds the password:\n{written}"
+    );
+    let files: Vec<(&str, &str)> = written
+        .lines()
+        .filter_map(|l| l.strip_prefix("FILE "))
+        .filter_map(|l| l.split_once(' '))
+        .collect();
+    let configs: Vec<&(&str, &str)> = files
+        .iter()
+        .filter(|(_, path)| path.ends_with("repositories.yaml") || path.ends_with("registry.json"))
+        .collect();
+    assert!(
+        configs
+            .iter()
+            .any(|(_, p)| p.ends_with("repositories.yaml"))
+            && configs.iter().any(|(_, p)| p.ends_with("registry.json")),
+        "helm was not given the credential files:\n{written}"
+    );
+    for (mode, path) in configs {
+        assert_eq!(*mode, "600", "{path} may be read by others");
+        assert!(!Path::new(path).exists(), "{path} is left behind");
+    }
 }

@@ -31,6 +31,7 @@ use tokio::sync::oneshot;
 
 struct E2e {
     client: Client,
+    config: Config,
     namespace: String,
     controller: Option<Running>,
 }
@@ -44,7 +45,7 @@ struct Running {
 }
 
 impl Running {
-    fn start(client: &Client, identity: String) -> Running {
+    fn start(config: &Config, identity: String) -> Running {
         let cache = tempfile::tempdir().unwrap();
         let options = Options {
             helm: Helm::at(support::helm()),
@@ -52,11 +53,12 @@ impl Running {
             concurrency: 8,
             identity: identity.clone(),
             metrics: std::sync::Arc::new(sequenced::metrics::Metrics::new().unwrap()),
+            tenancy: Default::default(),
         };
         let (stop, stopped) = oneshot::channel::<()>();
-        let controller_client = client.clone();
+        let controller_config = config.clone();
         let task = tokio::spawn(async move {
-            let _ = controller::run(controller_client, options, async move {
+            let _ = controller::run(controller_config, options, async move {
                 let _ = stopped.await;
             })
             .await;
@@ -90,7 +92,7 @@ async fn setup() -> Option<E2e> {
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .expect("kubeconfig");
-    let client = Client::try_from(config).expect("client");
+    let client = Client::try_from(config.clone()).expect("client");
     let text = std::fs::read_to_string(support::charts::repo().join("crds/sequencedrelease.yaml"))
         .unwrap();
     let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&text).unwrap();
@@ -108,9 +110,10 @@ async fn setup() -> Option<E2e> {
         .create(&PostParams::default(), &ns)
         .await
         .expect("namespace");
-    let controller = Running::start(&client, format!("e2e-{namespace}"));
+    let controller = Running::start(&config, format!("e2e-{namespace}"));
     Some(E2e {
         client,
+        config,
         namespace,
         controller: Some(controller),
     })
@@ -426,7 +429,7 @@ async fn e2e_depends_on_and_twenty_releases() {
 async fn e2e_two_controllers_share_releases_and_a_stopped_one_hands_over() {
     let Some(mut e2e) = setup().await else { return };
     let first = e2e.controller.take().unwrap();
-    let second = Running::start(&e2e.client, format!("e2e-{}-b", e2e.namespace));
+    let second = Running::start(&e2e.config, format!("e2e-{}-b", e2e.namespace));
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(e2e.client.clone(), &e2e.namespace);
     let holder = |name: String| {

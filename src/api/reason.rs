@@ -41,6 +41,9 @@ pub enum Reason {
     PlanFailed,
     /// `dependsOn` releases form a cycle.
     DependencyCycle,
+    /// The spec refers outside the release's namespace (`targetNamespace`, `dependsOn`) while
+    /// the controller runs with `--no-cross-namespace-refs`.
+    CrossNamespaceRef,
 
     // Failures of an operation: retried `spec.retries` times.
     /// A resource failed or was not ready within its readiness timeout.
@@ -49,6 +52,8 @@ pub enum Reason {
     OwnershipConflict,
     /// The API server refused an object.
     ApplyFailed,
+    /// The service account the release acts as may not do what the chart needs.
+    Forbidden,
     /// The API server refused a deletion.
     DeleteFailed,
     /// A Helm hook failed, or was not done within `spec.timeout`.
@@ -81,6 +86,8 @@ impl Reason {
             Reason::RenderFailed => "RenderFailed",
             Reason::PlanFailed => "PlanFailed",
             Reason::DependencyCycle => "DependencyCycle",
+            Reason::CrossNamespaceRef => "CrossNamespaceRef",
+            Reason::Forbidden => "Forbidden",
             Reason::ReadinessFailed => "ReadinessFailed",
             Reason::OwnershipConflict => "OwnershipConflict",
             Reason::ApplyFailed => "ApplyFailed",

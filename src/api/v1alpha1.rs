@@ -153,7 +153,10 @@ pub struct SequencedReleaseSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<ReleaseReference>,
 
-    /// A ServiceAccount in the release's namespace to impersonate for every apply and delete.
+    /// A ServiceAccount in the release's namespace whose rights the release's objects (and
+    /// werf external dependencies) are read, watched, applied and deleted with: the controller
+    /// impersonates `system:serviceaccount:<namespace>:<name>`. Unset: the controller's
+    /// `--default-service-account`, or else the controller's own identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
 
@@ -419,6 +422,11 @@ pub struct SequencedReleaseStatus {
     /// The release's lock, mirrored from its Lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<LockStatus>,
+    /// Whose rights the release's objects are read, applied and deleted with:
+    /// `serviceaccount NAMESPACE:NAME` (impersonated; `spec.serviceAccountName` or the
+    /// controller's `--default-service-account`), or `controller` for the controller's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acting_as: Option<String>,
     /// Consecutive failed operations at the current spec; `spec.retries` bounds how many are
     /// tried again. Reset when the spec or the chart changes and when a revision is Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -158,40 +158,21 @@ impl ChartCache {
         reference: &ChartReference,
         credentials: Option<&Credentials>,
     ) -> Result<FetchedChart, SourceError> {
-        let (key, name, source_name, mut args) = match reference {
-            ChartReference::Path(path) => {
-                return Ok(FetchedChart {
-                    path: path.clone(),
-                    version: None,
-                    downloaded: false,
-                });
-            }
+        let (key, name, source_name) = match reference {
+            ChartReference::Path(path) => return Ok(FetchedChart::local(path)),
             ChartReference::Repository { url, name, .. } => {
                 let url = url.trim_end_matches('/');
-                let args: Vec<OsString> =
-                    vec!["pull".into(), name.into(), "--repo".into(), url.into()];
                 let key = format!("repository\n{url}\n{name}");
-                (key, name.clone(), format!("chart repository {url}"), args)
+                (key, name.clone(), format!("chart repository {url}"))
             }
-            ChartReference::Oci {
-                reference,
-                plain_http,
-                ..
-            } => {
+            ChartReference::Oci { reference, .. } => {
                 let reference = reference.trim_end_matches('/');
                 let name = reference.rsplit('/').next().unwrap_or(reference);
-                let registry = reference.strip_prefix("oci://").unwrap_or(reference);
-                let registry = registry.split('/').next().unwrap_or(registry);
-                let mut args: Vec<OsString> = vec!["pull".into(), reference.into()];
-                if *plain_http {
-                    args.push("--plain-http".into());
-                }
                 let key = format!("oci\n{reference}");
                 (
                     key,
                     name.to_string(),
-                    format!("OCI registry {registry}"),
-                    args,
+                    format!("OCI registry {}", registry_of(reference)),
                 )
             }
         };
@@ -212,20 +193,68 @@ impl ChartCache {
                 });
             }
         }
-        let mut command = format!("helm pull {}", args[1].to_string_lossy());
+        let secrets = match credentials {
+            Some(credentials) => {
+                Some(CredentialFiles::new(reference, credentials).map_err(|e| {
+                    SourceError::Cache {
+                        path: std::env::temp_dir().display().to_string(),
+                        message: super::io_message(&e),
+                    }
+                })?)
+            }
+            None => None,
+        };
+        let (mut command, mut args): (String, Vec<OsString>) = match reference {
+            ChartReference::Repository { url, name, .. } => {
+                let url = url.trim_end_matches('/');
+                let command = format!("helm pull {name}");
+                match &secrets {
+                    // The repository and its credentials are in a repositories file of their own.
+                    Some(secrets) => {
+                        let mut args = vec![
+                            "pull".into(),
+                            format!("{CREDENTIALS_REPOSITORY}/{name}").into(),
+                        ];
+                        args.extend(secrets.args.iter().cloned());
+                        (command, args)
+                    }
+                    None => (
+                        command,
+                        vec!["pull".into(), name.into(), "--repo".into(), url.into()],
+                    ),
+                }
+            }
+            ChartReference::Oci {
+                reference,
+                plain_http,
+                ..
+            } => {
+                let reference = reference.trim_end_matches('/');
+                let mut args: Vec<OsString> = vec!["pull".into(), reference.into()];
+                if *plain_http {
+                    args.push("--plain-http".into());
+                }
+                if let Some(secrets) = &secrets {
+                    args.extend(secrets.args.iter().cloned());
+                }
+                (format!("helm pull {reference}"), args)
+            }
+            ChartReference::Path(path) => return Ok(FetchedChart::local(path)),
+        };
         if let Some(version) = version {
             args.push("--version".into());
             args.push(version.into());
             command.push_str(&format!(" --version {version}"));
         }
-        if let Some(credentials) = credentials {
-            args.push("--username".into());
-            args.push(credentials.username.clone().into());
-            args.push("--password".into());
-            args.push(credentials.password.clone().into());
-        }
-        self.download(helm, &key, &name, &source_name, &command, args)
-            .await
+        let pull = Pull {
+            key: &key,
+            name: &name,
+            source_name: &source_name,
+            command: &command,
+        };
+        let fetched = self.download(helm, &pull, secrets.as_ref(), args).await;
+        drop(secrets);
+        fetched
     }
 
     /// The directory of one source in the cache.
@@ -236,15 +265,20 @@ impl ChartCache {
 
     /// Runs `helm pull` into a temporary directory and moves the chart into the cache under the
     /// version its Chart.yaml names, so that a concurrent reader never sees a half-written file.
+    /// With credentials for a repository, `helm repo update` reads its index first.
     async fn download(
         &self,
         helm: &Helm,
-        key: &str,
-        name: &str,
-        source_name: &str,
-        command: &str,
+        pull: &Pull<'_>,
+        secrets: Option<&CredentialFiles>,
         mut args: Vec<OsString>,
     ) -> Result<FetchedChart, SourceError> {
+        let Pull {
+            key,
+            name,
+            source_name,
+            command,
+        } = *pull;
         let cache_error = |path: &Path, e: std::io::Error| SourceError::Cache {
             path: path.display().to_string(),
             message: super::io_message(&e),
@@ -255,14 +289,20 @@ impl ChartCache {
             .prefix(".pull-")
             .tempdir_in(&dir)
             .map_err(|e| cache_error(&dir, e))?;
+        let pull_error = |source| SourceError::Pull {
+            source_name: source_name.to_string(),
+            source,
+        };
+        if let Some(update) = secrets.and_then(|s| s.update.as_ref()) {
+            helm.run_reporting_stdout(command, update, helm.timeouts().pull)
+                .await
+                .map_err(pull_error)?;
+        }
         args.push("--destination".into());
         args.push(staging.path().into());
         helm.run(command, &args, helm.timeouts().pull)
             .await
-            .map_err(|source| SourceError::Pull {
-                source_name: source_name.to_string(),
-                source,
-            })?;
+            .map_err(pull_error)?;
         let pulled = std::fs::read_dir(staging.path())
             .map_err(|e| cache_error(staging.path(), e))?
             .filter_map(|entry| entry.ok())
@@ -303,6 +343,120 @@ impl ChartCache {
             downloaded: true,
         })
     }
+}
+
+impl FetchedChart {
+    /// A chart on disk, used where it is.
+    fn local(path: &Path) -> FetchedChart {
+        FetchedChart {
+            path: path.to_path_buf(),
+            version: None,
+            downloaded: false,
+        }
+    }
+}
+
+/// What one `helm pull` fetches, for its messages and its place in the cache.
+#[derive(Clone, Copy)]
+struct Pull<'a> {
+    key: &'a str,
+    name: &'a str,
+    source_name: &'a str,
+    /// The command as messages show it (never with credentials).
+    command: &'a str,
+}
+
+/// The name of the repository in the repositories file made for credentials.
+const CREDENTIALS_REPOSITORY: &str = "sequenced-source";
+
+/// Credentials handed to helm in files of a private directory (mode 0700, the files 0600),
+/// never on its command line, where every process of the node could read them: a
+/// repositories file (`--repository-config`, with its own index cache) for an HTTP
+/// repository, a registry config (`--registry-config`) for an OCI registry. Removed when
+/// dropped.
+struct CredentialFiles {
+    _dir: tempfile::TempDir,
+    /// What `helm pull` needs to find them.
+    args: Vec<OsString>,
+    /// For a repository: `helm repo update` with those files, before the pull.
+    update: Option<Vec<OsString>>,
+}
+
+impl CredentialFiles {
+    fn new(reference: &ChartReference, credentials: &Credentials) -> std::io::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("sequenced-credentials-")
+            .tempdir()?;
+        match reference {
+            ChartReference::Repository { url, .. } => {
+                let config = dir.path().join("repositories.yaml");
+                let cache = dir.path().join("cache");
+                std::fs::create_dir(&cache)?;
+                let repositories = serde_json::json!({
+                    "apiVersion": "",
+                    "repositories": [{
+                        "name": CREDENTIALS_REPOSITORY,
+                        "url": url.trim_end_matches('/'),
+                        "username": credentials.username,
+                        "password": credentials.password,
+                    }],
+                });
+                // JSON is YAML: no YAML writer needed for one file.
+                write_private(&config, repositories.to_string().as_bytes())?;
+                let files: Vec<OsString> = vec![
+                    "--repository-config".into(),
+                    config.into(),
+                    "--repository-cache".into(),
+                    cache.into(),
+                ];
+                let mut update: Vec<OsString> = vec!["repo".into(), "update".into()];
+                update.extend(files.iter().cloned());
+                Ok(CredentialFiles {
+                    _dir: dir,
+                    args: files,
+                    update: Some(update),
+                })
+            }
+            ChartReference::Oci { reference, .. } => {
+                use base64::Engine;
+                let config = dir.path().join("registry.json");
+                let auth = base64::engine::general_purpose::STANDARD
+                    .encode(format!("{}:{}", credentials.username, credentials.password));
+                let registry = registry_of(reference.trim_end_matches('/'));
+                let auths = serde_json::json!({"auths": {registry: {"auth": auth}}});
+                write_private(&config, auths.to_string().as_bytes())?;
+                Ok(CredentialFiles {
+                    _dir: dir,
+                    args: vec!["--registry-config".into(), config.into()],
+                    update: None,
+                })
+            }
+            ChartReference::Path(_) => Ok(CredentialFiles {
+                _dir: dir,
+                args: Vec::new(),
+                update: None,
+            }),
+        }
+    }
+}
+
+/// Writes a file only its owner may read (0600).
+fn write_private(path: &Path, content: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)?.write_all(content)
+}
+
+/// The registry host of an OCI reference: `oci://registry:5000/charts/x` -> `registry:5000`.
+fn registry_of(reference: &str) -> &str {
+    let rest = reference.strip_prefix("oci://").unwrap_or(reference);
+    rest.split('/').next().unwrap_or(rest)
 }
 
 fn archive_name(name: &str, version: &str) -> String {

@@ -160,6 +160,33 @@ pub struct RunArgs {
     /// This controller's name in events (default: the host name, as a pod's name).
     #[arg(long, value_name = "NAME", env = "SEQUENCED_IDENTITY")]
     pub identity: Option<String>,
+    /// The ServiceAccount, in each release's own namespace, that a release without
+    /// spec.serviceAccountName acts as (impersonated). Unset: such releases act with the
+    /// controller's own rights.
+    #[arg(long, value_name = "NAME", env = "SEQUENCED_DEFAULT_SERVICE_ACCOUNT", value_parser = dns_label)]
+    pub default_service_account: Option<String>,
+    /// Refuse releases whose targetNamespace or dependsOn point outside their own namespace
+    /// (Stalled, reason CrossNamespaceRef).
+    #[arg(long, env = "SEQUENCED_NO_CROSS_NAMESPACE_REFS")]
+    pub no_cross_namespace_refs: bool,
+}
+
+/// A ServiceAccount name: a DNS subdomain (lowercase letters, digits, '-' and '.').
+fn dns_label(name: &str) -> Result<String, String> {
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if valid {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "{name:?} is not a ServiceAccount name (lowercase letters, digits, '-' and '.')"
+        ))
+    }
 }
 
 /// Where the chart comes from and how it is rendered: the flags `template`, `graph` and `lint` share.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::{RunArgs, fail};
 use crate::chart::source::ChartCache;
-use crate::controller::{self, Options};
+use crate::controller::{self, Options, Tenancy};
 use crate::helm::Helm;
 use crate::metrics::{self, Metrics};
 
@@ -43,14 +43,20 @@ pub fn run(args: &RunArgs) -> ExitCode {
         concurrency: args.concurrency,
         identity,
         metrics: Arc::clone(&metrics),
+        tenancy: Tenancy {
+            default_service_account: args.default_service_account.clone(),
+            no_cross_namespace_refs: args.no_cross_namespace_refs,
+        },
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => return fail(&format!("cannot start the async runtime: {e}")),
     };
     let result = runtime.block_on(async {
-        let client = kube::Client::try_default()
+        let config = kube::Config::infer()
             .await
+            .map_err(|e| format!("no cluster to talk to (kubeconfig or in-cluster config): {e}"))?;
+        let client = kube::Client::try_from(config.clone())
             .map_err(|e| format!("no cluster to talk to (kubeconfig or in-cluster config): {e}"))?;
         let (bound, server) = metrics::serve(
             metrics_addr,
@@ -65,7 +71,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
             metrics = %bound,
             "starting: /metrics, /healthz and /readyz are served"
         );
-        controller::run(client, options, shutdown_signal())
+        controller::run(config, options, shutdown_signal())
             .await
             .map_err(|e| e.to_string())
     });

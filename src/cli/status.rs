@@ -144,6 +144,18 @@ pub fn format_status(release: &SequencedRelease, style: Style) -> String {
         .revision
         .map_or_else(|| "-".to_string(), |r| r.to_string());
     field(&mut out, "REVISION", &revision);
+    let acting_as = status.acting_as.clone().or_else(|| {
+        let account = release.spec.service_account_name.as_deref()?;
+        Some(format!("serviceaccount {namespace}:{account}"))
+    });
+    if let Some(acting_as) = acting_as {
+        let acting_as = if acting_as == "controller" {
+            "the controller's own service account".to_string()
+        } else {
+            acting_as
+        };
+        field(&mut out, "ACTS AS", &acting_as);
+    }
     if let Some(generation) = release.metadata.generation
         && let Some(observed) = status.observed_generation
         && observed < generation

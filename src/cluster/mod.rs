@@ -2,6 +2,7 @@
 //! objects, and the cluster's capabilities for rendering.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
@@ -16,6 +17,9 @@ use tokio::sync::RwLock;
 use crate::api::{FIELD_MANAGER, ObjectKey};
 use crate::rollout::drift::Drift;
 
+mod access;
+pub use access::{Account, Verb};
+
 /// Discovery is refreshed on an unknown kind at most this often.
 const REFRESH_EVERY: Duration = Duration::from_secs(2);
 
@@ -26,6 +30,15 @@ pub enum ClusterError {
     UnknownKind { api_version: String, kind: String },
     #[error("discovery: {0}")]
     Discovery(#[source] kube::Error),
+    /// The service account a release acts as may not do this: refused by the API server, or
+    /// by a SelfSubjectAccessReview before anything was written.
+    #[error("{account} cannot {action}")]
+    Forbidden {
+        account: String,
+        /// The verb, the plural resource with its group and the name:
+        /// `create clusterroles.rbac.authorization.k8s.io "x"`.
+        action: String,
+    },
     #[error("{action} {object}: {message}")]
     Api {
         action: &'static str,
@@ -43,6 +56,7 @@ impl ClusterError {
         match self {
             ClusterError::UnknownKind { .. } => "unknown_kind",
             ClusterError::Discovery(_) => "discovery",
+            ClusterError::Forbidden { .. } => "forbidden",
             ClusterError::Api { code, .. } => match code {
                 Some(403) => "forbidden",
                 Some(404) => "not_found",
@@ -61,6 +75,7 @@ impl ClusterError {
         match self {
             ClusterError::UnknownKind { .. } => true,
             ClusterError::Discovery(_) => true,
+            ClusterError::Forbidden { .. } => false,
             ClusterError::Api { code, .. } => !matches!(code, Some(400 | 403 | 422)),
         }
     }
@@ -116,25 +131,97 @@ pub struct Kind {
     pub namespaced: bool,
 }
 
-/// The API server, as one release's operations see it.
+/// The API server, as one release's operations see it: with the controller's own identity, or
+/// impersonating the service account the release acts as. Every `Cluster` made from one with
+/// [`Cluster::acting_as`] shares its discovery, which is read with the controller's identity.
 pub struct Cluster {
     client: Client,
-    catalog: RwLock<Catalog>,
+    /// Who the requests act as; None for the controller itself.
+    account: Option<Account>,
+    /// The controller's own client, for discovery.
+    discovery: Client,
+    catalog: Arc<RwLock<Catalog>>,
+    /// What SelfSubjectAccessReviews answered for `account`, and when.
+    access: Mutex<HashMap<access::Question, (bool, Instant)>>,
 }
 
 impl Cluster {
     pub fn new(client: Client) -> Cluster {
         Cluster {
+            discovery: client.clone(),
             client,
-            catalog: RwLock::new(Catalog::default()),
+            account: None,
+            catalog: Arc::new(RwLock::new(Catalog::default())),
+            access: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same API server, every request impersonating `account` (`Impersonate-User:
+    /// system:serviceaccount:NS:NAME`; the API server adds the service account's groups).
+    /// `config` is the controller's own configuration.
+    pub fn acting_as(
+        &self,
+        config: &kube::Config,
+        account: Account,
+    ) -> Result<Cluster, kube::Error> {
+        let mut config = config.clone();
+        config.auth_info.impersonate = Some(account.username());
+        config.auth_info.impersonate_groups = None;
+        let client = Client::try_from(config)?;
+        Ok(Cluster {
+            client,
+            account: Some(account),
+            discovery: self.discovery.clone(),
+            catalog: Arc::clone(&self.catalog),
+            access: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Who the requests act as; None for the controller itself.
+    pub fn account(&self) -> Option<&Account> {
+        self.account.as_ref()
+    }
+
+    /// The client the requests go through (impersonating [`Cluster::account`]).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// An error of a request about `key`: a 403 while acting as a service account names the
+    /// account, the verb and the object.
+    fn error(&self, action: &'static str, key: &ObjectKey, source: kube::Error) -> ClusterError {
+        if let (Some(account), kube::Error::Api(status)) = (&self.account, &source)
+            && status.code == 403
+            && let Some(verb) = access::refused_verb(&status.message)
+        {
+            let group = key
+                .api_version
+                .rsplit_once('/')
+                .map(|(g, _)| g)
+                .unwrap_or("");
+            let resource = status
+                .details
+                .as_ref()
+                .map(|d| d.kind.clone())
+                .filter(|k| !k.is_empty())
+                .unwrap_or_else(|| format!("{}s", key.kind.to_ascii_lowercase()));
+            return ClusterError::Forbidden {
+                account: account.to_string(),
+                action: format!(
+                    "{verb} {} \"{}\"",
+                    access::qualified(group, &resource),
+                    key.name
+                ),
+            };
+        }
+        api_error(action, key.to_string(), source)
     }
 
     /// Reads discovery and the server version again. A group whose resources cannot be listed
     /// (an aggregated API whose service is down) is left out, as kubectl does, rather than
     /// failing every release.
     pub async fn refresh(&self) -> Result<(), ClusterError> {
-        let client = &self.client;
+        let client = &self.discovery;
         let version = client
             .apiserver_version()
             .await
@@ -354,7 +441,7 @@ impl Cluster {
         let api = self.api(&kind, key.namespace.as_deref());
         match api.get_opt(&key.name).await {
             Ok(found) => Ok(found.map(|o| serde_json::to_value(o).unwrap_or(Value::Null))),
-            Err(e) => Err(api_error("reading", key.to_string(), e)),
+            Err(e) => Err(self.error("reading", key, e)),
         }
     }
 
@@ -371,14 +458,10 @@ impl Cluster {
             Err(kube::Error::Api(status)) if status.code == 409 => match conflicts_of(&status) {
                 Some(conflicts) => conflicts,
                 None => {
-                    return Err(api_error(
-                        "applying",
-                        key.to_string(),
-                        kube::Error::Api(status),
-                    ));
+                    return Err(self.error("applying", key, kube::Error::Api(status)));
                 }
             },
-            Err(e) => return Err(api_error("applying", key.to_string(), e)),
+            Err(e) => return Err(self.error("applying", key, e)),
         };
         let mut object = object.clone();
         for conflict in conflicts.iter().filter(|c| c.subresource) {
@@ -389,7 +472,7 @@ impl Cluster {
         api.patch(&key.name, &params.force(), &Patch::Apply(&object))
             .await
             .map(drop)
-            .map_err(|e| api_error("applying", key.to_string(), e))
+            .map_err(|e| self.error("applying", key, e))
     }
 
     /// How the object differs from what applying `object` would make of it (a server-side apply
@@ -409,7 +492,7 @@ impl Cluster {
         let live = match api.get_opt(&key.name).await {
             Ok(Some(live)) => serde_json::to_value(live).unwrap_or(Value::Null),
             Ok(None) => return Ok(Some(Drift::Deleted)),
-            Err(e) => return Err(api_error("reading", key.to_string(), e)),
+            Err(e) => return Err(self.error("reading", key, e)),
         };
         let mut params = PatchParams::apply(FIELD_MANAGER);
         params.dry_run = true;
@@ -417,11 +500,7 @@ impl Cluster {
             Ok(applied) => serde_json::to_value(applied).unwrap_or(Value::Null),
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 let Some(conflicts) = conflicts_of(&status) else {
-                    return Err(api_error(
-                        "checking",
-                        key.to_string(),
-                        kube::Error::Api(status),
-                    ));
+                    return Err(self.error("checking", key, kube::Error::Api(status)));
                 };
                 let fields: Vec<String> = conflicts
                     .into_iter()
@@ -431,7 +510,7 @@ impl Cluster {
                 return Ok((!fields.is_empty()).then_some(Drift::Changed(fields)));
             }
             Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Some(Drift::Deleted)),
-            Err(e) => return Err(api_error("checking", key.to_string(), e)),
+            Err(e) => return Err(self.error("checking", key, e)),
         };
         let mut fields = Vec::new();
         differences(&comparable(&live), &comparable(&applied), "", &mut fields);
@@ -464,7 +543,7 @@ impl Cluster {
         match api.create(&params, &object).await {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-            Err(e) => Err(api_error("creating", key.to_string(), e)),
+            Err(e) => Err(self.error("creating", key, e)),
         }
     }
 
@@ -485,7 +564,7 @@ impl Cluster {
         match api.delete(&key.name, &params).await {
             Ok(_) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
-            Err(e) => Err(api_error("deleting", key.to_string(), e)),
+            Err(e) => Err(self.error("deleting", key, e)),
         }
     }
 

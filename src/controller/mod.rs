@@ -44,6 +44,40 @@ pub struct Options {
     pub identity: String,
     /// The Prometheus metrics the controller updates.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Whose rights releases act with, and which references they may make.
+    pub tenancy: Tenancy,
+}
+
+/// The ServiceAccount `sr` acts as: its `spec.serviceAccountName`, else the controller's
+/// default, in the release's own namespace; None for the controller's own identity.
+pub(crate) fn account_of(
+    sr: &SequencedRelease,
+    tenancy: &Tenancy,
+) -> Option<crate::cluster::Account> {
+    let name = sr
+        .spec
+        .service_account_name
+        .as_ref()
+        .or(tenancy.default_service_account.as_ref())
+        .filter(|n| !n.is_empty())?;
+    Some(crate::cluster::Account {
+        namespace: sr
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        name: name.clone(),
+    })
+}
+
+/// What a release may do, for clusters shared by teams.
+#[derive(Debug, Clone, Default)]
+pub struct Tenancy {
+    /// The ServiceAccount (in the release's own namespace) a release without
+    /// `spec.serviceAccountName` acts as; None: the controller's own identity.
+    pub default_service_account: Option<String>,
+    /// Refuse `targetNamespace` and `dependsOn` outside the release's own namespace.
+    pub no_cross_namespace_refs: bool,
 }
 
 /// What stops a reconcile and is retried with backoff. Each variant keeps its cause's type;

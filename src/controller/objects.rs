@@ -11,7 +11,7 @@ use crate::api::{
     Claim, HOOK_RUN_ANNOTATION, Identity, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION,
     ObjectKey, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, Reason, SequencedRelease,
 };
-use crate::cluster::ClusterError;
+use crate::cluster::{Cluster, ClusterError, Verb};
 use crate::history::HookRecord;
 use crate::plan::ExternalDependency;
 use crate::rollout::drift::{Drift, DriftReport, Drifted};
@@ -30,6 +30,11 @@ pub(super) struct Failed {
 
 impl Failed {
     fn of(error: ClusterError, reason: Reason, place: Option<(&str, &str)>) -> Failed {
+        // Rights a service account lacks are what a person fixes: say so, whatever was refused.
+        let reason = match error {
+            ClusterError::Forbidden { .. } => Reason::Forbidden,
+            _ => reason,
+        };
         let message = match place {
             Some((chart, template)) if !error.is_transient() => {
                 format!("{error} (chart {chart}, {template})")
@@ -50,6 +55,8 @@ impl Failed {
 /// The objects of one release.
 pub(super) struct Objects<'a> {
     pub ctx: &'a Context,
+    /// The API server as the account the release acts as.
+    pub cluster: &'a Cluster,
     pub me: &'a Identity,
     pub release: ObjectRef<SequencedRelease>,
 }
@@ -62,7 +69,7 @@ impl Objects<'_> {
         hooks: &[HookRecord],
         wanted: &Wanted,
     ) -> Result<Observations, Error> {
-        let cluster = &self.ctx.cluster;
+        let cluster = self.cluster;
         let mut observed = Observations::default();
         if let Some(deployable) = deployable {
             let pending: Vec<(usize, &ObjectKey)> = wanted
@@ -100,7 +107,9 @@ impl Objects<'_> {
                 Some(h) => {
                     // Its changes (a Job completing) wake the release.
                     if let Ok(kind) = cluster.kind(&h.key.api_version, &h.key.kind).await {
-                        self.ctx.watches.managed(&kind);
+                        self.ctx
+                            .watches
+                            .managed(&kind, cluster, h.key.namespace.as_deref());
                     }
                     cluster.find(&h.key).await?
                 }
@@ -129,7 +138,7 @@ impl Objects<'_> {
     /// An external dependency of a layer or hook (werf), watched from now on; None when it or
     /// its kind does not exist.
     async fn external(&self, external: &ExternalDependency) -> Result<Option<Value>, Error> {
-        let cluster = &self.ctx.cluster;
+        let cluster = self.cluster;
         let kind = match cluster
             .resolve(&external.kind, external.group.as_deref())
             .await
@@ -147,6 +156,7 @@ impl Objects<'_> {
                 .unwrap_or_else(|| self.me.target_namespace.clone())
         });
         self.ctx.watches.external(
+            cluster,
             &kind,
             namespace.as_deref(),
             &external.name,
@@ -167,7 +177,7 @@ impl Objects<'_> {
     /// `full`, every object is also compared with a server-side apply dry run of what it was
     /// applied as (a GET and a dry-run PATCH each).
     pub async fn drift(&self, deployable: &Deployable, full: bool) -> Result<DriftReport, Error> {
-        let cluster = &self.ctx.cluster;
+        let cluster = self.cluster;
         let mut report = DriftReport::default();
         let mut unknown = Vec::new();
         for (r, key) in deployable.keys.iter().enumerate() {
@@ -182,12 +192,15 @@ impl Objects<'_> {
                 }
                 Err(e) => return Err(e.into()),
             };
-            self.ctx.watches.managed(&kind);
+            self.ctx
+                .watches
+                .managed(&kind, cluster, key.namespace.as_deref());
             if full {
                 unknown.push(r);
                 continue;
             }
             match self.ctx.watches.exists(
+                cluster,
                 &kind.resource.group,
                 &kind.resource.kind,
                 key.namespace.as_deref(),
@@ -223,14 +236,14 @@ impl Objects<'_> {
 
     /// Creates the chart's CRDs that do not exist yet.
     pub async fn apply_crds(&self, deployable: &Deployable) -> Result<(), Failed> {
-        let cluster = &self.ctx.cluster;
+        let cluster = self.cluster;
         for (crd, key) in deployable.plan.crds.iter().zip(&deployable.crd_keys) {
             let fail = |e| Failed::of(e, Reason::ApplyFailed, Some((&crd.chart, &crd.template)));
             let kind = cluster
                 .kind(&key.api_version, &key.kind)
                 .await
                 .map_err(fail)?;
-            self.ctx.watches.managed(&kind);
+            self.ctx.watches.managed(&kind, cluster, None);
             let object = self.owned(&crd.object, key);
             cluster.create_if_absent(key, &object).await.map_err(fail)?;
         }
@@ -240,10 +253,11 @@ impl Objects<'_> {
     /// Applies every resource of plan layer `layer`, in order. Whose the objects are was
     /// observed and judged before.
     pub async fn apply_layer(&self, deployable: &Deployable, layer: usize) -> Result<(), Failed> {
-        let cluster = &self.ctx.cluster;
+        let cluster = self.cluster;
         let Some(layer) = deployable.plan.layers.get(layer) else {
             return Ok(());
         };
+        self.may_apply(deployable, &layer.resources).await?;
         for &r in &layer.resources {
             let (Some(resource), Some(key)) =
                 (deployable.plan.resources.get(r), deployable.keys.get(r))
@@ -261,9 +275,56 @@ impl Objects<'_> {
                 .kind(&key.api_version, &key.kind)
                 .await
                 .map_err(fail)?;
-            self.ctx.watches.managed(&kind);
+            self.ctx
+                .watches
+                .managed(&kind, cluster, key.namespace.as_deref());
             let object = self.owned(&resource.object, key);
             cluster.apply(key, &object).await.map_err(fail)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the account the release acts as may apply (create, patch) and read these
+    /// resources of a layer: asked of the API server before the first of them is written, so
+    /// that a layer it may not deploy is refused whole. One question per kind, namespace and
+    /// verb, cached.
+    async fn may_apply(&self, deployable: &Deployable, resources: &[usize]) -> Result<(), Failed> {
+        let cluster = self.cluster;
+        if cluster.account().is_none() {
+            return Ok(());
+        }
+        let mut asked = std::collections::HashSet::new();
+        for &r in resources {
+            let (Some(resource), Some(key)) =
+                (deployable.plan.resources.get(r), deployable.keys.get(r))
+            else {
+                continue;
+            };
+            let fail = |e| {
+                Failed::of(
+                    e,
+                    Reason::ApplyFailed,
+                    Some((&resource.chart, &resource.template)),
+                )
+            };
+            let kind = cluster
+                .kind(&key.api_version, &key.kind)
+                .await
+                .map_err(fail)?;
+            for verb in [Verb::Create, Verb::Patch, Verb::Get] {
+                let question = (
+                    kind.resource.group.clone(),
+                    kind.resource.plural.clone(),
+                    key.namespace.clone(),
+                    verb,
+                );
+                if asked.insert(question) {
+                    cluster
+                        .may(verb, &kind, key.namespace.as_deref(), &key.name)
+                        .await
+                        .map_err(fail)?;
+                }
+            }
         }
         Ok(())
     }
@@ -271,7 +332,7 @@ impl Objects<'_> {
     /// Creates (server-side applies) a hook, marked with its run, or deletes it as its delete
     /// policy says (in the background, as Helm deletes hooks).
     pub async fn hook(&self, hooks: &[HookRecord], action: &HookAction) -> Result<(), Failed> {
-        let cluster = &self.ctx.cluster;
+        let cluster = self.cluster;
         match action {
             HookAction::Create { hook, run } => {
                 let Some(hook) = hooks.get(*hook) else {
@@ -283,7 +344,9 @@ impl Objects<'_> {
                     .kind(&hook.key.api_version, &hook.key.kind)
                     .await
                     .map_err(fail)?;
-                self.ctx.watches.managed(&kind);
+                self.ctx
+                    .watches
+                    .managed(&kind, cluster, hook.key.namespace.as_deref());
                 let mut object = self.owned(&hook.object, &hook.key);
                 if let Some(annotations) = object
                     .pointer_mut("/metadata/annotations")
@@ -302,10 +365,12 @@ impl Objects<'_> {
 
     /// Deletes these objects, in order.
     pub async fn delete(&self, keys: &[ObjectKey]) -> Result<(), Failed> {
-        let cluster = &self.ctx.cluster;
+        let cluster = self.cluster;
         for key in keys {
             if let Ok(kind) = cluster.kind(&key.api_version, &key.kind).await {
-                self.ctx.watches.managed(&kind);
+                self.ctx
+                    .watches
+                    .managed(&kind, cluster, key.namespace.as_deref());
             }
             cluster
                 .delete(key)
@@ -329,7 +394,7 @@ impl Objects<'_> {
             "kind": "Namespace",
             "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
         });
-        self.ctx.cluster.create_if_absent(&key, &object).await?;
+        self.cluster.create_if_absent(&key, &object).await?;
         Ok(())
     }
 

@@ -18,11 +18,12 @@ use serde_json::json;
 use super::objects::{Failed, Objects};
 use super::run::Context;
 use super::source::Prepared;
-use super::{Error, Halt, Stop, kube_error};
+use super::{Error, Halt, Stop, account_of, kube_error};
 use crate::api::{
-    EventReason, FINALIZER, Identity, LayerPhase, ReleasePhase, SequencedRelease,
+    EventReason, FINALIZER, Identity, LayerPhase, Reason, ReleasePhase, SequencedRelease,
     SequencedReleaseStatus,
 };
+use crate::cluster::{Cluster, ClusterError};
 use crate::history::HookRecord;
 use crate::lock::Acquired;
 use crate::rollout::dependencies::{self, DependencyFacts, DependencyState};
@@ -32,6 +33,8 @@ use crate::rollout::recovery::{self, RecordUpdate};
 use crate::rollout::uninstall::{self, UninstallStep};
 use crate::rollout::{self, Deployable, Note, Settings};
 
+/// How soon a release refused for its service account's rights is looked at again.
+const FORBIDDEN_RETRY: Duration = Duration::from_secs(60);
 /// The longest status message; longer ones (many planner errors) are cut.
 const MAX_MESSAGE: usize = 8 * 1024;
 /// How many facts one reconcile may gather; more means the lifecycle keeps asking for something
@@ -43,7 +46,11 @@ pub(super) async fn reconcile(sr: Arc<SequencedRelease>, ctx: &Context) -> Resul
     if ctx.stopping() {
         return Ok(Action::await_change());
     }
-    Reconcile::new(sr, ctx).run().await
+    let account = account_of(&sr, &ctx.options.tenancy);
+    let cluster = ctx.cluster_for(account.as_ref()).map_err(kube_error(
+        "making a client that impersonates the release's service account",
+    ))?;
+    Reconcile::new(sr, ctx, cluster).run().await
 }
 
 fn action(requeue: Requeue) -> Action {
@@ -65,10 +72,12 @@ struct Reconcile<'a> {
     prepared: Option<Prepared>,
     /// Whether the lock was taken or checked in this reconcile.
     locked: bool,
+    /// The API server as the account the release acts as.
+    cluster: Arc<Cluster>,
 }
 
 impl<'a> Reconcile<'a> {
-    fn new(sr: Arc<SequencedRelease>, ctx: &'a Context) -> Reconcile<'a> {
+    fn new(sr: Arc<SequencedRelease>, ctx: &'a Context, cluster: Arc<Cluster>) -> Reconcile<'a> {
         let key = ObjectRef::from_obj(&*sr);
         let lock = if ctx.locks.holds(&key) {
             LockView::Ours
@@ -95,10 +104,12 @@ impl<'a> Reconcile<'a> {
             ctx,
             facts: Facts {
                 operation_since,
+                no_cross_namespace_refs: ctx.options.tenancy.no_cross_namespace_refs,
                 ..Facts::new(sr, lock, now)
             },
             prepared: None,
             locked: false,
+            cluster,
         }
     }
 
@@ -109,7 +120,13 @@ impl<'a> Reconcile<'a> {
     async fn run(mut self) -> Result<Action, Stop> {
         for _ in 0..MAX_GATHERS {
             match rollout::next(&self.facts) {
-                Next::Need(need) => self.gather(need).await?,
+                Next::Need(need) => match self.gather(need).await {
+                    // What the release's service account may not read: a person must grant it.
+                    Err(Stop::Failed(Error::Cluster(refused @ ClusterError::Forbidden { .. }))) => {
+                        return self.forbidden(&refused).await;
+                    }
+                    gathered => gathered?,
+                },
                 Next::Blocked { holder, requeue } => {
                     tracing::debug!(%holder, "locked by another session");
                     return Ok(action(requeue));
@@ -274,6 +291,34 @@ impl<'a> Reconcile<'a> {
         Ok(found.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()))
     }
 
+    /// The release's service account may not read what the lifecycle needs to see: Failed and
+    /// Stalled with reason `Forbidden` (an uninstall stays Uninstalling, Stalled), looked at
+    /// again a minute later or when the release changes.
+    async fn forbidden(&mut self, refused: &ClusterError) -> Result<Action, Stop> {
+        let message = refused.to_string();
+        let uninstalling = self.sr().metadata.deletion_timestamp.is_some()
+            || self.facts.status.phase == Some(ReleasePhase::Uninstalling);
+        let status = if uninstalling {
+            let mut status = self.facts.status.clone();
+            status.message = Some(message.clone());
+            rollout::status::set_stalled(&mut status, Reason::Forbidden, &message, &self.facts.now);
+            status
+        } else {
+            rollout::status::stalled(
+                &self.facts.status,
+                self.sr().metadata.generation,
+                Reason::Forbidden,
+                &message,
+                &self.facts.now,
+            )
+        };
+        let event = (self.facts.status.message.as_deref() != Some(message.as_str()))
+            .then(|| Note::warning(EventReason::Stalled, message.clone()));
+        self.write_status(&status).await?;
+        self.publish(event.as_slice()).await;
+        Ok(Action::requeue(FORBIDDEN_RETRY.min(self.settings.interval)))
+    }
+
     fn deployable(&self) -> Option<Arc<Deployable>> {
         self.facts.deployable().cloned()
     }
@@ -300,6 +345,7 @@ impl<'a> Reconcile<'a> {
     fn objects(&self) -> Objects<'_> {
         Objects {
             ctx: self.ctx,
+            cluster: &self.cluster,
             me: &self.me,
             release: self.key.clone(),
         }
@@ -544,7 +590,7 @@ impl<'a> Reconcile<'a> {
         step: &UninstallStep,
         failed: Failed,
     ) -> Result<Action, Stop> {
-        let status = uninstall::fail_delete(step, &failed.failure.message);
+        let status = uninstall::fail_delete(step, &failed.failure, &self.facts.now);
         self.write_status(&status).await?;
         Err(Stop::Failed(failed.error))
     }
@@ -601,6 +647,11 @@ impl<'a> Reconcile<'a> {
         }
         let mut status = status.clone();
         status.lock = keep.then(|| self.ctx.locks.mirror(&self.key)).flatten();
+        status.acting_as = Some(
+            self.cluster
+                .account()
+                .map_or_else(|| "controller".to_string(), ToString::to_string),
+        );
         if let Some(message) = status.message.as_mut() {
             cut(message);
         }

@@ -22,7 +22,7 @@ use super::source::Sources;
 use super::watches::Watches;
 use super::{Error, Halt, Options, Stop, kube_error, reconcile, stats};
 use crate::api::{ReleasePhase, SequencedRelease};
-use crate::cluster::Cluster;
+use crate::cluster::{Account, Cluster};
 use crate::lock::Locks;
 use crate::rollout;
 
@@ -38,7 +38,13 @@ const MAX_RESTARTS: usize = 3;
 /// What every reconcile shares.
 pub(super) struct Context {
     pub client: Client,
-    pub cluster: Cluster,
+    /// The controller's own configuration, from which the clients that impersonate service
+    /// accounts are made.
+    pub config: kube::Config,
+    /// The API server as the controller itself.
+    pub cluster: Arc<Cluster>,
+    /// The API server as each service account a release acts as.
+    accounts: Mutex<HashMap<Account, Arc<Cluster>>>,
     pub options: Options,
     pub store: Store<SequencedRelease>,
     pub watches: Watches,
@@ -60,6 +66,20 @@ pub(super) struct Context {
 impl Context {
     pub fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// The API server as `account` sees it (impersonated), or as the controller itself.
+    pub fn cluster_for(&self, account: Option<&Account>) -> Result<Arc<Cluster>, kube::Error> {
+        let Some(account) = account else {
+            return Ok(Arc::clone(&self.cluster));
+        };
+        let mut accounts = self.accounts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(cluster) = accounts.get(account) {
+            return Ok(Arc::clone(cluster));
+        }
+        let cluster = Arc::new(self.cluster.acting_as(&self.config, account.clone())?);
+        accounts.insert(account.clone(), Arc::clone(&cluster));
+        Ok(cluster)
     }
 
     /// Forgets what the caches keep of a release that is gone.
@@ -146,12 +166,14 @@ impl Operations {
     }
 }
 
-/// Runs the controller until `shutdown` resolves and the reconciles in flight have finished.
+/// Runs the controller with the identity `config` gives it until `shutdown` resolves and the
+/// reconciles in flight have finished.
 pub async fn run(
-    client: Client,
+    config: kube::Config,
     options: Options,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), Error> {
+    let client = Client::try_from(config.clone()).map_err(kube_error("making a client"))?;
     let api: Api<SequencedRelease> = Api::all(client.clone());
     api.list(&kube::api::ListParams::default().limit(1))
         .await
@@ -190,7 +212,9 @@ pub async fn run(
     let locks = Arc::new(Locks::new(client.clone(), options.identity.clone()));
     locks.watch(trigger.clone());
     let context = Arc::new(Context {
-        cluster: Cluster::new(client.clone()),
+        cluster: Arc::new(Cluster::new(client.clone())),
+        accounts: Mutex::new(HashMap::new()),
+        config,
         watches: Watches::new(client.clone(), trigger),
         events: Events::new(
             client.clone(),

@@ -18,12 +18,19 @@ use kube::runtime::{WatchStreamExt, watcher::watcher};
 use kube::{Client, ResourceExt};
 
 use crate::api::{MANAGED_SELECTOR, SequencedRelease, owner_of};
-use crate::cluster::Kind;
+use crate::cluster::{Account, Cluster, Kind};
 
 type Trigger = UnboundedSender<ObjectRef<SequencedRelease>>;
 
-/// A kind by API group and kind (the same objects whatever version serves them).
-type GroupKind = (String, String);
+/// One watch of managed objects: a kind by API group and kind (the same objects whatever
+/// version serves them), as an account sees it, in a namespace or (None) the whole cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct WatchKey {
+    account: Option<Account>,
+    group: String,
+    kind: String,
+    namespace: Option<String>,
+}
 /// An object by namespace and name.
 type ObjectName = (Option<String>, String);
 
@@ -35,8 +42,8 @@ struct Present {
     synced: bool,
 }
 
-/// An external object, by kind, namespace and name.
-type ExternalKey = (String, String, Option<String>, String);
+/// An external object, by the account watching it, kind, namespace and name.
+type ExternalKey = (Option<Account>, String, String, Option<String>, String);
 
 /// A ConfigMap or Secret a release reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,9 +89,9 @@ impl Readers {
 pub struct Watches {
     client: Client,
     trigger: Trigger,
-    kinds: Mutex<HashSet<(String, String)>>,
-    /// The managed objects that exist, by kind, as the managed watches last saw them.
-    present: Arc<Mutex<HashMap<GroupKind, Present>>>,
+    kinds: Mutex<HashSet<WatchKey>>,
+    /// The managed objects that exist, by watch, as the managed watches last saw them.
+    present: Arc<Mutex<HashMap<WatchKey, Present>>>,
     external: Arc<Mutex<HashMap<ExternalKey, HashSet<ObjectRef<SequencedRelease>>>>>,
     readers: Arc<Mutex<Readers>>,
     /// The input watches started, by kind and namespace.
@@ -123,28 +130,43 @@ impl Watches {
         }
     }
 
-    /// Watches the metadata of every object of `kind` that the controller manages.
-    pub fn managed(&self, kind: &Kind) {
-        let key = (
-            kind.resource.api_version.clone(),
-            kind.resource.kind.clone(),
-        );
+    /// Watches the metadata of every object of `kind` that the controller manages, as
+    /// `cluster`'s account sees them: over the whole cluster for the controller's own identity,
+    /// in `namespace` for a service account (which may have rights in its namespaces only).
+    pub fn managed(&self, kind: &Kind, cluster: &Cluster, namespace: Option<&str>) {
+        let key = WatchKey {
+            account: cluster.account().cloned(),
+            group: kind.resource.group.clone(),
+            kind: kind.resource.kind.clone(),
+            namespace: namespace
+                .filter(|_| kind.namespaced && cluster.account().is_some())
+                .map(str::to_string),
+        };
         {
             let Ok(mut kinds) = self.kinds.lock() else {
                 return;
             };
-            if !kinds.insert(key) {
+            if !kinds.insert(key.clone()) {
                 return;
             }
         }
-        let api: Api<PartialObjectMeta<DynamicObject>> =
-            Api::all_with(self.client.clone(), &kind.resource);
+        let api: Api<PartialObjectMeta<DynamicObject>> = match &key.namespace {
+            Some(ns) => Api::namespaced_with(cluster.client().clone(), ns, &kind.resource),
+            None => Api::all_with(cluster.client().clone(), &kind.resource),
+        };
         let config = watcher::Config::default()
             .labels(MANAGED_SELECTOR)
             .any_semantic();
         let trigger = self.trigger.clone();
-        let what = format!("{}/{}", kind.resource.api_version, kind.resource.kind);
-        let group_kind = (kind.resource.group.clone(), kind.resource.kind.clone());
+        let what = format!(
+            "{}/{}{}",
+            kind.resource.api_version,
+            kind.resource.kind,
+            key.account
+                .as_ref()
+                .map(|a| format!(" as {a}"))
+                .unwrap_or_default()
+        );
         let present = Arc::clone(&self.present);
         let task = tokio::spawn(async move {
             tracing::debug!(kind = %what, "watching managed objects");
@@ -155,7 +177,7 @@ impl Watches {
                 let name = |o: &PartialObjectMeta<DynamicObject>| (o.namespace(), o.name_any());
                 let index = |update: &dyn Fn(&mut Present)| {
                     if let Ok(mut present) = present.lock() {
-                        update(present.entry(group_kind.clone()).or_default());
+                        update(present.entry(key.clone()).or_default());
                     }
                 };
                 let object = match event {
@@ -204,17 +226,31 @@ impl Watches {
         self.keep(task);
     }
 
-    /// Whether a managed object of this group and kind exists, as its watch last saw it; None
-    /// while the kind is not watched or its first list is not complete.
+    /// Whether a managed object of this group and kind exists, as the watch of `cluster`'s
+    /// account last saw it; None while the kind is not watched or its first list is not
+    /// complete.
     pub fn exists(
         &self,
+        cluster: &Cluster,
         group: &str,
         kind: &str,
         namespace: Option<&str>,
         name: &str,
     ) -> Option<bool> {
         let present = self.present.lock().ok()?;
-        let index = present.get(&(group.to_string(), kind.to_string()))?;
+        let mut key = WatchKey {
+            account: cluster.account().cloned(),
+            group: group.to_string(),
+            kind: kind.to_string(),
+            namespace: None,
+        };
+        let index = match present.get(&key) {
+            Some(index) => index,
+            None => {
+                key.namespace = namespace.map(str::to_string);
+                present.get(&key)?
+            }
+        };
         index.synced.then(|| {
             index
                 .objects
@@ -222,15 +258,18 @@ impl Watches {
         })
     }
 
-    /// Wakes `owner` when the external object changes (werf's external dependencies).
+    /// Wakes `owner` when the external object changes (werf's external dependencies), watched
+    /// as `cluster`'s account.
     pub fn external(
         &self,
+        cluster: &Cluster,
         kind: &Kind,
         namespace: Option<&str>,
         name: &str,
         owner: ObjectRef<SequencedRelease>,
     ) {
         let key: ExternalKey = (
+            cluster.account().cloned(),
             kind.resource.api_version.clone(),
             kind.resource.kind.clone(),
             namespace.map(str::to_string),
@@ -247,11 +286,10 @@ impl Watches {
                 return;
             }
         }
+        let client = cluster.client().clone();
         let api: Api<PartialObjectMeta<DynamicObject>> = match namespace {
-            Some(ns) if kind.namespaced => {
-                Api::namespaced_with(self.client.clone(), ns, &kind.resource)
-            }
-            _ => Api::all_with(self.client.clone(), &kind.resource),
+            Some(ns) if kind.namespaced => Api::namespaced_with(client, ns, &kind.resource),
+            _ => Api::all_with(client, &kind.resource),
         };
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let trigger = self.trigger.clone();

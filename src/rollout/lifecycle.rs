@@ -96,6 +96,9 @@ pub struct Facts {
     pub namespace_terminating: Option<bool>,
     /// How the objects of a Ready revision differ from what it applied.
     pub drift: Option<DriftReport>,
+    /// The controller refuses references outside the release's namespace
+    /// (`--no-cross-namespace-refs`).
+    pub no_cross_namespace_refs: bool,
 }
 
 impl Facts {
@@ -116,6 +119,7 @@ impl Facts {
             operation_since: None,
             namespace_terminating: None,
             drift: None,
+            no_cross_namespace_refs: false,
         }
     }
 
@@ -334,6 +338,28 @@ fn stall(facts: &Facts, reason: Reason, message: &str, settings: &Settings) -> N
     }
 }
 
+/// The references of `sr` outside its own namespace, as a message; None when there are none.
+/// `valuesFrom`, `chart.configMapRef`, `chart.secretRef` and `chart.credentialsSecretRef` name
+/// objects of the release's namespace only, so they cannot be.
+pub fn cross_namespace_refs(sr: &SequencedRelease) -> Option<String> {
+    let own = sr.metadata.namespace.as_deref().unwrap_or("default");
+    let mut refs = Vec::new();
+    if let Some(target) = sr.spec.target_namespace.as_deref().filter(|t| *t != own) {
+        refs.push(format!("spec.targetNamespace {target}"));
+    }
+    for (i, dependency) in sr.spec.depends_on.iter().enumerate() {
+        if let Some(ns) = dependency.namespace.as_deref().filter(|n| *n != own) {
+            refs.push(format!("spec.dependsOn[{i}] {ns}/{}", dependency.name));
+        }
+    }
+    (!refs.is_empty()).then(|| {
+        format!(
+            "this controller refuses references outside the release's namespace {own} (--no-cross-namespace-refs): {}",
+            refs.join(", ")
+        )
+    })
+}
+
 fn deploy(facts: &Facts, requests: &Requests) -> Next {
     let sr = &facts.release;
     let generation = sr.metadata.generation;
@@ -341,6 +367,11 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
     let settings = Settings::of(&sr.spec);
     if let Some(message) = Settings::problem(&sr.spec) {
         return stall(facts, Reason::InvalidSpec, &message, &settings);
+    }
+    if facts.no_cross_namespace_refs
+        && let Some(message) = cross_namespace_refs(sr)
+    {
+        return stall(facts, Reason::CrossNamespaceRef, &message, &settings);
     }
     let source = match &facts.source {
         None => return Next::Need(Need::Source),

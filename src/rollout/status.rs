@@ -74,6 +74,17 @@ pub(super) fn set_conditions(
     }
 }
 
+/// Not Ready and Stalled with `reason` and `message`, the phase as it is (an uninstall that
+/// cannot go on).
+pub fn set_stalled(status: &mut SequencedReleaseStatus, reason: Reason, message: &str, now: &Time) {
+    set_conditions(
+        status,
+        reason,
+        now,
+        [(false, message), (false, ""), (true, message)],
+    );
+}
+
 /// The three conditions for a release that is making progress (`reason` says how).
 pub fn progressing(status: &mut SequencedReleaseStatus, reason: Reason, message: &str, now: &Time) {
     set_conditions(

@@ -397,9 +397,25 @@ fn unseen(keys: &[ObjectKey], observed: &Observations) -> Wanted {
 }
 
 /// Deleting step `step` failed: the status says why; the uninstall goes on from there when it
-/// is tried again.
-pub fn fail_delete(step: &UninstallStep, message: &str) -> SequencedReleaseStatus {
+/// is tried again. A refusal that a retry does not change (the release's service account may
+/// not delete the object) also makes it Stalled with that reason, so that it is not taken for
+/// an uninstall in progress.
+pub fn fail_delete(
+    step: &UninstallStep,
+    failure: &super::ActionFailure,
+    now: &Time,
+) -> SequencedReleaseStatus {
     let mut status = step.status.clone();
-    status.message = Some(message.to_string());
+    let message = &failure.message;
+    status.message = Some(message.clone());
+    if !failure.transient {
+        let message = format!("uninstall blocked: {message}; it goes on once that changes");
+        set_conditions(
+            &mut status,
+            failure.reason,
+            now,
+            [(false, &message), (false, ""), (true, &message)],
+        );
+    }
     status
 }

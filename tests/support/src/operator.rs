@@ -9,7 +9,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use sequenced::api::v1alpha1::SequencedRelease;
 use sequenced::chart::source::ChartCache;
-use sequenced::controller::{self, Options};
+use sequenced::controller::{self, Options, Tenancy};
 use sequenced::helm::Helm;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -38,6 +38,16 @@ pub struct Controller {
 impl Controller {
     /// Starts a controller named `identity` against `server`.
     pub fn start(server: &TestApiServer, identity: &str, concurrency: u16) -> Controller {
+        Controller::start_with(server, identity, concurrency, Tenancy::default())
+    }
+
+    /// Starts a controller named `identity` with the tenancy flags `tenancy`.
+    pub fn start_with(
+        server: &TestApiServer,
+        identity: &str,
+        concurrency: u16,
+        tenancy: Tenancy,
+    ) -> Controller {
         let cache = tempfile::tempdir().expect("cache dir");
         let options = Options {
             helm: Helm::at(crate::helm()),
@@ -45,15 +55,16 @@ impl Controller {
             concurrency,
             identity: identity.to_string(),
             metrics: std::sync::Arc::new(sequenced::metrics::Metrics::new().unwrap()),
+            tenancy,
         };
         let metrics = options.metrics.clone();
         let (stop, stopped) = oneshot::channel::<()>();
-        let client = server.client_as(identity);
+        let config = server.config_as(identity);
         let task = tokio::spawn(async move {
             let shutdown = async move {
                 let _ = stopped.await;
             };
-            if let Err(e) = controller::run(client, options, shutdown).await {
+            if let Err(e) = controller::run(config, options, shutdown).await {
                 panic!("the controller stopped: {e}");
             }
         });
@@ -120,6 +131,16 @@ impl Operator {
     pub async fn start(concurrency: u16) -> Operator {
         let mut operator = Operator::without_controller().await;
         let controller = operator.spawn("test-controller", concurrency);
+        operator.metrics = controller.metrics.clone();
+        operator.controller = Some(controller);
+        operator
+    }
+
+    /// [`Operator::start`] with a controller run with the tenancy flags `tenancy`.
+    pub async fn start_with(concurrency: u16, tenancy: Tenancy) -> Operator {
+        let mut operator = Operator::without_controller().await;
+        let controller =
+            Controller::start_with(&operator.server, "test-controller", concurrency, tenancy);
         operator.metrics = controller.metrics.clone();
         operator.controller = Some(controller);
         operator

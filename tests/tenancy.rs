@@ -1,0 +1,457 @@
+//! Multi-tenancy on the in-process test API server, which authorizes every request with RBAC
+//! as kube-apiserver does (issue "Multi-tenancy"): a release acts as its service account
+//! through impersonation, a layer that account may not write is refused before any of it is
+//! written, the controller's `--default-service-account` and `--no-cross-namespace-refs`, and
+//! an account that loses its rights on the way.
+
+use sequenced_testkit as support;
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use sequenced::api::ReleasePhase;
+use sequenced::api::v1alpha1::SequencedRelease;
+use sequenced::controller::Tenancy;
+use serde_json::{Value, json};
+use support::charts::{chart, condition, config_map, is_ready, message, release};
+use support::operator::{Operator, is_write};
+use tempfile::TempDir;
+
+const TEAM: &str = "team";
+const DEPLOYER: &str = "system:serviceaccount:team:deployer";
+
+async fn within<F: Future<Output = ()>>(test: F) {
+    tokio::time::timeout(Duration::from_secs(150), test)
+        .await
+        .expect("the scenario did not finish in time");
+}
+
+fn status(sr: &SequencedRelease) -> &sequenced::api::SequencedReleaseStatus {
+    sr.status.as_ref().expect("a status")
+}
+
+/// Applies `object` as the cluster admin.
+async fn admin_apply(op: &Operator, object: Value) {
+    let api_version = object["apiVersion"].as_str().unwrap().to_string();
+    let kind = object["kind"].as_str().unwrap().to_string();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &kind));
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(op.client.clone(), ns, &resource),
+        None => Api::all_with(op.client.clone(), &resource),
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply("test-admin"),
+        &Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+}
+
+/// Namespace `namespace` with ServiceAccount `deployer`, which may do everything a release
+/// does with ConfigMaps there (a Role and its RoleBinding), and nothing else.
+async fn tenant(op: &Operator, namespace: &str) {
+    op.namespace(namespace).await;
+    admin_apply(
+        op,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "deployer", "namespace": namespace}}),
+    )
+    .await;
+    admin_apply(
+        op,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": "deployer", "namespace": namespace},
+               "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                          "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]}),
+    )
+    .await;
+    bind(op, namespace).await;
+}
+
+async fn bind(op: &Operator, namespace: &str) {
+    admin_apply(
+        op,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "deployer", "namespace": namespace},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
+               "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": namespace}]}),
+    )
+    .await;
+}
+
+/// Chart `name`: layer `config` (ConfigMap `settings`), then layer `more` (ConfigMap `more`
+/// and whatever `extra` holds), which depends on it.
+fn two_layers(name: &str, extra: &str) -> TempDir {
+    chart(
+        name,
+        &[
+            (
+                "templates/settings.yaml",
+                &config_map("settings", "helm.sh/layer: config"),
+            ),
+            (
+                "templates/more.yaml",
+                &format!(
+                    "{}{extra}",
+                    config_map(
+                        "more",
+                        "helm.sh/layer: more\n    helm.sh/depends-on/layers: config"
+                    )
+                ),
+            ),
+            ("values.yaml", "version: 1\n"),
+        ],
+    )
+}
+
+fn config_maps(op: &Operator, namespace: &str) -> Api<ConfigMap> {
+    Api::namespaced(op.client.clone(), namespace)
+}
+
+async fn failed_with(op: &Operator, namespace: &str, name: &str, reason: &str) -> SequencedRelease {
+    op.wait_release(namespace, name, &format!("Stalled {reason}"), |sr| {
+        condition(sr, "Stalled").is_some_and(|(s, r, _)| s == "True" && r == reason)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_acts_as_its_service_account_for_its_objects_and_as_the_controller_for_its_books()
+{
+    within(async {
+        let op = Operator::start(2).await;
+        tenant(&op, TEAM).await;
+        let dir = two_layers("app", "");
+        op.create(
+            TEAM,
+            release(
+                "app",
+                &dir.path().join("app"),
+                json!({"serviceAccountName": "deployer"}),
+            ),
+        )
+        .await;
+        let sr = op.wait_release(TEAM, "app", "Ready", is_ready).await;
+        assert_eq!(
+            status(&sr).acting_as.as_deref(),
+            Some("serviceaccount team:deployer")
+        );
+        let objects = config_maps(&op, TEAM);
+        assert!(objects.get_opt("settings").await.unwrap().is_some());
+        assert!(objects.get_opt("more").await.unwrap().is_some());
+
+        let requests = op.server.requests();
+        let controller: Vec<_> = requests
+            .iter()
+            .filter(|r| r.client.as_deref() == Some("test-controller"))
+            .collect();
+        // Every request about the chart's ConfigMaps (reads, applies, watches) is the account's.
+        let chart_objects: Vec<_> = controller
+            .iter()
+            .filter(|r| r.kind.as_deref() == Some("ConfigMap"))
+            .collect();
+        assert!(chart_objects.iter().any(|r| r.verb == "apply"));
+        for r in &chart_objects {
+            assert_eq!(
+                r.user.as_deref(),
+                Some(DEPLOYER),
+                "{} {} {}?{} was sent as the controller",
+                r.method,
+                r.path,
+                r.kind.as_deref().unwrap_or(""),
+                r.query
+            );
+        }
+        // Its own books are the controller's: the status, the records, the Lease, events.
+        for kind in ["SequencedRelease", "Secret", "Lease", "Event"] {
+            let writes: Vec<_> = controller
+                .iter()
+                .filter(|r| r.kind.as_deref() == Some(kind) && is_write(r))
+                .collect();
+            assert!(!writes.is_empty(), "no {kind} was written");
+            assert!(
+                writes.iter().all(|r| r.user.is_none()),
+                "a {kind} was written as the service account"
+            );
+        }
+        // Nothing was refused on the way.
+        assert!(
+            controller.iter().all(|r| r.status != 403),
+            "a request was refused"
+        );
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_the_account_may_not_write_is_forbidden_before_any_of_it_is_written() {
+    within(async {
+        let op = Operator::start(2).await;
+        tenant(&op, TEAM).await;
+        let role = "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: escalate\n  annotations:\n    helm.sh/layer: more\n    helm.sh/depends-on/layers: config\nrules: []\n";
+        // It may read ClusterRoles (so the controller can see whose one is), not create them.
+        admin_apply(
+            &op,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": "read-clusterroles"},
+                   "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+                              "verbs": ["get", "list", "watch"]}]}),
+        )
+        .await;
+        admin_apply(
+            &op,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": "team-read-clusterroles"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "read-clusterroles"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": TEAM}]}),
+        )
+        .await;
+        let dir = two_layers("app", role);
+        op.create(
+            TEAM,
+            release(
+                "app",
+                &dir.path().join("app"),
+                json!({"serviceAccountName": "deployer"}),
+            ),
+        )
+        .await;
+        let sr = failed_with(&op, TEAM, "app", "Forbidden").await;
+        assert_eq!(status(&sr).phase, Some(ReleasePhase::Failed));
+        let said = message(&sr);
+        assert!(
+            said.contains(
+                "serviceaccount team:deployer cannot create clusterroles.rbac.authorization.k8s.io \"escalate\""
+            ),
+            "{said}"
+        );
+        let (ready, reason, _) = condition(&sr, "Ready").unwrap();
+        assert_eq!((ready.as_str(), reason.as_str()), ("False", "Forbidden"));
+        // The first layer is deployed; of the refused layer nothing was written.
+        let objects = config_maps(&op, TEAM);
+        assert!(objects.get_opt("settings").await.unwrap().is_some());
+        assert!(objects.get_opt("more").await.unwrap().is_none());
+        let requests = op.server.requests();
+        assert!(
+            !requests.iter().any(|r| is_write(r)
+                && r.name.as_deref().is_some_and(|n| n == "more" || n == "escalate")),
+            "an object of the refused layer was written"
+        );
+        // It was asked before, as the account: a SelfSubjectAccessReview.
+        assert!(requests.iter().any(|r| r.path.ends_with("/selfsubjectaccessreviews")
+            && r.user.as_deref() == Some(DEPLOYER)));
+        let layer = status(&sr)
+            .layers
+            .iter()
+            .find(|l| l.name == "more")
+            .expect("layer more");
+        assert!(
+            layer
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("cannot create clusterroles")),
+            "{layer:?}"
+        );
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_service_account_is_used_in_each_release_namespace() {
+    within(async {
+        let op = Operator::start_with(
+            2,
+            Tenancy {
+                default_service_account: Some("deployer".into()),
+                ..Tenancy::default()
+            },
+        )
+        .await;
+        tenant(&op, TEAM).await;
+        // In `bare` the account exists but was granted nothing.
+        op.namespace("bare").await;
+        admin_apply(
+            &op,
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": "deployer", "namespace": "bare"}}),
+        )
+        .await;
+        let dir = two_layers("app", "");
+        for ns in [TEAM, "bare"] {
+            op.create(ns, release("app", &dir.path().join("app"), json!({})))
+                .await;
+        }
+        let sr = op.wait_release(TEAM, "app", "Ready", is_ready).await;
+        assert_eq!(
+            status(&sr).acting_as.as_deref(),
+            Some("serviceaccount team:deployer")
+        );
+        let refused = failed_with(&op, "bare", "app", "Forbidden").await;
+        let said = message(&refused);
+        assert!(
+            said.contains("serviceaccount bare:deployer cannot") && said.contains("configmaps"),
+            "{said}"
+        );
+        assert!(
+            config_maps(&op, "bare")
+                .get_opt("settings")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn references_outside_the_release_namespace_are_refused_with_the_flag() {
+    within(async {
+        let op = Operator::start_with(
+            2,
+            Tenancy {
+                no_cross_namespace_refs: true,
+                ..Tenancy::default()
+            },
+        )
+        .await;
+        op.namespace(TEAM).await;
+        op.namespace("elsewhere").await;
+        let dir = two_layers("app", "");
+        let path = dir.path().join("app");
+        op.create(
+            TEAM,
+            release("target", &path, json!({"targetNamespace": "elsewhere"})),
+        )
+        .await;
+        op.create(
+            TEAM,
+            release(
+                "depends",
+                &path,
+                json!({"releaseName": "depends", "dependsOn": [{"name": "db", "namespace": "elsewhere"}]}),
+            ),
+        )
+        .await;
+        op.create(TEAM, release("local", &path, json!({"releaseName": "local", "targetNamespace": TEAM})))
+            .await;
+        let target = failed_with(&op, TEAM, "target", "CrossNamespaceRef").await;
+        assert!(
+            message(&target).contains("spec.targetNamespace elsewhere"),
+            "{}",
+            message(&target)
+        );
+        let depends = failed_with(&op, TEAM, "depends", "CrossNamespaceRef").await;
+        assert!(
+            message(&depends).contains("spec.dependsOn[0] elsewhere/db"),
+            "{}",
+            message(&depends)
+        );
+        // Naming its own namespace is no cross-namespace reference.
+        op.wait_release(TEAM, "local", "Ready", is_ready).await;
+        assert!(
+            config_maps(&op, "elsewhere")
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty(),
+            "something was deployed to the other namespace"
+        );
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_that_loses_its_rights_is_stalled_and_its_uninstall_says_why_until_they_are_back()
+ {
+    within(async {
+        let op = Operator::start(2).await;
+        tenant(&op, TEAM).await;
+        let dir = two_layers("app", "");
+        op.create(
+            TEAM,
+            release(
+                "app",
+                &dir.path().join("app"),
+                json!({"serviceAccountName": "deployer"}),
+            ),
+        )
+        .await;
+        op.wait_release(TEAM, "app", "Ready", is_ready).await;
+        let bindings: Api<RoleBinding> = Api::namespaced(op.client.clone(), TEAM);
+        bindings
+            .delete("deployer", &DeleteParams::default())
+            .await
+            .unwrap();
+        // An upgrade now cannot apply anything.
+        op.releases(TEAM)
+            .patch(
+                "app",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"values": {"version": 2}}})),
+            )
+            .await
+            .unwrap();
+        let sr = failed_with(&op, TEAM, "app", "Forbidden").await;
+        assert!(
+            message(&sr).contains("serviceaccount team:deployer cannot"),
+            "{}",
+            message(&sr)
+        );
+        // Nor delete: the uninstall stays, Stalled, saying why, instead of hanging silently.
+        op.releases(TEAM)
+            .delete("app", &DeleteParams::default())
+            .await
+            .unwrap();
+        let blocked = op
+            .wait_release(TEAM, "app", "uninstall Stalled Forbidden", |sr| {
+                sr.metadata.deletion_timestamp.is_some()
+                    && condition(sr, "Stalled").is_some_and(|(s, r, m)| {
+                        s == "True" && r == "Forbidden" && m.contains("cannot")
+                    })
+            })
+            .await;
+        assert!(
+            message(&blocked).contains("serviceaccount team:deployer cannot"),
+            "{}",
+            message(&blocked)
+        );
+        assert!(
+            config_maps(&op, TEAM)
+                .get_opt("settings")
+                .await
+                .unwrap()
+                .is_some()
+        );
+        // Rights back: the uninstall finishes.
+        bind(&op, TEAM).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        while op.releases(TEAM).get_opt("app").await.unwrap().is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the uninstall never finished once the rights were back"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(
+            config_maps(&op, TEAM)
+                .get_opt("settings")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        op.stop().await;
+    })
+    .await;
+}
