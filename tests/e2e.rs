@@ -606,3 +606,104 @@ async fn e2e_a_failed_upgrade_is_rolled_back_and_helm_reads_the_history() {
     }
     e2e.finish().await;
 }
+
+/// Applies `object` with the test's own (admin) identity.
+async fn e2e_apply(e2e: &E2e, object: Value) {
+    let api_version = object["apiVersion"].as_str().unwrap().to_string();
+    let kind = object["kind"].as_str().unwrap().to_string();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+    let resource = kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        group, version, &kind,
+    ));
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(e2e.client.clone(), &e2e.namespace, &resource);
+    api.patch(
+        &name,
+        &PatchParams::apply("sequenced-e2e"),
+        &Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_release_acts_as_its_service_account_and_a_layer_it_may_not_write_is_forbidden() {
+    let Some(e2e) = setup().await else { return };
+    let ns = e2e.namespace.clone();
+    e2e_apply(
+        &e2e,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer"}}),
+    )
+    .await;
+    e2e_apply(
+        &e2e,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": "deployer"},
+               "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                          "verbs": ["get", "list", "watch", "create", "patch", "delete"]}]}),
+    )
+    .await;
+    e2e_apply(
+        &e2e,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "deployer"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
+               "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": ns}]}),
+    )
+    .await;
+    let allowed = chart(
+        "tenant",
+        &[(
+            "templates/cm.yaml",
+            &config_map("settings", "helm.sh/layer: config"),
+        )],
+    );
+    e2e.create(release(
+        "tenant",
+        &allowed.path().join("tenant"),
+        json!({"serviceAccountName": "deployer"}),
+    ))
+    .await;
+    let sr = e2e.wait("tenant", "Ready", is_ready).await;
+    assert_eq!(
+        sr.status.as_ref().unwrap().acting_as.as_deref(),
+        Some(format!("serviceaccount {ns}:deployer").as_str())
+    );
+    let role = format!("sequenced-e2e-{ns}");
+    let refused = chart(
+        "escalate",
+        &[(
+            "templates/role.yaml",
+            &format!(
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {role}\nrules: []\n"
+            ),
+        )],
+    );
+    e2e.create(release(
+        "escalate",
+        &refused.path().join("escalate"),
+        json!({"serviceAccountName": "deployer"}),
+    ))
+    .await;
+    let sr = e2e
+        .wait("escalate", "Stalled Forbidden", |sr| {
+            condition(sr, "Stalled").is_some_and(|(s, r, _)| s == "True" && r == "Forbidden")
+        })
+        .await;
+    assert!(failed(&sr));
+    let message = sr
+        .status
+        .as_ref()
+        .unwrap()
+        .message
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!("serviceaccount {ns}:deployer cannot")),
+        "{message}"
+    );
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(e2e.client.clone());
+    assert!(roles.get_opt(&role).await.unwrap().is_none());
+    e2e.finish().await;
+}

@@ -235,6 +235,42 @@ fn a_suspended_release_does_nothing_and_lets_go_of_a_lock_it_holds() {
 }
 
 #[test]
+fn references_outside_the_namespace_stall_only_when_the_controller_refuses_them() {
+    let sr = release(
+        json!({"targetNamespace": "shared", "dependsOn": [{"name": "db", "namespace": "data"},
+                                                          {"name": "cache"}]}),
+        json!({}),
+    );
+    // Without the flag: on to the chart source.
+    assert_eq!(next(&facts(sr.clone())), Next::Need(Need::Source));
+    let mut refusing = facts(sr);
+    refusing.no_cross_namespace_refs = true;
+    let Next::Stall { status, event, .. } = next(&refusing) else {
+        panic!("stalls");
+    };
+    assert_eq!(status.phase, Some(ReleasePhase::Failed));
+    let (stalled, reason, message) = condition(&status, "Stalled");
+    assert_eq!(
+        (stalled.as_str(), reason.as_str()),
+        ("True", "CrossNamespaceRef")
+    );
+    assert!(
+        message.contains("spec.targetNamespace shared")
+            && message.contains("spec.dependsOn[0] data/db")
+            && !message.contains("cache"),
+        "{message}"
+    );
+    assert!(event.is_some());
+    // Its own namespace, named: no cross-namespace reference.
+    let mut own = facts(release(
+        json!({"targetNamespace": "apps", "dependsOn": [{"name": "db", "namespace": "apps"}]}),
+        json!({}),
+    ));
+    own.no_cross_namespace_refs = true;
+    assert_eq!(next(&own), Next::Need(Need::Source));
+}
+
+#[test]
 fn unusable_specs_and_charts_stall_with_their_reason_once() {
     // A readiness timeout that is not a duration: stalled before anything is read.
     let bad = release(json!({"readinessTimeout": "soon"}), json!({}));

@@ -535,6 +535,67 @@ fn custom_rbac_keeps_the_controllers_own_rights_and_grants_only_the_listed_conte
 }
 
 #[test]
+fn multi_tenant_rbac_grants_the_controller_its_bookkeeping_and_impersonation_only() {
+    let docs = render(&["--set", "tenancy.multiTenant=true"]);
+    let (name, namespace) = pod_account(&docs);
+    let rules = granted(&docs, (&name, &namespace), None);
+    // Target namespaces are created as the release's service account.
+    let missing: Vec<String> = missing_needs(&rules)
+        .into_iter()
+        .filter(|m| m != "create namespaces.")
+        .collect();
+    assert_eq!(missing, Vec::<String>::new());
+    assert!(allows(&rules, "", "serviceaccounts", "impersonate"));
+    assert!(!allows(&rules, "", "users", "impersonate"));
+    assert!(!allows(&rules, "", "groups", "impersonate"));
+    assert!(
+        !rules.iter().any(|r| strings(&r["verbs"]).contains(&"*")
+            || strings(&r["resources"]).contains(&"*")),
+        "multi-tenant still grants everything: {rules:?}"
+    );
+    for (group, resource) in [
+        ("apps", "deployments"),
+        ("rbac.authorization.k8s.io", "clusterroles"),
+        ("", "namespaces"),
+        ("", "configmaps"),
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
+    ] {
+        assert!(
+            !allows(&rules, group, resource, "create"),
+            "the controller itself may create {resource}.{group}"
+        );
+    }
+    let deployment = of_kind(&docs, "Deployment")[0];
+    let args = strings(&container(deployment)["args"]);
+    assert!(
+        args.contains(&"--default-service-account=default"),
+        "{args:?}"
+    );
+    assert!(args.contains(&"--no-cross-namespace-refs"), "{args:?}");
+    // Each is its own choice too.
+    let docs = render(&[
+        "--set",
+        "tenancy.multiTenant=true",
+        "--set",
+        "tenancy.noCrossNamespaceRefs=false",
+        "--set",
+        "tenancy.defaultServiceAccount=deployer",
+    ]);
+    let args = strings(&container(of_kind(&docs, "Deployment")[0])["args"]);
+    assert!(
+        args.contains(&"--default-service-account=deployer"),
+        "{args:?}"
+    );
+    assert!(!args.contains(&"--no-cross-namespace-refs"), "{args:?}");
+    let default_args =
+        strings(&container(of_kind(&render(&[]), "Deployment")[0])["args"]).join(" ");
+    assert!(
+        !default_args.contains("service-account") && !default_args.contains("cross-namespace"),
+        "{default_args}"
+    );
+}
+
+#[test]
 fn custom_rbac_without_rules_is_refused_with_a_hint() {
     let message = render_error(&["--set", "rbac.manageEverything=false"]);
     assert!(

@@ -455,3 +455,98 @@ async fn an_account_that_loses_its_rights_is_stalled_and_its_uninstall_says_why_
     })
     .await;
 }
+
+/// The objects of the operator's own chart, rendered into `namespace` with `args`.
+fn operator_chart(namespace: &str, args: &[&str]) -> Vec<Value> {
+    let output = std::process::Command::new(support::helm())
+        .args(["template", "sequenced"])
+        .arg(support::charts::repo().join("charts/sequenced"))
+        .args(["--namespace", namespace])
+        .args(args)
+        .output()
+        .expect("helm template");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    sequenced::yaml::parse_documents(&String::from_utf8_lossy(&output.stdout))
+        .expect("YAML")
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_multi_tenant_chart_grants_the_controller_all_it_needs_to_deploy_as_tenants() {
+    within(async {
+        let op = Operator::without_controller().await;
+        op.namespace("sequenced-system").await;
+        // The operator chart's service account and RBAC, as `helm install` would create them.
+        for doc in operator_chart("sequenced-system", &["--set", "tenancy.multiTenant=true"]) {
+            let kind = doc["kind"].as_str().unwrap_or("");
+            if kind == "ServiceAccount" || kind.contains("Role") {
+                let mut doc = doc.clone();
+                if kind == "ServiceAccount" || kind == "Role" || kind == "RoleBinding" {
+                    doc["metadata"]["namespace"] = json!("sequenced-system");
+                }
+                admin_apply(&op, doc).await;
+            }
+        }
+        tenant(&op, TEAM).await;
+        let account = "system:serviceaccount:sequenced-system:sequenced";
+        let controller = support::operator::Controller::start_as(
+            op.server.config_as_user("test-controller", account, &[]),
+            "test-controller",
+            2,
+            Tenancy {
+                default_service_account: Some("deployer".into()),
+                no_cross_namespace_refs: true,
+            },
+        );
+        let dir = two_layers("app", "");
+        op.create(TEAM, release("app", &dir.path().join("app"), json!({})))
+            .await;
+        let sr = op.wait_release(TEAM, "app", "Ready", is_ready).await;
+        assert_eq!(
+            status(&sr).acting_as.as_deref(),
+            Some("serviceaccount team:deployer")
+        );
+        let refused: Vec<String> = op
+            .server
+            .requests()
+            .iter()
+            .filter(|r| r.client.as_deref() == Some("test-controller") && r.status == 403)
+            .map(|r| format!("{} {}?{} as {:?}", r.method, r.path, r.query, r.user))
+            .collect();
+        assert_eq!(refused, Vec::<String>::new(), "refused requests");
+        let own = op
+            .server
+            .requests()
+            .iter()
+            .filter(|r| r.client.as_deref() == Some("test-controller") && is_write(r))
+            .filter(|r| r.user.as_deref() == Some(account))
+            .count();
+        assert!(
+            own > 0,
+            "the controller did not act as the chart's service account"
+        );
+        // The controller's own identity wrote only its books.
+        for r in op.server.requests() {
+            if r.client.as_deref() == Some("test-controller") && is_write(&r) {
+                let books = matches!(
+                    r.kind.as_deref(),
+                    Some("SequencedRelease" | "Secret" | "Lease" | "Event")
+                ) || r.path.ends_with("/selfsubjectaccessreviews");
+                assert!(
+                    books || r.user.as_deref() == Some(DEPLOYER),
+                    "{} {} as the controller",
+                    r.method,
+                    r.path
+                );
+            }
+        }
+        controller.stop().await;
+    })
+    .await;
+}

@@ -854,6 +854,32 @@ shop
     }
 
     #[test]
+    fn the_account_a_release_acts_as_is_shown() {
+        let mut status = deploying();
+        status.acting_as = Some("serviceaccount apps:deployer".to_string());
+        let text = format_status(&release(1, Some(status.clone())), Style::default());
+        assert!(
+            text.contains("\nACTS AS      serviceaccount apps:deployer\n"),
+            "{text}"
+        );
+        status.acting_as = Some("controller".to_string());
+        let text = format_status(&release(1, Some(status.clone())), Style::default());
+        assert!(
+            text.contains("\nACTS AS      the controller's own service account\n"),
+            "{text}"
+        );
+        // Before the controller has written it, the spec says which account it will be.
+        status.acting_as = None;
+        let mut sr = release(1, Some(status));
+        sr.spec.service_account_name = Some("deployer".to_string());
+        let text = format_status(&sr, Style::default());
+        assert!(
+            text.contains("\nACTS AS      serviceaccount apps:deployer\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_status_of_an_older_generation_is_marked_and_has_not_ended() {
         let mut status = deploying();
         status.phase = Some(ReleasePhase::Ready);

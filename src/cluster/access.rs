@@ -161,6 +161,9 @@ impl Cluster {
             .create(&PostParams::default(), &review)
             .await
             .map_err(|e| {
+                if let Some(refused) = self.impersonation_refused(&e) {
+                    return refused;
+                }
                 api_error(
                     "asking whether it may",
                     format!(

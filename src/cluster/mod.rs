@@ -187,6 +187,23 @@ impl Cluster {
         &self.client
     }
 
+    /// The API server refused to let the controller impersonate the account at all: the
+    /// controller lacks `impersonate` on serviceaccounts.
+    fn impersonation_refused(&self, source: &kube::Error) -> Option<ClusterError> {
+        let (Some(account), kube::Error::Api(status)) = (&self.account, source) else {
+            return None;
+        };
+        (status.code == 403 && access::refused_verb(&status.message)? == "impersonate").then(|| {
+            ClusterError::Forbidden {
+                account: "the controller".to_string(),
+                action: format!(
+                    "impersonate {account} (grant it impersonate on serviceaccounts): {}",
+                    status.message
+                ),
+            }
+        })
+    }
+
     /// An error of a request about `key`: a 403 while acting as a service account names the
     /// account, the verb and the object.
     fn error(&self, action: &'static str, key: &ObjectKey, source: kube::Error) -> ClusterError {
@@ -194,6 +211,9 @@ impl Cluster {
             && status.code == 403
             && let Some(verb) = access::refused_verb(&status.message)
         {
+            if let Some(refused) = self.impersonation_refused(&source) {
+                return refused;
+            }
             let group = key
                 .api_version
                 .rsplit_once('/')

@@ -56,3 +56,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "sequenced.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
+
+{{/* The ServiceAccount a release without spec.serviceAccountName acts as; empty: the controller. */}}
+{{- define "sequenced.defaultServiceAccount" -}}
+{{- .Values.tenancy.defaultServiceAccount | default (ternary "default" "" .Values.tenancy.multiTenant) -}}
+{{- end }}
+
+{{/* "true" when releases may not refer outside their namespace; empty otherwise. */}}
+{{- define "sequenced.noCrossNamespaceRefs" -}}
+{{- if kindIs "bool" .Values.tenancy.noCrossNamespaceRefs -}}
+{{- if .Values.tenancy.noCrossNamespaceRefs }}true{{ end -}}
+{{- else if .Values.tenancy.multiTenant -}}
+true
+{{- end -}}
+{{- end }}

@@ -48,6 +48,17 @@ impl Controller {
         concurrency: u16,
         tenancy: Tenancy,
     ) -> Controller {
+        Controller::start_as(server.config_as(identity), identity, concurrency, tenancy)
+    }
+
+    /// Starts a controller named `identity` that talks to the server with `config` (an
+    /// identity of its own: [`TestApiServer::config_as_user`]).
+    pub fn start_as(
+        config: kube::Config,
+        identity: &str,
+        concurrency: u16,
+        tenancy: Tenancy,
+    ) -> Controller {
         let cache = tempfile::tempdir().expect("cache dir");
         let options = Options {
             helm: Helm::at(crate::helm()),
@@ -59,7 +70,6 @@ impl Controller {
         };
         let metrics = options.metrics.clone();
         let (stop, stopped) = oneshot::channel::<()>();
-        let config = server.config_as(identity);
         let task = tokio::spawn(async move {
             let shutdown = async move {
                 let _ = stopped.await;
