@@ -61,23 +61,36 @@ fn repository(versions: &[&str]) -> TempDir {
     dir
 }
 
+/// With `password`, the 401 (and Basic challenge of `realm`) of a request without the basic
+/// credentials `ci:PASSWORD`; None when it may pass.
+fn unauthorized(
+    request: &Request,
+    password: Option<&str>,
+    realm: &str,
+    body: &[u8],
+) -> Option<Response> {
+    use base64::Engine;
+    let password = password?;
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("ci:{password}"))
+    );
+    (request.headers.get("authorization") != Some(&expected)).then(|| Response {
+        status: 401,
+        headers: vec![(
+            "WWW-Authenticate".into(),
+            format!("Basic realm=\"{realm}\""),
+        )],
+        body: body.to_vec(),
+    })
+}
+
 /// Serves the files of `dir`; with `password`, only to requests with those basic credentials.
 fn serve(dir: &Path, password: Option<&'static str>) -> Server {
     let dir = dir.to_path_buf();
     Server::start(move |request: &Request| {
-        if let Some(password) = password {
-            use base64::Engine;
-            let expected = format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(format!("ci:{password}"))
-            );
-            if request.headers.get("authorization") != Some(&expected) {
-                return Response {
-                    status: 401,
-                    headers: vec![("WWW-Authenticate".into(), "Basic realm=\"charts\"".into())],
-                    body: b"unauthorized\n".to_vec(),
-                };
-            }
+        if let Some(refused) = unauthorized(request, password, "charts", b"unauthorized\n") {
+            return refused;
         }
         let name = request.path.trim_start_matches('/');
         if name.contains("..") {
@@ -284,19 +297,13 @@ fn registry_with(charts: &[PathBuf], password: Option<&'static str>) -> Server {
     let blobs = Arc::new(blobs);
     let manifests = Arc::new(manifests);
     Server::start(move |request: &Request| {
-        if let Some(password) = password {
-            use base64::Engine;
-            let expected = format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(format!("ci:{password}"))
-            );
-            if request.headers.get("authorization") != Some(&expected) {
-                return Response {
-                    status: 401,
-                    headers: vec![("WWW-Authenticate".into(), "Basic realm=\"registry\"".into())],
-                    body: b"{\"errors\":[{\"code\":\"UNAUTHORIZED\"}]}".to_vec(),
-                };
-            }
+        if let Some(refused) = unauthorized(
+            request,
+            password,
+            "registry",
+            b"{\"errors\":[{\"code\":\"UNAUTHORIZED\"}]}",
+        ) {
+            return refused;
         }
         let path = request.path.as_str();
         if path == "/v2/" || path == "/v2" {

@@ -111,6 +111,19 @@ fn two_layers(name: &str, extra: &str) -> TempDir {
     )
 }
 
+/// Creates release `app` of chart `app` in `dir`, in namespace `team`, acting as `deployer`.
+async fn deploy_as_deployer(op: &Operator, dir: &TempDir) {
+    op.create(
+        TEAM,
+        release(
+            "app",
+            &dir.path().join("app"),
+            json!({"serviceAccountName": "deployer"}),
+        ),
+    )
+    .await;
+}
+
 fn config_maps(op: &Operator, namespace: &str) -> Api<ConfigMap> {
     Api::namespaced(op.client.clone(), namespace)
 }
@@ -129,15 +142,7 @@ async fn a_release_acts_as_its_service_account_for_its_objects_and_as_the_contro
         let op = Operator::start(2).await;
         tenant(&op, TEAM).await;
         let dir = two_layers("app", "");
-        op.create(
-            TEAM,
-            release(
-                "app",
-                &dir.path().join("app"),
-                json!({"serviceAccountName": "deployer"}),
-            ),
-        )
-        .await;
+        deploy_as_deployer(&op, &dir).await;
         let sr = op.wait_release(TEAM, "app", "Ready", is_ready).await;
         assert_eq!(
             status(&sr).acting_as.as_deref(),
@@ -215,15 +220,7 @@ async fn a_layer_the_account_may_not_write_is_forbidden_before_any_of_it_is_writ
         )
         .await;
         let dir = two_layers("app", role);
-        op.create(
-            TEAM,
-            release(
-                "app",
-                &dir.path().join("app"),
-                json!({"serviceAccountName": "deployer"}),
-            ),
-        )
-        .await;
+        deploy_as_deployer(&op, &dir).await;
         let sr = failed_with(&op, TEAM, "app", "Forbidden").await;
         assert_eq!(status(&sr).phase, Some(ReleasePhase::Failed));
         let said = message(&sr);
@@ -379,15 +376,7 @@ async fn an_account_that_loses_its_rights_is_stalled_and_its_uninstall_says_why_
         let op = Operator::start(2).await;
         tenant(&op, TEAM).await;
         let dir = two_layers("app", "");
-        op.create(
-            TEAM,
-            release(
-                "app",
-                &dir.path().join("app"),
-                json!({"serviceAccountName": "deployer"}),
-            ),
-        )
-        .await;
+        deploy_as_deployer(&op, &dir).await;
         op.wait_release(TEAM, "app", "Ready", is_ready).await;
         let bindings: Api<RoleBinding> = Api::namespaced(op.client.clone(), TEAM);
         bindings

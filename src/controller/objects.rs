@@ -11,9 +11,9 @@ use crate::api::{
     Claim, HOOK_RUN_ANNOTATION, Identity, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION,
     ObjectKey, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, Reason, SequencedRelease,
 };
-use crate::cluster::{Cluster, ClusterError, Verb};
+use crate::cluster::{Cluster, ClusterError, Kind, Verb};
 use crate::history::HookRecord;
-use crate::plan::ExternalDependency;
+use crate::plan::{ExternalDependency, Resource};
 use crate::rollout::drift::{Drift, DriftReport, Drifted};
 use crate::rollout::hooks::HookAction;
 use crate::rollout::{ActionFailure, Deployable, Observations, Wanted};
@@ -50,6 +50,25 @@ impl Failed {
             error: error.into(),
         }
     }
+}
+
+/// These resources of the plan (indexes into its resources), with their keys.
+fn resources_of<'a>(
+    deployable: &'a Deployable,
+    resources: &'a [usize],
+) -> impl Iterator<Item = (&'a Resource, &'a ObjectKey)> {
+    resources
+        .iter()
+        .filter_map(|&r| Some((deployable.plan.resources.get(r)?, deployable.keys.get(r)?)))
+}
+
+/// Applying `resource` failed with `error`: the status names its chart and template.
+fn apply_failed(error: ClusterError, resource: &Resource) -> Failed {
+    Failed::of(
+        error,
+        Reason::ApplyFailed,
+        Some((&resource.chart, &resource.template)),
+    )
 }
 
 /// The objects of one release.
@@ -258,30 +277,26 @@ impl Objects<'_> {
             return Ok(());
         };
         self.may_apply(deployable, &layer.resources).await?;
-        for &r in &layer.resources {
-            let (Some(resource), Some(key)) =
-                (deployable.plan.resources.get(r), deployable.keys.get(r))
-            else {
-                continue;
-            };
-            let fail = |e| {
-                Failed::of(
-                    e,
-                    Reason::ApplyFailed,
-                    Some((&resource.chart, &resource.template)),
-                )
-            };
-            let kind = cluster
-                .kind(&key.api_version, &key.kind)
-                .await
-                .map_err(fail)?;
+        for (resource, key) in resources_of(deployable, &layer.resources) {
+            let kind = self.kind_of(resource, key).await?;
             self.ctx
                 .watches
                 .managed(&kind, cluster, key.namespace.as_deref());
             let object = self.owned(&resource.object, key);
-            cluster.apply(key, &object).await.map_err(fail)?;
+            cluster
+                .apply(key, &object)
+                .await
+                .map_err(|e| apply_failed(e, resource))?;
         }
         Ok(())
+    }
+
+    /// The kind of a resource of the plan; failing, what applying it failed with.
+    async fn kind_of(&self, resource: &Resource, key: &ObjectKey) -> Result<Kind, Failed> {
+        self.cluster
+            .kind(&key.api_version, &key.kind)
+            .await
+            .map_err(|e| apply_failed(e, resource))
     }
 
     /// Whether the account the release acts as may apply (create, patch) and read these
@@ -294,23 +309,8 @@ impl Objects<'_> {
             return Ok(());
         }
         let mut asked = std::collections::HashSet::new();
-        for &r in resources {
-            let (Some(resource), Some(key)) =
-                (deployable.plan.resources.get(r), deployable.keys.get(r))
-            else {
-                continue;
-            };
-            let fail = |e| {
-                Failed::of(
-                    e,
-                    Reason::ApplyFailed,
-                    Some((&resource.chart, &resource.template)),
-                )
-            };
-            let kind = cluster
-                .kind(&key.api_version, &key.kind)
-                .await
-                .map_err(fail)?;
+        for (resource, key) in resources_of(deployable, resources) {
+            let kind = self.kind_of(resource, key).await?;
             for verb in [Verb::Create, Verb::Patch, Verb::Get] {
                 let question = (
                     kind.resource.group.clone(),
@@ -322,7 +322,7 @@ impl Objects<'_> {
                     cluster
                         .may(verb, &kind, key.namespace.as_deref(), &key.name)
                         .await
-                        .map_err(fail)?;
+                        .map_err(|e| apply_failed(e, resource))?;
                 }
             }
         }
