@@ -539,3 +539,37 @@ async fn the_multi_tenant_chart_grants_the_controller_all_it_needs_to_deploy_as_
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_that_may_write_but_not_watch_is_told_so_before_anything_is_written() {
+    within(async {
+        let op = Operator::start(2).await;
+        tenant(&op, TEAM).await;
+        // The same account, but its Role lacks list and watch.
+        admin_apply(
+            &op,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                   "metadata": {"name": "deployer", "namespace": TEAM},
+                   "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                              "verbs": ["get", "create", "patch", "delete"]}]}),
+        )
+        .await;
+        let dir = two_layers("app", "");
+        deploy_as_deployer(&op, &dir).await;
+        let sr = failed_with(&op, TEAM, "app", "Forbidden").await;
+        let said = message(&sr);
+        assert!(
+            said.contains("serviceaccount team:deployer cannot list configmaps in namespace team"),
+            "{said}"
+        );
+        assert!(
+            config_maps(&op, TEAM)
+                .get_opt("settings")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        op.stop().await;
+    })
+    .await;
+}

@@ -48,7 +48,6 @@ pub enum Verb {
     Watch,
     Create,
     Patch,
-    Delete,
 }
 
 impl Verb {
@@ -59,7 +58,6 @@ impl Verb {
             Verb::Watch => "watch",
             Verb::Create => "create",
             Verb::Patch => "patch",
-            Verb::Delete => "delete",
         }
     }
 }
@@ -132,10 +130,16 @@ impl Cluster {
         if allowed {
             return Ok(());
         }
+        // Lists and watches are of a namespace (or the cluster), not of one object.
+        let object = match (verb, &question.namespace) {
+            (Verb::List | Verb::Watch, Some(ns)) => format!("in namespace {ns}"),
+            (Verb::List | Verb::Watch, None) => "at the cluster scope".to_string(),
+            _ => format!("\"{name}\""),
+        };
         Err(ClusterError::Forbidden {
             account: account.to_string(),
             action: format!(
-                "{} {} \"{name}\"",
+                "{} {} {object}",
                 verb.as_str(),
                 qualified(&question.group, &question.resource)
             ),

@@ -299,10 +299,10 @@ impl Objects<'_> {
             .map_err(|e| apply_failed(e, resource))
     }
 
-    /// Whether the account the release acts as may apply (create, patch) and read these
-    /// resources of a layer: asked of the API server before the first of them is written, so
-    /// that a layer it may not deploy is refused whole. One question per kind, namespace and
-    /// verb, cached.
+    /// Whether the account the release acts as may apply (create, patch), read and watch (get,
+    /// list, watch: readiness and the watches that wake the release) these resources of a
+    /// layer: asked of the API server before the first of them is written, so that a layer it
+    /// may not deploy is refused whole. One question per kind, namespace and verb, cached.
     async fn may_apply(&self, deployable: &Deployable, resources: &[usize]) -> Result<(), Failed> {
         let cluster = self.cluster;
         if cluster.account().is_none() {
@@ -311,7 +311,13 @@ impl Objects<'_> {
         let mut asked = std::collections::HashSet::new();
         for (resource, key) in resources_of(deployable, resources) {
             let kind = self.kind_of(resource, key).await?;
-            for verb in [Verb::Create, Verb::Patch, Verb::Get] {
+            for verb in [
+                Verb::Create,
+                Verb::Patch,
+                Verb::Get,
+                Verb::List,
+                Verb::Watch,
+            ] {
                 let question = (
                     kind.resource.group.clone(),
                     kind.resource.plural.clone(),
