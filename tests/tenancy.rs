@@ -186,6 +186,13 @@ async fn a_release_acts_as_its_service_account_for_its_objects_and_as_the_contro
                 "a {kind} was written as the service account"
             );
         }
+        // One access question per kind, namespace and verb (create, patch, get, list, watch),
+        // answered once for both layers of ConfigMaps.
+        let reviews = controller
+            .iter()
+            .filter(|r| r.path.ends_with("/selfsubjectaccessreviews"))
+            .count();
+        assert_eq!(reviews, 5);
         // Nothing was refused on the way.
         assert!(
             controller.iter().all(|r| r.status != 403),
