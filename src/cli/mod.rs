@@ -149,13 +149,16 @@ pub struct RollbackArgs {
     pub revision: Option<u32>,
 }
 
+/// How many releases `sequenced run` reconciles at once unless told.
+pub const DEFAULT_CONCURRENCY: u16 = 16;
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Address of the Prometheus metrics (/metrics) and health (/healthz, /readyz) endpoints.
     #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:8080")]
     pub metrics_addr: String,
     /// How many releases are reconciled at once.
-    #[arg(long, value_name = "N", default_value_t = 16, env = "SEQUENCED_CONCURRENCY", value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY, env = "SEQUENCED_CONCURRENCY", value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// This controller's name in events (default: the host name, as a pod's name).
     #[arg(long, value_name = "NAME", env = "SEQUENCED_IDENTITY")]

@@ -416,11 +416,7 @@ fn stored<'a>(
     namespace: &'a str,
 ) -> impl Iterator<Item = &'a Value> + 'a {
     state
-        .objects
-        .iter()
-        .filter(move |(k, _)| {
-            k.group == RBAC_GROUP && k.resource == resource && k.namespace == namespace
-        })
+        .of_resource(RBAC_GROUP, resource, Some(namespace))
         .map(|(_, v)| v)
 }
 

@@ -2,7 +2,7 @@
 //! resourceVersion counter, a log of watch events, and the work kube-controller-manager would
 //! do for namespaces, CustomResourceDefinitions, finalizers of the garbage collector.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
@@ -59,6 +59,12 @@ pub struct State {
     /// Groups of custom resources, in the order they appeared.
     pub custom_groups: Vec<String>,
     pub deleted_uids: HashSet<String>,
+    /// Indexes the built-in controllers read instead of scanning every object after each write:
+    /// the objects being deleted, the dependents of each owner uid, and the owners whose
+    /// dependents are to be looked at by garbage collection.
+    deleting: BTreeSet<Key>,
+    dependents: HashMap<String, BTreeSet<Key>>,
+    collect: BTreeSet<String>,
     pub requests: Vec<RecordedRequest>,
     pub failures: Vec<Failure>,
     next_ip: u32,
@@ -205,6 +211,9 @@ impl State {
             custom: BTreeMap::new(),
             custom_groups: Vec::new(),
             deleted_uids: HashSet::new(),
+            deleting: BTreeSet::new(),
+            dependents: HashMap::new(),
+            collect: BTreeSet::new(),
             requests: Vec::new(),
             failures: Vec::new(),
             next_ip: 1,
@@ -342,6 +351,10 @@ impl State {
         self.rv += 1;
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
         let old = self.objects.insert(key.clone(), obj.clone());
+        if let Some(old) = &old {
+            self.unindex(&key, old);
+        }
+        self.index(&key, &obj);
         let etype = if old.is_some() { "MODIFIED" } else { "ADDED" };
         self.emit(key, etype, obj.clone(), old);
         obj
@@ -351,9 +364,11 @@ impl State {
     /// resourceVersion.
     fn remove(&mut self, key: &Key) -> Option<Value> {
         let mut last = self.objects.remove(key)?;
+        self.unindex(key, &last);
         self.rv += 1;
         meta_mut(&mut last).insert("resourceVersion".into(), json!(self.rv.to_string()));
         self.deleted_uids.insert(uid_of(&last));
+        self.collect.insert(uid_of(&last));
         if key.group == "apiextensions.k8s.io"
             && let Some(rt) = typed::crd_type(&last)
         {
@@ -361,6 +376,75 @@ impl State {
         }
         self.emit(key.clone(), "DELETED", last.clone(), None);
         Some(last)
+    }
+
+    fn index(&mut self, key: &Key, obj: &Value) {
+        if is_deleting(obj) {
+            self.deleting.insert(key.clone());
+        }
+        let owners = owner_uids(obj);
+        for owner in &owners {
+            self.dependents
+                .entry(owner.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        // Created with owners that are all gone already: garbage from the start.
+        if !owners.is_empty() && owners.iter().all(|u| self.deleted_uids.contains(u)) {
+            self.collect.extend(owners);
+        }
+    }
+
+    fn unindex(&mut self, key: &Key, obj: &Value) {
+        self.deleting.remove(key);
+        for owner in owner_uids(obj) {
+            if let Some(keys) = self.dependents.get_mut(&owner) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.dependents.remove(&owner);
+                }
+            }
+        }
+    }
+
+    /// The objects being deleted that `f` picks.
+    fn deleting_where(&self, f: impl Fn(&Key, &Value) -> bool) -> Vec<Key> {
+        self.deleting
+            .iter()
+            .filter(|k| self.objects.get(*k).is_some_and(|v| f(k, v)))
+            .cloned()
+            .collect()
+    }
+
+    /// The objects that name `uid` among their owners.
+    fn dependents_of(&self, uid: &str) -> Vec<Key> {
+        self.dependents
+            .get(uid)
+            .map(|keys| keys.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The stored objects of a storage group and resource, in one namespace or (None) all, in
+    /// key order.
+    pub fn of_resource<'a>(
+        &'a self,
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> impl Iterator<Item = (&'a Key, &'a Value)> + 'a {
+        let from = Key {
+            group: group.to_string(),
+            resource: resource.to_string(),
+            namespace: namespace.unwrap_or("").to_string(),
+            name: String::new(),
+        };
+        let (group, resource) = (from.group.clone(), from.resource.clone());
+        let namespace = namespace.map(str::to_string);
+        self.objects.range(from..).take_while(move |(k, _)| {
+            k.group == group
+                && k.resource == resource
+                && namespace.as_ref().is_none_or(|ns| k.namespace == *ns)
+        })
     }
 
     /// Drops the watch history (as etcd compaction does): older resourceVersions get 410.
@@ -386,13 +470,8 @@ impl State {
         namespace: &str,
         sel: &Selection,
     ) -> Vec<(Key, Value)> {
-        self.objects
-            .iter()
-            .filter(|(k, _)| {
-                k.group == rt.storage_group
-                    && k.resource == rt.storage_resource
-                    && (namespace.is_empty() || k.namespace == namespace)
-            })
+        let namespace = (!namespace.is_empty()).then_some(namespace);
+        self.of_resource(&rt.storage_group, &rt.storage_resource, namespace)
             .map(|(k, v)| (k.clone(), present(rt, version, v)))
             .filter(|(_, v)| sel.matches(v))
             .collect()
@@ -1610,8 +1689,8 @@ impl State {
 
     fn controllers_step(&mut self) -> bool {
         // Namespaces being deleted: delete their content, then the namespace.
-        let terminating = self
-            .keys_where(|k, v| k.group.is_empty() && k.resource == "namespaces" && is_deleting(v));
+        let terminating =
+            self.deleting_where(|k, _| k.group.is_empty() && k.resource == "namespaces");
         for ns_key in terminating {
             let content = self.keys_where(|k, v| k.namespace == ns_key.name && !is_deleting(v));
             if !content.is_empty() {
@@ -1641,9 +1720,8 @@ impl State {
             return true;
         }
         // CustomResourceDefinitions being deleted: delete their objects, then the definition.
-        let crds = self.keys_where(|k, v| {
+        let crds = self.deleting_where(|k, v| {
             k.group == "apiextensions.k8s.io"
-                && is_deleting(v)
                 && finalizers(v)
                     .iter()
                     .any(|f| f == "customresourcecleanup.apiextensions.k8s.io")
@@ -1673,12 +1751,11 @@ impl State {
             }
         }
         // Foreground deletion: dependents first.
-        let foreground = self.keys_where(|_, v| {
-            is_deleting(v) && finalizers(v).iter().any(|f| f == "foregroundDeletion")
-        });
+        let foreground =
+            self.deleting_where(|_, v| finalizers(v).iter().any(|f| f == "foregroundDeletion"));
         for key in foreground {
             let uid = self.objects.get(&key).map(uid_of).unwrap_or_default();
-            let dependents = self.keys_where(|_, v| owner_uids(v).contains(&uid));
+            let dependents = self.dependents_of(&uid);
             let live: Vec<Key> = dependents
                 .iter()
                 .filter(|k| self.objects.get(*k).is_some_and(|v| !is_deleting(v)))
@@ -1696,11 +1773,10 @@ impl State {
             }
         }
         // Orphan: dependents lose the owner reference.
-        let orphaning =
-            self.keys_where(|_, v| is_deleting(v) && finalizers(v).iter().any(|f| f == "orphan"));
+        let orphaning = self.deleting_where(|_, v| finalizers(v).iter().any(|f| f == "orphan"));
         if let Some(key) = orphaning.into_iter().next() {
             let uid = self.objects.get(&key).map(uid_of).unwrap_or_default();
-            for dep in self.keys_where(|_, v| owner_uids(v).contains(&uid)) {
+            for dep in self.dependents_of(&uid) {
                 if let Some(mut d) = self.objects.get(&dep).cloned() {
                     if let Some(Value::Array(refs)) = meta_mut(&mut d).get_mut("ownerReferences") {
                         refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
@@ -1719,12 +1795,18 @@ impl State {
             return true;
         }
         // Garbage collection: objects whose owners are all gone.
-        let orphans = self.keys_where(|_, v| {
-            let owners = owner_uids(v);
-            !is_deleting(v)
-                && !owners.is_empty()
-                && owners.iter().all(|u| self.deleted_uids.contains(u))
-        });
+        let gone = std::mem::take(&mut self.collect);
+        let mut orphans: Vec<Key> = gone
+            .iter()
+            .flat_map(|uid| self.dependents_of(uid))
+            .filter(|k| {
+                self.objects.get(k).is_some_and(|v| {
+                    !is_deleting(v) && owner_uids(v).iter().all(|u| self.deleted_uids.contains(u))
+                })
+            })
+            .collect();
+        orphans.sort();
+        orphans.dedup();
         if !orphans.is_empty() {
             for k in orphans {
                 self.controller_delete(&k);

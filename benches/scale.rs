@@ -1,0 +1,309 @@
+//! Scale: N releases of a chart of 20 ConfigMaps in 4 chained layers of 5, spread over 10
+//! namespaces, all created at once, reconciled by one controller (default concurrency) against
+//! the test API server. Prints the time until all are Ready, the controller's requests per
+//! release by verb and resource, the controller's peak RSS and CPU time, and the share of
+//! `helm template` in it.
+//!
+//! The test API server runs in a child process (this binary, `SEQUENCED_SCALE_SERVER=1`), so
+//! the RSS and CPU measured are the controller's own (plus this driver's few requests).
+//!
+//! `cargo bench --bench scale` runs N = 100 and N = 1000; `cargo bench --bench scale -- 200`
+//! runs the given sizes.
+
+use sequenced_testkit as support;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ListParams, PostParams};
+use sequenced::api::v1alpha1::SequencedRelease;
+use sequenced::controller::Tenancy;
+use serde_json::json;
+use support::apiserver::TestApiServer;
+use support::charts::{chart, is_ready, release};
+use support::operator::{Controller, install_crd};
+
+const SERVER_ENV: &str = "SEQUENCED_SCALE_SERVER";
+const NAMESPACES: usize = 10;
+const CONTROLLER: &str = "scale-controller";
+
+/// The chart: layers l1..l4 of 5 ConfigMaps each, each layer after the one before.
+fn chained_chart() -> tempfile::TempDir {
+    let mut files = Vec::new();
+    for layer in 1..=4 {
+        let mut text = String::new();
+        for i in 1..=5 {
+            let after = if layer == 1 {
+                String::new()
+            } else {
+                format!("\n    helm.sh/depends-on/layers: l{}", layer - 1)
+            };
+            text.push_str(&format!(
+                "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{{{ .Release.Name }}}}-l{layer}-{i}\n  annotations:\n    helm.sh/layer: l{layer}{after}\ndata:\n  value: {{{{ .Values.value | quote }}}}\n"
+            ));
+        }
+        files.push((format!("templates/l{layer}.yaml"), text));
+    }
+    files.push(("values.yaml".into(), "value: one\n".into()));
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    chart("chained", &files)
+}
+
+fn proc_status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime of this process (the helm processes it waited for are cutime, cstime).
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+fn children_cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_millis((ticks(13) + ticks(14)) * 10)
+}
+
+/// The child: a test API server with the CRD, its URL on stdout; on each line `report CLIENT`
+/// on stdin, the counts of that client's requests by verb and resource as one JSON line; on
+/// `clear`, forgets the requests so far.
+fn serve() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let server = TestApiServer::start().await;
+        install_crd(&server.client()).await;
+        println!("{}", server.url());
+        let mut lines = BufReader::new(std::io::stdin()).lines();
+        while let Some(Ok(line)) = tokio::task::block_in_place(|| lines.next()) {
+            if let Some(client) = line.strip_prefix("report ") {
+                let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+                for r in server.requests() {
+                    if r.client.as_deref() != Some(client) {
+                        continue;
+                    }
+                    let mut resource = r.kind.clone().unwrap_or_else(|| r.path.clone());
+                    if let Some(sub) = &r.subresource {
+                        resource = format!("{resource}/{sub}");
+                    }
+                    let verb = if r.query.split('&').any(|p| p == "dryRun=All") {
+                        format!("{} (dry run)", r.verb)
+                    } else {
+                        r.verb.to_string()
+                    };
+                    *counts.entry(format!("{verb} {resource}")).or_default() += 1;
+                }
+                println!("{}", serde_json::to_string(&counts).unwrap());
+            } else if line == "clear" {
+                server.clear_requests();
+                println!("{{}}");
+            }
+        }
+    });
+}
+
+struct ServerProcess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    url: String,
+}
+
+impl ServerProcess {
+    fn start() -> ServerProcess {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .env(SERVER_ENV, "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the server process");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut url = String::new();
+        stdout.read_line(&mut url).unwrap();
+        ServerProcess {
+            child,
+            stdin,
+            stdout,
+            url: url.trim().to_string(),
+        }
+    }
+
+    fn ask(&mut self, line: &str) -> String {
+        writeln!(self.stdin, "{line}").unwrap();
+        let mut answer = String::new();
+        self.stdout.read_line(&mut answer).unwrap();
+        answer
+    }
+
+    fn config(&self, client: &str) -> kube::Config {
+        let mut config = kube::Config::new(self.url.parse().unwrap());
+        config.default_namespace = "default".into();
+        config.headers.push((
+            http::HeaderName::from_static("x-test-client"),
+            http::HeaderValue::from_str(client).unwrap(),
+        ));
+        config
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Run {
+    releases: usize,
+    ready_after: Duration,
+    peak_rss_mib: f64,
+    controller_cpu: Duration,
+    helm_cpu: Duration,
+    counts: BTreeMap<String, usize>,
+}
+
+fn run(releases: usize) -> Run {
+    let mut server = ServerProcess::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let chart_dir = chained_chart();
+    let path = chart_dir.path().join("chained");
+    let driver_config = server.config("scale-driver");
+    let (ready_after, controller) = runtime.block_on(async {
+        let driver = kube::Client::try_from(driver_config).unwrap();
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(driver.clone());
+        for n in 0..NAMESPACES {
+            let ns = serde_json::from_value(json!({"metadata": {"name": format!("scale-{n}")}}))
+                .unwrap();
+            namespaces
+                .create(&PostParams::default(), &ns)
+                .await
+                .unwrap();
+        }
+        let controller = Controller::start_as(
+            server.config(CONTROLLER),
+            CONTROLLER,
+            sequenced::cli::DEFAULT_CONCURRENCY,
+            Tenancy::default(),
+        );
+        let started = Instant::now();
+        let creates = (0..releases).map(|i| {
+            let api: Api<SequencedRelease> =
+                Api::namespaced(driver.clone(), &format!("scale-{}", i % NAMESPACES));
+            let sr: SequencedRelease =
+                serde_json::from_value(release(&format!("r{i}"), &path, json!({}))).unwrap();
+            async move { api.create(&PostParams::default(), &sr).await.unwrap() }
+        });
+        futures::future::join_all(creates).await;
+        let all: Api<SequencedRelease> = Api::all(driver.clone());
+        loop {
+            let listed = all.list(&ListParams::default()).await.unwrap();
+            let ready = listed.items.iter().filter(|sr| is_ready(sr)).count();
+            if ready == releases {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(900),
+                "only {ready} of {releases} Ready after 15 minutes"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        (started.elapsed(), controller)
+    });
+    let controller_cpu = cpu_time();
+    let helm_cpu = children_cpu_time();
+    let peak_rss_mib = proc_status_kib("VmHWM:") as f64 / 1024.0;
+    let counts: BTreeMap<String, usize> =
+        serde_json::from_str(&server.ask(&format!("report {CONTROLLER}"))).unwrap();
+    runtime.block_on(controller.stop());
+    Run {
+        releases,
+        ready_after,
+        peak_rss_mib,
+        controller_cpu,
+        helm_cpu,
+        counts,
+    }
+}
+
+fn main() {
+    if std::env::var_os(SERVER_ENV).is_some() {
+        serve();
+        return;
+    }
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let bench = std::env::args().any(|a| a == "--bench");
+    let sizes = match (sizes.is_empty(), bench) {
+        (false, _) => sizes,
+        (true, true) => vec![100, 1000],
+        (true, false) => vec![10],
+    };
+    if sizes.len() > 1 {
+        // Each size in a process of its own, so that peak RSS and CPU are that size's.
+        for n in sizes {
+            let status = Command::new(std::env::current_exe().unwrap())
+                .arg(n.to_string())
+                .status()
+                .expect("run one size");
+            assert!(status.success());
+        }
+        return;
+    }
+    let run = run(sizes[0]);
+    let total: usize = run.counts.values().sum();
+    println!(
+        "{} releases: all Ready after {:.1} s; controller peak RSS {:.0} MiB, CPU {:.1} s (helm template {:.1} s more, {:.0}% of the controller's wall time on 2 cores); {:.1} requests per release",
+        run.releases,
+        run.ready_after.as_secs_f64(),
+        run.peak_rss_mib,
+        run.controller_cpu.as_secs_f64(),
+        run.helm_cpu.as_secs_f64(),
+        100.0 * run.helm_cpu.as_secs_f64() / (2.0 * run.ready_after.as_secs_f64()),
+        total as f64 / run.releases as f64
+    );
+    for (what, count) in &run.counts {
+        println!(
+            "  {what}: {:.2} per release",
+            *count as f64 / run.releases as f64
+        );
+    }
+}
