@@ -437,7 +437,7 @@ impl<'a> Reconcile<'a> {
         let deployable = self.deployable();
         if !step.actions.is_empty() {
             // A step of the operation: renew the lock (or take it) before the first write.
-            self.lock(true).await?;
+            self.lock(false).await?;
         }
         for (done, action) in step.actions.iter().enumerate() {
             if let Err(stop) = self.still_held().await {
@@ -468,6 +468,11 @@ impl<'a> Reconcile<'a> {
         }
         self.update_records(&step.records).await?;
         self.write_status(&step.status).await?;
+        if step.status.phase == Some(ReleasePhase::Ready) {
+            // This controller applied every object and watched them become ready: they match
+            // what it applied, so the next full comparison is due an `interval` from now.
+            self.ctx.drift_checked(&self.key);
+        }
         self.publish(&step.events).await;
         let requeue = rollout::requeue(
             &self.settings,
@@ -538,7 +543,7 @@ impl<'a> Reconcile<'a> {
             || !step.hooks_before.is_empty()
             || !step.hooks_after.is_empty();
         if writes {
-            self.lock(true).await?;
+            self.lock(false).await?;
         }
         self.update_records(&step.records).await?;
         let hooks = self.hooks();
@@ -711,7 +716,8 @@ impl<'a> Reconcile<'a> {
             .acquire(self.sr(), self.settings.timeout, step || self.locked)
             .await?;
         match acquired {
-            Acquired::Kept | Acquired::Renewed => {}
+            // A lease just created: no other session acted on the release before it.
+            Acquired::Kept | Acquired::Renewed | Acquired::Created => {}
             Acquired::Fresh => self.read_fresh().await?,
             Acquired::TakenOver {
                 previous,

@@ -152,6 +152,9 @@ pub enum Acquired {
     Renewed,
     /// It was free: a new session.
     Fresh,
+    /// There was no lease: this controller created it, so no other session has acted on the
+    /// release since its lease was last removed.
+    Created,
     /// It had expired in another session's hands.
     TakenOver {
         previous: String,
@@ -357,12 +360,26 @@ impl Locks {
         }
         let api = self.api(&release);
         let name = lease_name(&release.name);
+        let session = new_session();
+        let sent = Instant::now();
+        // No lease seen (the lease watch shows them all): create one without reading first; an
+        // AlreadyExists answer falls back to reading it.
+        if !guard(&self.seen).contains_key(&release) {
+            let lease = self.lease(sr, &name, &session, duration, None);
+            match api.create(&PostParams::default(), &lease).await {
+                Ok(lease) => {
+                    guard(&self.waiting).remove(&release);
+                    self.keep(&release, session, lease, duration, sent);
+                    return Ok(Acquired::Created);
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(source) => return Err(api_error("writing", &release)(source)),
+            }
+        }
         let current = api
             .get_opt(&name)
             .await
             .map_err(api_error("reading", &release))?;
-        let session = new_session();
-        let sent = Instant::now();
         let (outcome, lease) = match current {
             None => {
                 let lease = self.lease(sr, &name, &session, duration, None);
