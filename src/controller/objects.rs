@@ -14,6 +14,7 @@ use crate::api::{
 use crate::cluster::{Cluster, ClusterError, Kind, Verb};
 use crate::history::HookRecord;
 use crate::plan::{ExternalDependency, Resource};
+use crate::readiness::{self, Rules};
 use crate::rollout::drift::{Drift, DriftReport, Drifted};
 use crate::rollout::hooks::HookAction;
 use crate::rollout::{ActionFailure, Deployable, Observations, Wanted};
@@ -50,6 +51,11 @@ impl Failed {
             error: error.into(),
         }
     }
+}
+
+/// The API group of an apiVersion: "" for the core group's `v1`.
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
 }
 
 /// These resources of the plan (indexes into its resources), with their keys.
@@ -96,7 +102,21 @@ impl Objects<'_> {
                 .iter()
                 .filter_map(|&r| deployable.keys.get(r).map(|k| (r, k)))
                 .collect();
-            for chunk in pending.chunks(READ_CONCURRENCY) {
+            let mut unknown = Vec::new();
+            for (r, key) in pending {
+                let by_metadata = deployable.plan.resources.get(r).is_some_and(|resource| {
+                    Rules::from_object(&resource.object).is_ok_and(|rules| {
+                        readiness::judged_by_metadata(group_of(&key.api_version), &key.kind, &rules)
+                    })
+                });
+                match self.indexed(key, by_metadata).await {
+                    Some(found) => {
+                        observed.resources.insert(r, found);
+                    }
+                    None => unknown.push((r, key)),
+                }
+            }
+            for chunk in unknown.chunks(READ_CONCURRENCY) {
                 let found =
                     futures::future::join_all(chunk.iter().map(|(_, key)| cluster.find(key))).await;
                 for ((r, _), found) in chunk.iter().zip(found) {
@@ -143,7 +163,18 @@ impl Objects<'_> {
             };
             observed.hook_external.insert((hook, index), found);
         }
-        for chunk in wanted.present.chunks(READ_CONCURRENCY) {
+        let mut present = Vec::new();
+        for key in &wanted.present {
+            match self.indexed(key, true).await {
+                Some(found) => {
+                    observed
+                        .present
+                        .insert(key.clone(), found.as_ref().map(Claim::of));
+                }
+                None => present.push(key.clone()),
+            }
+        }
+        for chunk in present.chunks(READ_CONCURRENCY) {
             let found = futures::future::join_all(chunk.iter().map(|key| cluster.find(key))).await;
             for (key, found) in chunk.iter().zip(found) {
                 observed
@@ -152,6 +183,33 @@ impl Objects<'_> {
             }
         }
         Ok(observed)
+    }
+
+    /// The object as the watches of its kind know it, without a request: `Some(None)` when it
+    /// does not exist, `Some(Some(stub))` with its metadata when `metadata_will_do`; None when
+    /// it must be read (the kind is not watched yet, or its watch has not listed yet, or more
+    /// than its metadata is needed). Starts the watch of its kind.
+    async fn indexed(&self, key: &ObjectKey, metadata_will_do: bool) -> Option<Option<Value>> {
+        let kind = self
+            .cluster
+            .kind(&key.api_version, &key.kind)
+            .await
+            .ok()?;
+        self.ctx
+            .watches
+            .managed(&kind, self.cluster, key.namespace.as_deref());
+        let found = self.ctx.watches.lookup(
+            self.cluster,
+            &kind.resource.group,
+            &kind.resource.kind,
+            key.namespace.as_deref(),
+            &key.name,
+        )?;
+        match found {
+            None => Some(None),
+            Some(stub) if metadata_will_do => Some(Some(stub)),
+            Some(_) => None,
+        }
     }
 
     /// An external dependency of a layer or hook (werf), watched from now on; None when it or

@@ -16,8 +16,12 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher::watcher};
 use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
 
-use crate::api::{MANAGED_SELECTOR, SequencedRelease, owner_of};
+use crate::api::{
+    OWNER_ANNOTATION, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, SequencedRelease,
+    owner_of,
+};
 use crate::cluster::{Account, Cluster, Kind};
 
 type Trigger = UnboundedSender<ObjectRef<SequencedRelease>>;
@@ -34,12 +38,52 @@ struct WatchKey {
 /// An object by namespace and name.
 type ObjectName = (Option<String>, String);
 
-/// The managed objects of one kind that exist.
+/// The objects of one kind that exist, each as a metadata stub: what whose it is and whether
+/// it is being deleted say ([`stub`]).
 #[derive(Default)]
 struct Present {
-    objects: HashSet<ObjectName>,
+    objects: HashMap<ObjectName, Value>,
     /// The watch's first list is complete: an object not here does not exist.
     synced: bool,
+}
+
+/// What the index keeps of an object: its apiVersion, kind, name and namespace, the
+/// annotations that say whose it is, and while it is being deleted its deletionTimestamp and
+/// finalizers. Enough for [`crate::api::Claim::of`], and for the readiness of kinds that are
+/// ready once they exist.
+fn stub(kind: &Kind, object: &PartialObjectMeta<DynamicObject>) -> Value {
+    let meta = &object.metadata;
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("name".into(), json!(object.name_any()));
+    if let Some(ns) = &meta.namespace {
+        metadata.insert("namespace".into(), json!(ns));
+    }
+    let annotations: serde_json::Map<String, Value> = meta
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| {
+            [
+                OWNER_ANNOTATION,
+                RELEASE_NAME_ANNOTATION,
+                RELEASE_NAMESPACE_ANNOTATION,
+            ]
+            .contains(&k.as_str())
+        })
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    if !annotations.is_empty() {
+        metadata.insert("annotations".into(), Value::Object(annotations));
+    }
+    if let Some(at) = &meta.deletion_timestamp {
+        metadata.insert("deletionTimestamp".into(), json!(at));
+        metadata.insert("finalizers".into(), json!(meta.finalizers));
+    }
+    json!({
+        "apiVersion": kind.resource.api_version,
+        "kind": kind.resource.kind,
+        "metadata": metadata,
+    })
 }
 
 /// An external object, by the account watching it, kind, namespace and name.
@@ -154,10 +198,11 @@ impl Watches {
             Some(ns) => Api::namespaced_with(cluster.client().clone(), ns, &kind.resource),
             None => Api::all_with(cluster.client().clone(), &kind.resource),
         };
-        let config = watcher::Config::default()
-            .labels(MANAGED_SELECTOR)
-            .any_semantic();
+        // Every object of the kind, not only the managed ones: whether an object this release
+        // is about to write exists, and whose it is, is then known without reading it.
+        let config = watcher::Config::default().any_semantic();
         let trigger = self.trigger.clone();
+        let stub_kind = kind.clone();
         let what = format!(
             "{}/{}{}",
             kind.resource.api_version,
@@ -172,7 +217,7 @@ impl Watches {
             tracing::debug!(kind = %what, "watching managed objects");
             let mut events = watcher(api, config).default_backoff().boxed();
             // The objects of a (re)list, swapped in once it is complete.
-            let mut listing: HashSet<ObjectName> = HashSet::new();
+            let mut listing: HashMap<ObjectName, Value> = HashMap::new();
             while let Some(event) = events.next().await {
                 let name = |o: &PartialObjectMeta<DynamicObject>| (o.namespace(), o.name_any());
                 let index = |update: &dyn Fn(&mut Present)| {
@@ -194,13 +239,14 @@ impl Watches {
                         continue;
                     }
                     Ok(Event::InitApply(o)) => {
-                        listing.insert(name(&o));
+                        listing.insert(name(&o), stub(&stub_kind, &o));
                         o
                     }
                     Ok(Event::Apply(o)) => {
                         let n = name(&o);
+                        let seen = stub(&stub_kind, &o);
                         index(&|p| {
-                            p.objects.insert(n.clone());
+                            p.objects.insert(n.clone(), seen.clone());
                         });
                         o
                     }
@@ -226,9 +272,8 @@ impl Watches {
         self.keep(task);
     }
 
-    /// Whether a managed object of this group and kind exists, as the watch of `cluster`'s
-    /// account last saw it; None while the kind is not watched or its first list is not
-    /// complete.
+    /// Whether an object of this group and kind exists, as the watch of `cluster`'s account
+    /// last saw it; None while the kind is not watched or its first list is not complete.
     pub fn exists(
         &self,
         cluster: &Cluster,
@@ -237,6 +282,21 @@ impl Watches {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<bool> {
+        self.lookup(cluster, group, kind, namespace, name)
+            .map(|found| found.is_some())
+    }
+
+    /// The object as the watch of `cluster`'s account last saw it, as a metadata stub
+    /// ([`stub`]): `Some(None)` when it does not exist, None while the kind is not watched or
+    /// its first list is not complete.
+    pub fn lookup(
+        &self,
+        cluster: &Cluster,
+        group: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Option<Value>> {
         let present = self.present.lock().ok()?;
         let mut key = WatchKey {
             account: cluster.account().cloned(),
@@ -254,7 +314,8 @@ impl Watches {
         index.synced.then(|| {
             index
                 .objects
-                .contains(&(namespace.map(str::to_string), name.to_string()))
+                .get(&(namespace.map(str::to_string), name.to_string()))
+                .cloned()
         })
     }
 

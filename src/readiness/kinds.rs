@@ -563,6 +563,26 @@ fn custom_resource_definition(object: &Value) -> Verdict {
     }
 }
 
+/// Kinds that have no status at all: with no readiness rules of their own, an object of one is
+/// ready once it exists and is not being deleted, so its metadata is all that needs reading.
+pub(crate) fn ready_once_it_exists(group: &str, kind: &str) -> bool {
+    matches!(
+        (group, kind),
+        (
+            "",
+            "ConfigMap" | "Secret" | "ServiceAccount" | "Endpoints" | "LimitRange"
+        ) | (
+            "rbac.authorization.k8s.io",
+            "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding"
+        ) | ("scheduling.k8s.io", "PriorityClass")
+            | ("storage.k8s.io", "StorageClass")
+            | (
+                "admissionregistration.k8s.io",
+                "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration"
+            )
+    )
+}
+
 /// Any other kind: a `Failed` condition is a failure, a `Ready` condition decides, and an
 /// object without either is ready once it exists.
 fn generic(object: &Value) -> Verdict {

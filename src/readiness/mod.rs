@@ -357,6 +357,12 @@ pub fn describe(object: &Value) -> String {
     }
 }
 
+/// Whether an object of this kind, with no readiness rules, is judged from its metadata alone
+/// (whether it exists and is being deleted): kinds that have no status.
+pub fn judged_by_metadata(group: &str, kind: &str, rules: &Rules) -> bool {
+    !rules.is_custom() && rules.failure.is_empty() && kinds::ready_once_it_exists(group, kind)
+}
+
 /// Judges an object now, without timeouts, with reasons that do not name the object
 /// (`1 of 3 replicas available`). [`check`] is this plus the name and the timeout.
 pub fn assess(object: &Value, rules: &Rules) -> Verdict {
