@@ -632,7 +632,11 @@ impl<'a> Reconcile<'a> {
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(written) => {
+                self.ctx
+                    .wrote(self.sr().metadata.resource_version.as_deref(), written);
+                Ok(())
+            }
             // Changed meanwhile: the newer object comes with its own event.
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
             Err(e) => Err(kube_error(format!(
@@ -686,7 +690,11 @@ impl<'a> Reconcile<'a> {
             .replace_status(&self.key.name, &PostParams::default(), &object)
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(written) => {
+                self.ctx
+                    .wrote(self.sr().metadata.resource_version.as_deref(), written);
+                Ok(())
+            }
             // Someone changed the object since it was read; its newer version wakes us again.
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
             Err(e) => Err(kube_error(format!(

@@ -57,13 +57,61 @@ pub(super) struct Context {
     pub operations: Operations,
     /// When each release's objects were last compared with what it applied.
     drift_checks: Mutex<HashMap<ObjectRef<SequencedRelease>, Instant>>,
+    /// The releases this controller wrote and its cache may not show yet.
+    written: Mutex<HashMap<ObjectRef<SequencedRelease>, Written>>,
     /// Errors in a row per release, for the backoff.
     failures: Mutex<HashMap<ObjectRef<SequencedRelease>, u32>>,
     /// Set on SIGTERM: no new step starts.
     stopping: AtomicBool,
 }
 
+/// A release as this controller last wrote it, and the resourceVersions its writes replaced.
+struct Written {
+    replaced: Vec<String>,
+    object: Arc<SequencedRelease>,
+}
+
 impl Context {
+    /// `sr` as the cache holds it, or what this controller wrote over it when the cache has not
+    /// caught up with that write yet: a reconcile woken before the watch brings its own write
+    /// back goes on from it, instead of writing again over a stale resourceVersion (a 409) and
+    /// repeating the step.
+    pub fn newest(&self, sr: Arc<SequencedRelease>) -> Arc<SequencedRelease> {
+        let key = ObjectRef::from_obj(&*sr);
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(entry) = written.get(&key) else {
+            return sr;
+        };
+        let rv = sr.metadata.resource_version.clone().unwrap_or_default();
+        if entry.replaced.contains(&rv) && entry.object.metadata.uid == sr.metadata.uid {
+            return Arc::clone(&entry.object);
+        }
+        // The cache caught up, or someone else changed the release since: the cache decides.
+        written.remove(&key);
+        sr
+    }
+
+    /// This controller wrote the release at resourceVersion `from`, which made `object`.
+    pub fn wrote(&self, from: Option<&str>, object: SequencedRelease) {
+        let key = ObjectRef::from_obj(&object);
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let from = from.unwrap_or_default().to_string();
+        let mut replaced = match written.remove(&key) {
+            Some(entry) if entry.object.metadata.resource_version.as_deref() == Some(&from) => {
+                entry.replaced
+            }
+            _ => Vec::new(),
+        };
+        replaced.push(from);
+        written.insert(
+            key,
+            Written {
+                replaced,
+                object: Arc::new(object),
+            },
+        );
+    }
+
     pub fn stopping(&self) -> bool {
         self.stopping.load(Ordering::SeqCst)
     }
@@ -91,6 +139,9 @@ impl Context {
         self.operations.forget(release);
         if let Ok(mut checks) = self.drift_checks.lock() {
             checks.remove(release);
+        }
+        if let Ok(mut written) = self.written.lock() {
+            written.remove(release);
         }
     }
 
@@ -230,6 +281,7 @@ pub async fn run(
         failures: Mutex::new(HashMap::new()),
         operations: Operations::default(),
         drift_checks: Mutex::new(HashMap::new()),
+        written: Mutex::new(HashMap::new()),
         locks,
         stopping: AtomicBool::new(false),
     });
@@ -391,7 +443,7 @@ async fn reconcile_one(sr: Arc<SequencedRelease>, ctx: Arc<Context>) -> Result<A
     let release = format!("{}/{}", sr.namespace().unwrap_or_default(), sr.name_any());
     let span = tracing::info_span!("reconcile", release = %release);
     let started = std::time::Instant::now();
-    let mut current = sr;
+    let mut current = ctx.newest(sr);
     let mut cpu = Duration::ZERO;
     let mut restarts = 0;
     let stop = loop {
