@@ -188,6 +188,8 @@ struct Run {
     releases: usize,
     ready_after: Duration,
     peak_rss_mib: f64,
+    /// When all are Ready.
+    rss_mib: f64,
     controller_cpu: Duration,
     helm_cpu: Duration,
     counts: BTreeMap<String, usize>,
@@ -246,6 +248,7 @@ fn run(releases: usize) -> Run {
     let controller_cpu = cpu_time();
     let helm_cpu = children_cpu_time();
     let peak_rss_mib = proc_status_kib("VmHWM:") as f64 / 1024.0;
+    let rss_mib = proc_status_kib("VmRSS:") as f64 / 1024.0;
     let counts: BTreeMap<String, usize> =
         serde_json::from_str(&server.ask(&format!("report {CONTROLLER}"))).unwrap();
     runtime.block_on(controller.stop());
@@ -253,6 +256,7 @@ fn run(releases: usize) -> Run {
         releases,
         ready_after,
         peak_rss_mib,
+        rss_mib,
         controller_cpu,
         helm_cpu,
         counts,
@@ -291,10 +295,11 @@ fn main() {
     let run = run(sizes[0]);
     let total: usize = run.counts.values().sum();
     println!(
-        "{} releases: all Ready after {:.1} s; controller peak RSS {:.0} MiB, CPU {:.1} s (helm template {:.1} s more, {:.0}% of the controller's wall time on 2 cores); {:.1} requests per release",
+        "{} releases: all Ready after {:.1} s; controller peak RSS {:.0} MiB ({:.0} MiB once all are Ready), CPU {:.1} s (helm template {:.1} s more, {:.0}% of the controller's wall time on 2 cores); {:.1} requests per release",
         run.releases,
         run.ready_after.as_secs_f64(),
         run.peak_rss_mib,
+        run.rss_mib,
         run.controller_cpu.as_secs_f64(),
         run.helm_cpu.as_secs_f64(),
         100.0 * run.helm_cpu.as_secs_f64() / (2.0 * run.ready_after.as_secs_f64()),

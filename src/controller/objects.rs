@@ -190,11 +190,7 @@ impl Objects<'_> {
     /// it must be read (the kind is not watched yet, or its watch has not listed yet, or more
     /// than its metadata is needed). Starts the watch of its kind.
     async fn indexed(&self, key: &ObjectKey, metadata_will_do: bool) -> Option<Option<Value>> {
-        let kind = self
-            .cluster
-            .kind(&key.api_version, &key.kind)
-            .await
-            .ok()?;
+        let kind = self.cluster.kind(&key.api_version, &key.kind).await.ok()?;
         self.ctx
             .watches
             .managed(&kind, self.cluster, key.namespace.as_deref());

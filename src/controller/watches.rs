@@ -38,52 +38,81 @@ struct WatchKey {
 /// An object by namespace and name.
 type ObjectName = (Option<String>, String);
 
-/// The objects of one kind that exist, each as a metadata stub: what whose it is and whether
-/// it is being deleted say ([`stub`]).
+/// The objects of one kind that exist, each with what the index keeps of it ([`Seen`]).
 #[derive(Default)]
 struct Present {
-    objects: HashMap<ObjectName, Value>,
+    objects: HashMap<ObjectName, Seen>,
+    /// The apiVersion the watch reads the kind at.
+    api_version: String,
     /// The watch's first list is complete: an object not here does not exist.
     synced: bool,
 }
 
-/// What the index keeps of an object: its apiVersion, kind, name and namespace, the
-/// annotations that say whose it is, and while it is being deleted its deletionTimestamp and
-/// finalizers. Enough for [`crate::api::Claim::of`], and for the readiness of kinds that are
-/// ready once they exist.
-fn stub(kind: &Kind, object: &PartialObjectMeta<DynamicObject>) -> Value {
-    let meta = &object.metadata;
-    let mut metadata = serde_json::Map::new();
-    metadata.insert("name".into(), json!(object.name_any()));
-    if let Some(ns) = &meta.namespace {
-        metadata.insert("namespace".into(), json!(ns));
-    }
-    let annotations: serde_json::Map<String, Value> = meta
-        .annotations
-        .iter()
-        .flatten()
-        .filter(|(k, _)| {
-            [
-                OWNER_ANNOTATION,
-                RELEASE_NAME_ANNOTATION,
-                RELEASE_NAMESPACE_ANNOTATION,
-            ]
-            .contains(&k.as_str())
+/// What the index keeps of an object: the annotations that say whose it is and, while it is
+/// being deleted, its deletionTimestamp and finalizers. Enough for [`crate::api::Claim::of`],
+/// and for the readiness of kinds that are ready once they exist; kept small, as it is kept
+/// for every object of every kind the controller writes.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Seen {
+    annotations: Vec<(&'static str, Box<str>)>,
+    deleting: Option<(Box<str>, Box<[String]>)>,
+}
+
+impl Seen {
+    fn of(object: &PartialObjectMeta<DynamicObject>) -> Seen {
+        let meta = &object.metadata;
+        let annotations = [
+            OWNER_ANNOTATION,
+            RELEASE_NAME_ANNOTATION,
+            RELEASE_NAMESPACE_ANNOTATION,
+        ]
+        .into_iter()
+        .filter_map(|key| {
+            let value = meta.annotations.as_ref()?.get(key)?;
+            Some((key, value.as_str().into()))
         })
-        .map(|(k, v)| (k.clone(), json!(v)))
         .collect();
-    if !annotations.is_empty() {
-        metadata.insert("annotations".into(), Value::Object(annotations));
+        let deleting = meta.deletion_timestamp.as_ref().map(|at| {
+            let at = serde_json::to_value(at)
+                .ok()
+                .and_then(|v| v.as_str().map(Box::from))
+                .unwrap_or_default();
+            (
+                at,
+                meta.finalizers
+                    .clone()
+                    .unwrap_or_default()
+                    .into_boxed_slice(),
+            )
+        });
+        Seen {
+            annotations,
+            deleting,
+        }
     }
-    if let Some(at) = &meta.deletion_timestamp {
-        metadata.insert("deletionTimestamp".into(), json!(at));
-        metadata.insert("finalizers".into(), json!(meta.finalizers));
+
+    /// The object as a metadata stub: apiVersion, kind, name, namespace, those annotations,
+    /// and while it is being deleted its deletionTimestamp and finalizers.
+    fn stub(&self, api_version: &str, kind: &str, name: &ObjectName) -> Value {
+        let mut metadata = serde_json::Map::new();
+        metadata.insert("name".into(), json!(name.1));
+        if let Some(ns) = &name.0 {
+            metadata.insert("namespace".into(), json!(ns));
+        }
+        if !self.annotations.is_empty() {
+            let annotations: serde_json::Map<String, Value> = self
+                .annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), json!(v)))
+                .collect();
+            metadata.insert("annotations".into(), Value::Object(annotations));
+        }
+        if let Some((at, finalizers)) = &self.deleting {
+            metadata.insert("deletionTimestamp".into(), json!(at));
+            metadata.insert("finalizers".into(), json!(finalizers));
+        }
+        json!({"apiVersion": api_version, "kind": kind, "metadata": metadata})
     }
-    json!({
-        "apiVersion": kind.resource.api_version,
-        "kind": kind.resource.kind,
-        "metadata": metadata,
-    })
 }
 
 /// An external object, by the account watching it, kind, namespace and name.
@@ -202,7 +231,7 @@ impl Watches {
         // is about to write exists, and whose it is, is then known without reading it.
         let config = watcher::Config::default().any_semantic();
         let trigger = self.trigger.clone();
-        let stub_kind = kind.clone();
+        let api_version = kind.resource.api_version.clone();
         let what = format!(
             "{}/{}{}",
             kind.resource.api_version,
@@ -217,7 +246,7 @@ impl Watches {
             tracing::debug!(kind = %what, "watching managed objects");
             let mut events = watcher(api, config).default_backoff().boxed();
             // The objects of a (re)list, swapped in once it is complete.
-            let mut listing: HashMap<ObjectName, Value> = HashMap::new();
+            let mut listing: HashMap<ObjectName, Seen> = HashMap::new();
             while let Some(event) = events.next().await {
                 let name = |o: &PartialObjectMeta<DynamicObject>| (o.namespace(), o.name_any());
                 let index = |update: &dyn Fn(&mut Present)| {
@@ -231,20 +260,22 @@ impl Watches {
                         continue;
                     }
                     Ok(Event::InitDone) => {
-                        let listed = std::mem::take(&mut listing);
-                        index(&|p| {
-                            p.objects.clone_from(&listed);
+                        let mut listed = Some(std::mem::take(&mut listing));
+                        if let Ok(mut present) = present.lock() {
+                            let p = present.entry(key.clone()).or_default();
+                            p.objects = listed.take().unwrap_or_default();
+                            p.api_version.clone_from(&api_version);
                             p.synced = true;
-                        });
+                        }
                         continue;
                     }
                     Ok(Event::InitApply(o)) => {
-                        listing.insert(name(&o), stub(&stub_kind, &o));
+                        listing.insert(name(&o), Seen::of(&o));
                         o
                     }
                     Ok(Event::Apply(o)) => {
                         let n = name(&o);
-                        let seen = stub(&stub_kind, &o);
+                        let seen = Seen::of(&o);
                         index(&|p| {
                             p.objects.insert(n.clone(), seen.clone());
                         });
@@ -311,11 +342,12 @@ impl Watches {
                 present.get(&key)?
             }
         };
+        let name = (namespace.map(str::to_string), name.to_string());
         index.synced.then(|| {
             index
                 .objects
-                .get(&(namespace.map(str::to_string), name.to_string()))
-                .cloned()
+                .get(&name)
+                .map(|seen| seen.stub(&index.api_version, kind, &name))
         })
     }
 
