@@ -239,7 +239,16 @@ impl<'a> Reconcile<'a> {
                 self.facts.plan = Some(fact);
             }
             Need::Record(revision) => {
-                let record = ctx.records.get(&self.key, &self.me, revision).await?;
+                // The current revision's record is read on every wake and cached without its
+                // stored plan; another revision's is wanted for a rollback, plan and all.
+                let record = if Some(revision) == self.facts.status.revision {
+                    ctx.records.get(&self.key, &self.me, revision).await?
+                } else {
+                    ctx.records
+                        .whole(&self.key, &self.me, revision)
+                        .await?
+                        .map(Arc::new)
+                };
                 self.facts.records.insert(revision, record);
             }
             Need::StoredPlan(revision) => {

@@ -34,8 +34,17 @@ const MAX_RECORD: usize = 1024 * 1024 - 16 * 1024;
 /// The records of every release, as read or written by this controller.
 pub(super) struct Records {
     client: Client,
-    cached: Mutex<HashMap<(Release, i64), Arc<Record>>>,
+    cached: Mutex<HashMap<(Release, i64), Cached>>,
     stored: Mutex<Stored>,
+}
+
+/// A record as the cache keeps it: without its stored plan and Helm's content, which only a
+/// rollback and a rewrite of the record need, and which are kept encoded as the Secret holds
+/// them (gzip, a few KB) rather than as parsed objects (the rendered plan twice over).
+struct Cached {
+    record: Arc<Record>,
+    /// The Secret's `release` data, when the record is in Helm's format.
+    encoded: Option<Arc<[u8]>>,
 }
 
 fn namespace(release: &Release) -> &str {
@@ -89,12 +98,67 @@ impl Records {
         }
     }
 
-    fn remember(&self, release: &Release, record: Record) -> Arc<Record> {
-        let record = Arc::new(record);
+    /// Caches `record`, whose Secret holds `encoded` (Helm's format): then without its plan
+    /// and content, which [`Records::whole`] decodes again when needed.
+    fn remember(&self, release: &Release, record: Record, encoded: Option<&[u8]>) -> Arc<Record> {
+        let encoded: Option<Arc<[u8]>> = encoded.filter(|e| !e.is_empty()).map(Arc::from);
+        let record = Arc::new(match encoded {
+            Some(_) => Record {
+                plan: None,
+                content: Default::default(),
+                ..record
+            },
+            None => record,
+        });
         if let Ok(mut cached) = self.cached.lock() {
-            cached.insert((release.clone(), record.revision), Arc::clone(&record));
+            cached.insert(
+                (release.clone(), record.revision),
+                Cached {
+                    record: Arc::clone(&record),
+                    encoded,
+                },
+            );
         }
         record
+    }
+
+    /// The whole record of `revision`, with its stored plan and content: decoded from what the
+    /// cache keeps, or read.
+    pub async fn whole(
+        &self,
+        release: &Release,
+        me: &Identity,
+        revision: i64,
+    ) -> Result<Option<Record>, Error> {
+        let key = (release.clone(), revision);
+        let cached = self.cached.lock().ok().and_then(|c| {
+            c.get(&key)
+                .map(|c| (Arc::clone(&c.record), c.encoded.clone()))
+        });
+        let (record, encoded) = match cached {
+            Some(found) => found,
+            None => match self.get(release, me, revision).await? {
+                Some(record) => {
+                    let encoded = self
+                        .cached
+                        .lock()
+                        .ok()
+                        .and_then(|c| c.get(&key).and_then(|c| c.encoded.clone()));
+                    (record, encoded)
+                }
+                None => return Ok(None),
+            },
+        };
+        let Some(encoded) = encoded else {
+            return Ok(Some((*record).clone()));
+        };
+        let name = helm_record_name(&me.release_name, revision);
+        match HelmRelease::decode(&name, &encoded).and_then(|r| Record::from_helm(&name, r)) {
+            Ok(whole) => Ok(Some(whole)),
+            Err(RecordError { name, message }) => Err(Error::Internal(format!(
+                "decoding the cached release record {name}: {message}"
+            ))),
+        }
     }
 
     /// The record of `revision`, from the cache or the cluster (in Helm's format, else in the
@@ -107,7 +171,12 @@ impl Records {
         revision: i64,
     ) -> Result<Option<Arc<Record>>, Error> {
         let key = (release.clone(), revision);
-        if let Some(found) = self.cached.lock().ok().and_then(|r| r.get(&key).cloned()) {
+        if let Some(found) = self
+            .cached
+            .lock()
+            .ok()
+            .and_then(|r| r.get(&key).map(|c| Arc::clone(&c.record)))
+        {
             return Ok(Some(found));
         }
         let secrets = self.secrets(release);
@@ -116,20 +185,24 @@ impl Records {
         let decoded = match secrets.get_opt(&name).await.map_err(kube_error(what))? {
             Some(secret) if is_ours(&secret, me) => {
                 let data = data_of(&secret, HELM_RECORD_KEY);
-                HelmRelease::decode(&name, data).and_then(|r| Record::from_helm(&name, r))
+                HelmRelease::decode(&name, data)
+                    .and_then(|r| Record::from_helm(&name, r))
+                    .map(|record| (record, Some(data.to_vec())))
             }
             Some(_) => return Ok(None),
             None => {
                 let old = record_name(&release.name, revision);
                 let what = format!("reading release record {}/{old}", namespace(release));
                 match secrets.get_opt(&old).await.map_err(kube_error(what))? {
-                    Some(secret) => Record::decode(&old, data_of(&secret, RECORD_KEY)),
+                    Some(secret) => {
+                        Record::decode(&old, data_of(&secret, RECORD_KEY)).map(|r| (r, None))
+                    }
                     None => return Ok(None),
                 }
             }
         };
         match decoded {
-            Ok(record) => Ok(Some(self.remember(release, record))),
+            Ok((record, encoded)) => Ok(Some(self.remember(release, record, encoded.as_deref()))),
             Err(RecordError { name, message }) => {
                 tracing::warn!(record = %name, %message, "ignoring an unreadable release record");
                 Ok(None)
@@ -148,7 +221,7 @@ impl Records {
         if let Some(found) = self.stored.lock().ok().and_then(|s| s.get(&key).cloned()) {
             return Ok(found);
         }
-        let Some(record) = self.get(release, me, revision).await? else {
+        let Some(record) = self.whole(release, me, revision).await? else {
             return Ok(None);
         };
         let deployable = Deployable::from_record(&record).map(Arc::new);
@@ -250,6 +323,7 @@ impl Records {
             field_manager: Some(FIELD_MANAGER.to_string()),
             ..PostParams::default()
         };
+        let encoded = data_of(&secret, HELM_RECORD_KEY).to_vec();
         match secrets.create(&params, &secret).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -265,7 +339,7 @@ impl Records {
             }
             Err(e) => return Err(kube_error(what())(e)),
         }
-        self.remember(release, record.clone());
+        self.remember(release, record.clone(), Some(&encoded));
         Ok(())
     }
 
@@ -302,7 +376,10 @@ impl Records {
         if !applies || (status == update.status && record.info.description == update.description) {
             return Ok(());
         }
-        let mut changed = (*record).clone();
+        // Rewritten whole: with its stored plan and content.
+        let Some(mut changed) = self.whole(release, me, update.revision).await? else {
+            return Ok(());
+        };
         changed.info.status = update.status;
         changed.info.description = update.description.clone();
         if status == HelmStatus::Unknown {
@@ -316,7 +393,7 @@ impl Records {
                 .secret(release, me, &changed)
                 .map_err(|e| Error::Internal(format!("writing release record {name}: {e}")))?;
             self.apply(release, &name, &secret).await?;
-            self.remember(release, changed);
+            self.remember(release, changed, Some(data_of(&secret, HELM_RECORD_KEY)));
         }
         Ok(())
     }
