@@ -19,21 +19,7 @@ use sequenced::api::v1alpha1::LayerPhase;
 use serde_json::json;
 use support::charts::{is_ready, release, repo};
 use support::operator::{Operator, is_dry_run, is_write};
-
-fn cpu_time() -> Duration {
-    // utime and stime of this process, in clock ticks (fields 14 and 15 of /proc/self/stat).
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // After the ')' field 3 (state) is index 0, so utime (14) is 11 and stime (15) is 12.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
-}
+use support::process::cpu_time;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;

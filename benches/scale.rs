@@ -24,6 +24,7 @@ use serde_json::json;
 use support::apiserver::TestApiServer;
 use support::charts::{chart, is_ready, release};
 use support::operator::{Controller, install_crd};
+use support::process::{children_cpu_time, cpu_time, status_kib};
 
 const SERVER_ENV: &str = "SEQUENCED_SCALE_SERVER";
 const NAMESPACES: usize = 10;
@@ -52,43 +53,6 @@ fn chained_chart() -> tempfile::TempDir {
         .map(|(n, t)| (n.as_str(), t.as_str()))
         .collect();
     chart("chained", &files)
-}
-
-fn proc_status_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime of this process (the helm processes it waited for are cutime, cstime).
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
-}
-
-fn children_cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    Duration::from_millis((ticks(13) + ticks(14)) * 10)
 }
 
 /// The child: a test API server with the CRD, its URL on stdout; on each line `report CLIENT`
@@ -247,8 +211,8 @@ fn run(releases: usize) -> Run {
     });
     let controller_cpu = cpu_time();
     let helm_cpu = children_cpu_time();
-    let peak_rss_mib = proc_status_kib("VmHWM:") as f64 / 1024.0;
-    let rss_mib = proc_status_kib("VmRSS:") as f64 / 1024.0;
+    let peak_rss_mib = status_kib("VmHWM:") as f64 / 1024.0;
+    let rss_mib = status_kib("VmRSS:") as f64 / 1024.0;
     let counts: BTreeMap<String, usize> =
         serde_json::from_str(&server.ask(&format!("report {CONTROLLER}"))).unwrap();
     runtime.block_on(controller.stop());

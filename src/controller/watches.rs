@@ -318,7 +318,7 @@ impl Watches {
     }
 
     /// The object as the watch of `cluster`'s account last saw it, as a metadata stub
-    /// ([`stub`]): `Some(None)` when it does not exist, None while the kind is not watched or
+    /// ([`Seen::stub`]): `Some(None)` when it does not exist, None while the kind is not watched or
     /// its first list is not complete.
     pub fn lookup(
         &self,

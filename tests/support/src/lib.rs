@@ -24,6 +24,7 @@ pub fn helm() -> PathBuf {
 pub mod charts;
 pub mod http;
 pub mod operator;
+pub mod process;
 pub mod workloads;
 
 use std::path::Path;
