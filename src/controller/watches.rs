@@ -313,8 +313,9 @@ impl Watches {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<bool> {
-        self.lookup(cluster, group, kind, namespace, name)
-            .map(|found| found.is_some())
+        self.seen(cluster, group, kind, namespace, name, |seen, _, _| {
+            seen.is_some()
+        })
     }
 
     /// The object as the watch of `cluster`'s account last saw it, as a metadata stub
@@ -328,6 +329,28 @@ impl Watches {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Option<Value>> {
+        self.seen(
+            cluster,
+            group,
+            kind,
+            namespace,
+            name,
+            |seen, api_version, name| seen.map(|seen| seen.stub(api_version, kind, name)),
+        )
+    }
+
+    /// `answer` applied to what the index of `cluster`'s account keeps of the object (None when
+    /// it does not exist), the kind's apiVersion and the object's name; None while the kind is
+    /// not watched or its first list is not complete.
+    fn seen<T>(
+        &self,
+        cluster: &Cluster,
+        group: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        answer: impl FnOnce(Option<&Seen>, &str, &ObjectName) -> T,
+    ) -> Option<T> {
         let present = self.present.lock().ok()?;
         let mut key = WatchKey {
             account: cluster.account().cloned(),
@@ -343,12 +366,9 @@ impl Watches {
             }
         };
         let name = (namespace.map(str::to_string), name.to_string());
-        index.synced.then(|| {
-            index
-                .objects
-                .get(&name)
-                .map(|seen| seen.stub(&index.api_version, kind, &name))
-        })
+        index
+            .synced
+            .then(|| answer(index.objects.get(&name), &index.api_version, &name))
     }
 
     /// Wakes `owner` when the external object changes (werf's external dependencies), watched
