@@ -257,16 +257,22 @@ impl Helm {
                 Some(code) => format!("exit code {code}"),
                 None => "killed by a signal".to_string(),
             };
-            let mut message = String::new();
-            if stdout_in_errors {
-                message.push_str(String::from_utf8_lossy(&stdout).trim());
-                message.push('\n');
-            }
-            message.push_str(String::from_utf8_lossy(&stderr).trim());
+            let stderr = String::from_utf8_lossy(&stderr);
+            let message = if stdout_in_errors {
+                format!(
+                    "{}\n{}",
+                    String::from_utf8_lossy(&stdout).trim(),
+                    stderr.trim()
+                )
+                .trim()
+                .to_string()
+            } else {
+                stderr.trim_end().to_string()
+            };
             return Err(HelmError::Failed {
                 command: name.to_string(),
                 status,
-                stderr: message.trim().to_string(),
+                stderr: message,
             });
         }
         Ok(String::from_utf8_lossy(&stdout).into_owned())

@@ -166,7 +166,7 @@ pub struct RunArgs {
     /// The ServiceAccount, in each release's own namespace, that a release without
     /// spec.serviceAccountName acts as (impersonated). Unset: such releases act with the
     /// controller's own rights.
-    #[arg(long, value_name = "NAME", env = "SEQUENCED_DEFAULT_SERVICE_ACCOUNT", value_parser = dns_label)]
+    #[arg(long, value_name = "NAME", env = "SEQUENCED_DEFAULT_SERVICE_ACCOUNT", value_parser = service_account_name)]
     pub default_service_account: Option<String>,
     /// Refuse releases whose targetNamespace or dependsOn point outside their own namespace
     /// (Stalled, reason CrossNamespaceRef).
@@ -175,15 +175,8 @@ pub struct RunArgs {
 }
 
 /// A ServiceAccount name: a DNS subdomain (lowercase letters, digits, '-' and '.').
-fn dns_label(name: &str) -> Result<String, String> {
-    let valid = !name.is_empty()
-        && name.len() <= 253
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if valid {
+fn service_account_name(name: &str) -> Result<String, String> {
+    if crate::plan::annotations::valid_dns_subdomain(name.as_bytes()) {
         Ok(name.to_string())
     } else {
         Err(format!(

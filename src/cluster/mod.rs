@@ -207,18 +207,14 @@ impl Cluster {
     /// An error of a request about `key`: a 403 while acting as a service account names the
     /// account, the verb and the object.
     fn error(&self, action: &'static str, key: &ObjectKey, source: kube::Error) -> ClusterError {
+        if let Some(refused) = self.impersonation_refused(&source) {
+            return refused;
+        }
         if let (Some(account), kube::Error::Api(status)) = (&self.account, &source)
             && status.code == 403
             && let Some(verb) = access::refused_verb(&status.message)
         {
-            if let Some(refused) = self.impersonation_refused(&source) {
-                return refused;
-            }
-            let group = key
-                .api_version
-                .rsplit_once('/')
-                .map(|(g, _)| g)
-                .unwrap_or("");
+            let group = crate::plan::api_group(&key.api_version);
             let resource = status
                 .details
                 .as_ref()

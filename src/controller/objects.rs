@@ -53,11 +53,6 @@ impl Failed {
     }
 }
 
-/// The API group of an apiVersion: "" for the core group's `v1`.
-fn group_of(api_version: &str) -> &str {
-    api_version.rsplit_once('/').map_or("", |(group, _)| group)
-}
-
 /// These resources of the plan (indexes into its resources), with their keys.
 fn resources_of<'a>(
     deployable: &'a Deployable,
@@ -106,7 +101,7 @@ impl Objects<'_> {
             for (r, key) in pending {
                 let by_metadata = deployable.plan.resources.get(r).is_some_and(|resource| {
                     Rules::from_object(&resource.object).is_ok_and(|rules| {
-                        readiness::judged_by_metadata(group_of(&key.api_version), &key.kind, &rules)
+                        readiness::judged_by_metadata(resource.group(), &resource.kind, &rules)
                     })
                 });
                 match self.indexed(key, by_metadata).await {
@@ -362,7 +357,6 @@ impl Objects<'_> {
         if cluster.account().is_none() {
             return Ok(());
         }
-        let mut asked = std::collections::HashSet::new();
         for (resource, key) in resources_of(deployable, resources) {
             let kind = self.kind_of(resource, key).await?;
             for verb in [
@@ -372,18 +366,11 @@ impl Objects<'_> {
                 Verb::List,
                 Verb::Watch,
             ] {
-                let question = (
-                    kind.resource.group.clone(),
-                    kind.resource.plural.clone(),
-                    key.namespace.clone(),
-                    verb,
-                );
-                if asked.insert(question) {
-                    cluster
-                        .may(verb, &kind, key.namespace.as_deref(), &key.name)
-                        .await
-                        .map_err(|e| apply_failed(e, resource))?;
-                }
+                // Answers are cached per kind, namespace and verb: asked once for the layer.
+                cluster
+                    .may(verb, &kind, key.namespace.as_deref(), &key.name)
+                    .await
+                    .map_err(|e| apply_failed(e, resource))?;
             }
         }
         Ok(())

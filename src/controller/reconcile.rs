@@ -133,7 +133,7 @@ impl<'a> Reconcile<'a> {
                 }
                 Next::Idle => return Ok(Action::await_change()),
                 Next::AddFinalizer => {
-                    self.lock(false).await?;
+                    self.lock().await?;
                     let mut finalizers = self.sr().finalizers().to_vec();
                     finalizers.push(FINALIZER.to_string());
                     self.patch_finalizers(finalizers).await?;
@@ -387,10 +387,10 @@ impl<'a> Reconcile<'a> {
 
     async fn begin(&mut self, begin: Begin) -> Result<(), Stop> {
         if begin.create_namespace {
-            self.lock(false).await?;
+            self.lock().await?;
             self.objects().create_namespace().await?;
         }
-        self.lock(false).await?;
+        self.lock().await?;
         self.ctx
             .records
             .put(&self.key, &self.me, &begin.record)
@@ -431,7 +431,7 @@ impl<'a> Reconcile<'a> {
     /// Changes the status of release records, under the lock.
     async fn update_records(&mut self, updates: &[RecordUpdate]) -> Result<(), Stop> {
         for update in updates {
-            self.lock(false).await?;
+            self.lock().await?;
             self.ctx.records.update(&self.key, &self.me, update).await?;
         }
         Ok(())
@@ -446,7 +446,7 @@ impl<'a> Reconcile<'a> {
         let deployable = self.deployable();
         if !step.actions.is_empty() {
             // A step of the operation: renew the lock (or take it) before the first write.
-            self.lock(false).await?;
+            self.lock().await?;
         }
         for (done, action) in step.actions.iter().enumerate() {
             if let Err(stop) = self.still_held().await {
@@ -552,7 +552,7 @@ impl<'a> Reconcile<'a> {
             || !step.hooks_before.is_empty()
             || !step.hooks_after.is_empty();
         if writes {
-            self.lock(false).await?;
+            self.lock().await?;
         }
         self.update_records(&step.records).await?;
         let hooks = self.hooks();
@@ -611,7 +611,7 @@ impl<'a> Reconcile<'a> {
 
     /// Everything is gone: drop the records, the finalizer and the lease.
     async fn finish_uninstall(&mut self, records: &[i64]) -> Result<Action, Stop> {
-        self.lock(false).await?;
+        self.lock().await?;
         self.delete_records(records).await?;
         self.ctx.forget(&self.key);
         let finalizers: Vec<String> = self
@@ -661,7 +661,7 @@ impl<'a> Reconcile<'a> {
     async fn write_status(&mut self, status: &SequencedReleaseStatus) -> Result<(), Stop> {
         let keep = rollout::holds_lock(status.phase);
         if keep && self.ctx.locks.holds(&self.key) {
-            self.lock(false).await?;
+            self.lock().await?;
         }
         let mut status = status.clone();
         status.lock = keep.then(|| self.ctx.locks.mirror(&self.key)).flatten();
@@ -679,7 +679,7 @@ impl<'a> Reconcile<'a> {
             }
         }
         if self.sr().status.as_ref() != Some(&status) {
-            self.lock(false).await?;
+            self.lock().await?;
             status.lock = keep.then(|| self.ctx.locks.mirror(&self.key)).flatten();
             self.write_status_as_is(&status).await?;
         }
@@ -713,11 +713,11 @@ impl<'a> Reconcile<'a> {
         }
     }
 
-    /// Takes the release's lock before a write, or makes sure it is still held. `step` renews it
-    /// (once per reconcile): a step of the operation is about to apply or delete. A lock taken
-    /// fresh, or taken over, is followed by a fresh read of the release: when it changed since the
-    /// cached copy, the reconcile starts again from it ([`Halt::Restart`]).
-    async fn lock(&mut self, step: bool) -> Result<(), Stop> {
+    /// Takes the release's lock before a write, or makes sure it is still held (renewed once a
+    /// third of its duration has passed). A lock taken fresh, or taken over, is followed by a
+    /// fresh read of the release: when it changed since the cached copy, the reconcile starts
+    /// again from it ([`Halt::Restart`]).
+    async fn lock(&mut self) -> Result<(), Stop> {
         if self.locked && self.ctx.locks.safely_held(&self.key) {
             return Ok(());
         }
@@ -730,7 +730,7 @@ impl<'a> Reconcile<'a> {
         let acquired = self
             .ctx
             .locks
-            .acquire(self.sr(), self.settings.timeout, step || self.locked)
+            .acquire(self.sr(), self.settings.timeout, self.locked)
             .await?;
         match acquired {
             // A lease just created: no other session acted on the release before it.
@@ -787,7 +787,7 @@ impl<'a> Reconcile<'a> {
         if self.ctx.stopping() {
             return Err(Halt::Interrupted.into());
         }
-        self.lock(false).await
+        self.lock().await
     }
 
     /// Releases the lock (the operation is over); a failure leaves the lease to expire.

@@ -130,25 +130,14 @@ impl Records {
         me: &Identity,
         revision: i64,
     ) -> Result<Option<Record>, Error> {
-        let key = (release.clone(), revision);
-        let cached = self.cached.lock().ok().and_then(|c| {
-            c.get(&key)
-                .map(|c| (Arc::clone(&c.record), c.encoded.clone()))
-        });
-        let (record, encoded) = match cached {
-            Some(found) => found,
-            None => match self.get(release, me, revision).await? {
-                Some(record) => {
-                    let encoded = self
-                        .cached
-                        .lock()
-                        .ok()
-                        .and_then(|c| c.get(&key).and_then(|c| c.encoded.clone()));
-                    (record, encoded)
-                }
-                None => return Ok(None),
-            },
+        // Read (and cached) unless it was: the cache then holds what it was encoded as.
+        let Some(record) = self.get(release, me, revision).await? else {
+            return Ok(None);
         };
+        let encoded = self.cached.lock().ok().and_then(|c| {
+            c.get(&(release.clone(), revision))
+                .and_then(|c| c.encoded.clone())
+        });
         let Some(encoded) = encoded else {
             return Ok(Some((*record).clone()));
         };

@@ -170,11 +170,15 @@ pub fn valid_annotation_key(key: &str) -> bool {
     let Some(prefix) = prefix else {
         return name_ok;
     };
-    // A DNS subdomain: labels of lower-case letters, digits and '-', joined by dots, each
-    // starting and ending with a letter or digit.
-    name_ok
-        && prefix.len() <= 253
-        && prefix.split(|&c| c == b'.').all(|label| {
+    name_ok && valid_dns_subdomain(prefix)
+}
+
+/// Whether `name` is a DNS subdomain (RFC 1123), as Kubernetes names most objects and
+/// annotation prefixes: at most 253 characters, labels of lower-case letters, digits and '-'
+/// joined by dots, each starting and ending with a letter or digit.
+pub fn valid_dns_subdomain(name: &[u8]) -> bool {
+    name.len() <= 253
+        && name.split(|&c| c == b'.').all(|label| {
             label.len() <= 63
                 && label
                     .first()

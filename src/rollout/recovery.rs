@@ -13,7 +13,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::install::{self};
-use super::status::{progressing, set_conditions};
+use super::status::{progressing, set_conditions, set_stalled};
 use super::{Note, Revision, Settings};
 use crate::api::{
     EventReason, FORCE_REQUEST_ANNOTATION, OnFailure, RECONCILE_REQUEST_ANNOTATION,
@@ -355,12 +355,7 @@ pub fn uninstalled_status(
     let mut st = status.clone();
     st.phase = Some(ReleasePhase::Failed);
     st.message = Some(message.clone());
-    set_conditions(
-        &mut st,
-        Reason::Uninstalled,
-        now,
-        [(false, &message), (false, ""), (true, &message)],
-    );
+    set_stalled(&mut st, Reason::Uninstalled, &message, now);
     (st, Note::warning(EventReason::Uninstalled, message))
 }
 

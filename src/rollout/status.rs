@@ -104,12 +104,7 @@ pub fn stalled(
     now: &Time,
 ) -> SequencedReleaseStatus {
     let mut status = entering(status, generation, ReleasePhase::Failed, message);
-    set_conditions(
-        &mut status,
-        reason,
-        now,
-        [(false, message), (false, ""), (true, message)],
-    );
+    set_stalled(&mut status, reason, message, now);
     if let Some(current) = status.history.first_mut()
         && Some(current.revision) == status.revision
         && current.finished_at.is_none()

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::hooks::{self, HookAction, Stage};
 use super::install::{layer_label, settle_deletion};
 use super::recovery::RecordUpdate;
-use super::status::{elapsed, progressing, retry_delay, set_conditions};
+use super::status::{elapsed, progressing, retry_delay, set_stalled};
 use super::{Note, Observations, Outcome, Wanted};
 use crate::api::{
     EventReason, Identity, LayerPhase, LayerStatus, ObjectKey, Reason, ReleasePhase,
@@ -376,12 +376,7 @@ pub fn time_out(mut step: UninstallStep, timeout: Duration, now: &Time) -> Unins
         crate::readiness::format_duration(timeout)
     );
     step.status.message = Some(message.clone());
-    set_conditions(
-        &mut step.status,
-        Reason::Timeout,
-        now,
-        [(false, &message), (false, ""), (true, &message)],
-    );
+    set_stalled(&mut step.status, Reason::Timeout, &message, now);
     step
 }
 
@@ -410,12 +405,7 @@ pub fn fail_delete(
     status.message = Some(message.clone());
     if !failure.transient {
         let message = format!("uninstall blocked: {message}; it goes on once that changes");
-        set_conditions(
-            &mut status,
-            failure.reason,
-            now,
-            [(false, &message), (false, ""), (true, &message)],
-        );
+        set_stalled(&mut status, failure.reason, &message, now);
     }
     status
 }
