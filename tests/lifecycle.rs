@@ -21,8 +21,10 @@ use sequenced::rollout::dependencies::{DependencyFacts, DependencyState};
 use sequenced::rollout::drift::{Drift, DriftReport, Drifted};
 use sequenced::rollout::install::InstallAction;
 use sequenced::rollout::lifecycle::{Begin, PlanFact, Refusal, Revisions, Source};
+use sequenced::rollout::uninstall::fail_delete;
 use sequenced::rollout::{
-    Deployable, Facts, LockView, Need, Next, Requeue, Settings, holds_lock, next, requeue,
+    ActionFailure, Deployable, Facts, LockView, Need, Next, Requeue, Settings, holds_lock, next,
+    requeue,
 };
 use serde_json::{Value, json};
 use support::{chart_tree, object, rendered};
@@ -720,6 +722,62 @@ fn another_releases_object_is_refused_before_the_layer_is_written() {
         message,
         "ConfigMap apps/queue (chart shop, templates/queue.yaml) belongs to SequencedRelease apps/other; it is left alone"
     );
+}
+
+#[test]
+fn a_refused_delete_is_issued_again_when_the_uninstall_is_tried_again() {
+    let deleting = json!({"deletionTimestamp": "2027-01-15T08:00:00Z"});
+    let mut f = facts(with_status(
+        release(json!({}), deleting),
+        ready(2, "sha256:1"),
+    ));
+    let inventory = deployable().inventory.clone();
+    f.records
+        .insert(2, record(2, "sha256:1", inventory.clone()));
+    let ours = Claim {
+        owner: Some("apps/shop".into()),
+        ..Claim::default()
+    };
+    for k in inventory.objects() {
+        f.observed.present.insert(k.clone(), Some(ours.clone()));
+    }
+    let Next::Uninstall(step) = next(&f) else {
+        panic!("deletes");
+    };
+    let first = inventory.steps[0].objects.clone();
+    assert_eq!(step.deletes, [(0, first.clone())]);
+    // The service account may not delete them: nothing was deleted.
+    let refused = ActionFailure {
+        transient: false,
+        reason: Reason::Forbidden,
+        message: "serviceaccount apps:deployer cannot delete configmaps".into(),
+    };
+    let status = fail_delete(&step, 0, &refused, &f.now);
+    let stalled = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Stalled")
+        .expect("Stalled");
+    assert_eq!(stalled.reason, "Forbidden");
+    assert!(
+        stalled.message.contains("cannot delete"),
+        "{}",
+        stalled.message
+    );
+    // Tried again (the rights are back, the objects still there): the same deletes, not a wait
+    // for objects nobody deletes.
+    f.status = status;
+    let Next::Uninstall(again) = next(&f) else {
+        panic!("deletes again");
+    };
+    assert_eq!(again.deletes, [(0, first)]);
+    // Once issued, the step's deletes are not issued twice.
+    let issued = fail_delete(&again, 1, &refused, &f.now);
+    f.status = issued;
+    let Next::Uninstall(waits) = next(&f) else {
+        panic!("waits");
+    };
+    assert!(waits.deletes.is_empty(), "{:?}", waits.deletes);
 }
 
 #[test]

@@ -559,10 +559,10 @@ impl<'a> Reconcile<'a> {
         for action in &step.hooks_before {
             self.still_held().await?;
             if let Err(failed) = self.objects().hook(&hooks, action).await {
-                return self.failed_delete(&step, failed).await;
+                return self.failed_delete(&step, 0, failed).await;
             }
         }
-        for (_, keys) in &step.deletes {
+        for (issued, (_, keys)) in step.deletes.iter().enumerate() {
             self.still_held().await?;
             let deleting = Instant::now();
             let result = self.objects().delete(keys).await;
@@ -573,13 +573,13 @@ impl<'a> Reconcile<'a> {
                 .with_label_values(&["delete"])
                 .observe(deleting.elapsed().as_secs_f64());
             if let Err(failed) = result {
-                return self.failed_delete(&step, failed).await;
+                return self.failed_delete(&step, issued, failed).await;
             }
         }
         for action in &step.hooks_after {
             self.still_held().await?;
             if let Err(failed) = self.objects().hook(&hooks, action).await {
-                return self.failed_delete(&step, failed).await;
+                return self.failed_delete(&step, step.deletes.len(), failed).await;
             }
         }
         self.write_status(&step.status).await?;
@@ -597,14 +597,15 @@ impl<'a> Reconcile<'a> {
         Ok(action(requeue))
     }
 
-    /// A deletion (or hook) of an uninstall step failed: the status says why; the uninstall goes
-    /// on from there when it is tried again.
+    /// A deletion (or hook) of an uninstall step failed after the first `issued` of its deletes:
+    /// the status says why; the uninstall goes on from there when it is tried again.
     async fn failed_delete(
         &mut self,
         step: &UninstallStep,
+        issued: usize,
         failed: Failed,
     ) -> Result<Action, Stop> {
-        let status = uninstall::fail_delete(step, &failed.failure, &self.facts.now);
+        let status = uninstall::fail_delete(step, issued, &failed.failure, &self.facts.now);
         self.write_status(&status).await?;
         Err(Stop::Failed(failed.error))
     }

@@ -391,18 +391,34 @@ fn unseen(keys: &[ObjectKey], observed: &Observations) -> Wanted {
     }
 }
 
-/// Deleting step `step` failed: the status says why; the uninstall goes on from there when it
-/// is tried again. A refusal that a retry does not change (the release's service account may
-/// not delete the object) also makes it Stalled with that reason, so that it is not taken for
-/// an uninstall in progress.
+/// Step `step` failed after it issued the deletes of its first `issued` layers (of
+/// `step.deletes`): the status says why; the uninstall goes on from there when it is tried
+/// again. The layers whose deletes were not issued are Pending again, so that the next step
+/// deletes them rather than waiting for objects nobody deletes. A refusal that a retry does not
+/// change (the release's service account may not delete the object) also makes it Stalled with
+/// that reason, so that it is not taken for an uninstall in progress.
 pub fn fail_delete(
     step: &UninstallStep,
+    issued: usize,
     failure: &super::ActionFailure,
     now: &Time,
 ) -> SequencedReleaseStatus {
     let mut status = step.status.clone();
     let message = &failure.message;
     status.message = Some(message.clone());
+    let offset = usize::from(
+        status
+            .layers
+            .first()
+            .is_some_and(|l| l.name.starts_with("(pre-")),
+    );
+    for (i, _) in step.deletes.iter().skip(issued) {
+        if let Some(layer) = status.layers.get_mut(offset + i) {
+            layer.phase = LayerPhase::Pending;
+            layer.started_at = None;
+            layer.message = Some(message.clone());
+        }
+    }
     if !failure.transient {
         let message = format!("uninstall blocked: {message}; it goes on once that changes");
         set_stalled(&mut status, failure.reason, &message, now);
