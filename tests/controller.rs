@@ -171,17 +171,26 @@ async fn shop_applies_app_only_after_database_and_queue_are_ready() {
             Api::namespaced(op.client.clone(), "default");
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let reasons: std::collections::BTreeSet<String> = events
+            let shop: Vec<_> = events
                 .list(&Default::default())
                 .await
                 .unwrap()
                 .items
                 .into_iter()
                 .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("shop"))
-                .filter_map(|e| e.reason)
                 .collect();
-            let wanted = ["LayerStarted", "LayerReady", "ReleaseReady"];
-            if wanted.iter().all(|r| reasons.contains(*r)) {
+            let reasons: std::collections::BTreeSet<String> =
+                shop.iter().filter_map(|e| e.reason.clone()).collect();
+            let wanted = ["LayerStarted", "ReleaseReady"];
+            // The layers' readiness is told: on its own or ahead of the layer it lets start.
+            let told = |layer: &str| {
+                shop.iter().any(|e| {
+                    e.note.as_deref().is_some_and(|n| {
+                        n.contains(&format!("Layer {layer} of chart shop is ready"))
+                    })
+                })
+            };
+            if wanted.iter().all(|r| reasons.contains(*r)) && told("database") && told("queue") {
                 break;
             }
             assert!(
@@ -956,4 +965,72 @@ async fn a_restarted_operator_deploys_a_newer_matching_version_as_a_new_revision
 
 fn message_of(status: &sequenced::api::SequencedReleaseStatus) -> String {
     status.message.clone().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_name_a_helm_release_uses_is_refused_and_a_kept_history_goes_on_numbering() {
+    within(async {
+        let op = Operator::start(4).await;
+        let dir = chart(
+            "app",
+            &[(
+                "templates/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-settings\n  annotations:\n    helm.sh/layer: config\ndata:\n  a: b\n",
+            )],
+        );
+        let path = chart_path(&dir, "app");
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(op.client.clone(), "default");
+        // `helm install taken` was here first.
+        let helms: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+            "metadata": {"name": "sh.helm.release.v1.taken.v1",
+                         "labels": {"owner": "helm", "name": "taken", "version": "1", "status": "deployed"}},
+            "type": "helm.sh/release.v1",
+            "data": {"release": "SDRzSUFBQUFBQUFBL3dFQUFQLy9BQUFBQUFBQUFBQT0="}
+        }))
+        .unwrap();
+        let created = secrets.create(&Default::default(), &helms).await.unwrap();
+        op.create("default", release("taken", &path, json!({}))).await;
+        let sr = op
+            .wait_release("default", "taken", "Stalled OwnershipConflict", |sr| {
+                condition(sr, "Stalled").is_some_and(|(s, r, _)| s == "True" && r == "OwnershipConflict")
+            })
+            .await;
+        let said = message(&sr);
+        assert!(said.contains("release name taken is taken"), "{said}");
+        assert!(said.contains("a Helm release has its records"), "{said}");
+        let left = secrets.get("sh.helm.release.v1.taken.v1").await.unwrap();
+        assert_eq!(
+            left.metadata.resource_version, created.metadata.resource_version,
+            "Helm's record is left alone"
+        );
+        assert!(op.server.object("v1", "ConfigMap", Some("default"), "taken-settings").is_none());
+
+        // An uninstall that kept its history, then the same release again: revision 2.
+        let kept = json!({"uninstall": {"keepHistory": true}});
+        op.create("default", release("kept", &path, kept.clone())).await;
+        op.wait_release("default", "kept", "Ready", is_ready).await;
+        op.releases("default").delete("kept", &DeleteParams::default()).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while op.releases("default").get_opt("kept").await.unwrap().is_some() {
+            assert!(Instant::now() < deadline, "the uninstall did not finish");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Kept as Helm keeps it: marked uninstalled.
+        let first = secrets.get("sh.helm.release.v1.kept.v1").await.unwrap();
+        let label = |s: &k8s_openapi::api::core::v1::Secret| {
+            s.metadata.labels.as_ref().and_then(|l| l.get("status")).cloned()
+        };
+        assert_eq!(label(&first).as_deref(), Some("uninstalled"));
+        op.create("default", release("kept", &path, kept)).await;
+        let sr = op
+            .wait_release("default", "kept", "Ready", is_ready)
+            .await;
+        assert_eq!(sr.status.as_ref().unwrap().revision, Some(2));
+        let v1 = secrets.get("sh.helm.release.v1.kept.v1").await.unwrap();
+        assert_eq!(v1.metadata.resource_version, first.metadata.resource_version, "the kept record is not overwritten");
+        assert!(secrets.get_opt("sh.helm.release.v1.kept.v2").await.unwrap().is_some());
+        op.stop().await;
+    })
+    .await;
 }

@@ -791,16 +791,25 @@ async fn every_layer_has_its_own_event_as_kubectl_get_events_lists_them() {
         // What `kubectl get events` reads: core/v1 Events, with their count.
         let events: Api<k8s_openapi::api::core::v1::Event> =
             Api::namespaced(op.client.clone(), "default");
-        let mut started: Vec<(String, Option<i32>)> = events
+        let all: Vec<_> = events
             .list(&Default::default())
             .await
             .unwrap()
             .items
             .into_iter()
-            .filter(|e| {
-                e.involved_object.name.as_deref() == Some("abc")
-                    && e.reason.as_deref() == Some("LayerStarted")
-            })
+            .filter(|e| e.involved_object.name.as_deref() == Some("abc"))
+            .collect();
+        let reasons: Vec<&str> = all.iter().filter_map(|e| e.reason.as_deref()).collect();
+        // Layer c's readiness is the release's: ReleaseReady says it.
+        assert_eq!(
+            reasons.iter().filter(|r| **r == "ReleaseReady").count(),
+            1,
+            "{reasons:?}"
+        );
+        assert_eq!(reasons.len(), 4, "{reasons:?}");
+        let mut started: Vec<(String, Option<i32>)> = all
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("LayerStarted"))
             .map(|e| (e.message.unwrap_or_default(), e.count))
             .collect();
         started.sort();
@@ -809,10 +818,10 @@ async fn every_layer_has_its_own_event_as_kubectl_get_events_lists_them() {
             notes,
             [
                 "Applying layer a of chart abc (1 resources)",
-                "Applying layer b of chart abc (1 resources)",
-                "Applying layer c of chart abc (1 resources)",
+                "Layer a of chart abc is ready (1 resources); applying layer b of chart abc (1 resources)",
+                "Layer b of chart abc is ready (1 resources); applying layer c of chart abc (1 resources)",
             ],
-            "one event per layer"
+            "one event per layer, which says the layer before is ready"
         );
         assert!(
             started.iter().all(|(_, count)| count.unwrap_or(1) == 1),

@@ -124,6 +124,7 @@ impl Fixture {
     fn started(&self) -> SequencedReleaseStatus {
         begin(
             &self.revision(),
+            1,
             &SequencedReleaseStatus::default(),
             Some(1),
             "sha256:1",
@@ -528,7 +529,15 @@ fn an_upgrade_prunes_what_the_previous_revision_had_after_its_layers_are_ready()
         revision: Some(1),
         ..SequencedReleaseStatus::default()
     };
-    let status = begin(&fx.revision(), &previous, Some(2), "sha256:2", None, &at(0));
+    let status = begin(
+        &fx.revision(),
+        previous.revision.unwrap_or(0) + 1,
+        &previous,
+        Some(2),
+        "sha256:2",
+        None,
+        &at(0),
+    );
     assert_eq!(status.revision, Some(2));
     assert_eq!(status.layers.last().unwrap().name, PRUNE_LAYER);
     let d1 = fx.step(&status, &Observations::default(), at(1));
@@ -910,7 +919,15 @@ fn retries_count_up_with_doubling_delays_until_they_run_out() {
     let (fx, first) = failed_job_release(2);
     let revision = fx.revision();
     // The retry is a new revision of the same spec: the count goes on.
-    let retry = begin(&revision, &first.status, Some(1), "sha256:1", None, &at(10));
+    let retry = begin(
+        &revision,
+        first.status.revision.unwrap_or(0) + 1,
+        &first.status,
+        Some(1),
+        "sha256:1",
+        None,
+        &at(10),
+    );
     assert_eq!(retry.revision, Some(2));
     assert_eq!(retry.failures, Some(1));
     let (second, delay) = rollout::failed(
@@ -936,7 +953,15 @@ fn retries_count_up_with_doubling_delays_until_they_run_out() {
     assert_eq!(condition(&third, "Stalled").0, "True");
     assert_eq!(rollout::retry_due(&third, 2, &at(1000)), None);
     // A new generation (or digest) starts counting again.
-    let changed = begin(&revision, &third, Some(2), "sha256:1", None, &at(50));
+    let changed = begin(
+        &revision,
+        third.revision.unwrap_or(0) + 1,
+        &third,
+        Some(2),
+        "sha256:1",
+        None,
+        &at(50),
+    );
     assert_eq!(changed.failures, None);
     assert_eq!(
         [1, 2, 3, 7, 30].map(rollout::retry_delay),

@@ -102,7 +102,7 @@ proptest! {
         let me = Identity { owner: "g/g".into(), release_name: "g".into(), target_namespace: "g".into(), uid: "u".into() };
         let revision = Revision { plan: &plan, keys: &keys, prune: &[], hooks: &[], upgrade: false, rollback: false, run: "u/1".into(), settings, me: &me };
         let at = |s: i64| Time(Timestamp::from_second(1_800_000_000 + s).unwrap());
-        let mut status = begin(&revision, &SequencedReleaseStatus::default(), Some(1), "d", None, &at(0));
+        let mut status = begin(&revision, 1, &SequencedReleaseStatus::default(), Some(1), "d", None, &at(0));
         // When each resource was applied and when it becomes ready (in steps).
         let mut applied_at: Vec<Option<usize>> = vec![None; plan.resources.len()];
         let mut layer_applied: Vec<Option<usize>> = vec![None; plan.layers.len()];

@@ -16,6 +16,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::objects::{Failed, Objects};
+use super::records::Put;
 use super::run::Context;
 use super::source::Prepared;
 use super::{Error, Halt, Stop, account_of, kube_error};
@@ -256,7 +257,9 @@ impl<'a> Reconcile<'a> {
                 self.facts.stored.insert(revision, stored);
             }
             Need::Revisions => {
-                let revisions = ctx.records.revisions(&self.key, &self.me).await?;
+                let status = &self.facts.status;
+                let fresh = status.revision.is_none() && status.history.is_empty();
+                let revisions = ctx.records.revisions(&self.key, &self.me, fresh).await?;
                 self.facts.revisions = Some(revisions);
             }
             Need::Drift => {
@@ -391,10 +394,15 @@ impl<'a> Reconcile<'a> {
             self.objects().create_namespace().await?;
         }
         self.lock().await?;
-        self.ctx
+        let put = self
+            .ctx
             .records
             .put(&self.key, &self.me, &begin.record)
             .await?;
+        if put == Put::Taken {
+            // Records were there after all: list them and choose the revision again.
+            return Err(Halt::Restart(Box::new(self.sr().clone())).into());
+        }
         self.update_records(&begin.records).await?;
         self.delete_records(&begin.drop_records).await?;
         self.publish(&begin.events).await;

@@ -3,7 +3,7 @@
 //! their status updated as it ends, dropped past `maxHistory` and on uninstall. Records of the
 //! earlier format are still read, and rewritten in Helm's format when their status changes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::ByteString;
@@ -36,6 +36,20 @@ pub(super) struct Records {
     client: Client,
     cached: Mutex<HashMap<(Release, i64), Cached>>,
     stored: Mutex<Stored>,
+    /// Releases whose revisions were taken to be none without listing (a release that never
+    /// had a revision), until their first record is written.
+    assumed: Mutex<HashSet<Release>>,
+    /// Releases for which that turned out wrong: their records are listed from now on.
+    listed: Mutex<HashSet<Release>>,
+}
+
+/// What [`Records::put`] did.
+#[derive(Debug, PartialEq)]
+pub(super) enum Put {
+    Written,
+    /// The record's name was taken although the release's revisions were taken to be none:
+    /// they must be listed before a revision number is chosen.
+    Taken,
 }
 
 /// A record as the cache keeps it: without its stored plan and Helm's content, which only a
@@ -82,6 +96,8 @@ impl Records {
             client,
             cached: Mutex::new(HashMap::new()),
             stored: Mutex::new(HashMap::new()),
+            assumed: Mutex::new(HashSet::new()),
+            listed: Mutex::new(HashSet::new()),
         }
     }
 
@@ -95,6 +111,11 @@ impl Records {
         }
         if let Ok(mut stored) = self.stored.lock() {
             stored.retain(|(owner, _), _| owner != release);
+        }
+        for set in [&self.assumed, &self.listed] {
+            if let Ok(mut set) = set.lock() {
+                set.remove(release);
+            }
         }
     }
 
@@ -221,8 +242,24 @@ impl Records {
     }
 
     /// The revisions of this release's records in Helm's format, and who else uses its release
-    /// name in the namespace.
-    pub async fn revisions(&self, release: &Release, me: &Identity) -> Result<Revisions, Error> {
+    /// name in the namespace. A release that never had a revision (`fresh`) is taken to have
+    /// none without a list: its first record is created, never replaced, so a name someone
+    /// else's records (or an uninstall that kept its history) use is found then
+    /// ([`Put::Taken`]), and listed from then on.
+    pub async fn revisions(
+        &self,
+        release: &Release,
+        me: &Identity,
+        fresh: bool,
+    ) -> Result<Revisions, Error> {
+        let listed = self.listed.lock().is_ok_and(|l| l.contains(release));
+        if fresh
+            && !listed
+            && let Ok(mut assumed) = self.assumed.lock()
+        {
+            assumed.insert(release.clone());
+            return Ok(Revisions::default());
+        }
         let selector = format!("owner=helm,name={}", me.release_name);
         let list = self
             .secrets(release)
@@ -295,13 +332,14 @@ impl Records {
     }
 
     /// Writes the record of a new revision. It is created, so that a record someone else wrote
-    /// under the same name is never overwritten; one of ours (a retried write) is replaced.
+    /// under the same name is never overwritten; one of ours (a retried write) is replaced,
+    /// unless the release's revisions were not listed ([`Put::Taken`]).
     pub async fn put(
         &self,
         release: &Release,
         me: &Identity,
         record: &Record,
-    ) -> Result<(), Error> {
+    ) -> Result<Put, Error> {
         let name = helm_record_name(&me.release_name, record.revision);
         let what = || format!("writing release record {}/{name}", namespace(release));
         let secret = self
@@ -313,8 +351,18 @@ impl Records {
             ..PostParams::default()
         };
         let encoded = data_of(&secret, HELM_RECORD_KEY).to_vec();
+        let assumed = self
+            .assumed
+            .lock()
+            .is_ok_and(|mut assumed| assumed.remove(release));
         match secrets.create(&params, &secret).await {
             Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 && assumed => {
+                if let Ok(mut listed) = self.listed.lock() {
+                    listed.insert(release.clone());
+                }
+                return Ok(Put::Taken);
+            }
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 let existing = secrets.get(&name).await.map_err(kube_error(what()))?;
                 if !is_ours(&existing, me) {
@@ -329,7 +377,7 @@ impl Records {
             Err(e) => return Err(kube_error(what())(e)),
         }
         self.remember(release, record.clone(), Some(&encoded));
-        Ok(())
+        Ok(Put::Written)
     }
 
     async fn apply(&self, release: &Release, name: &str, secret: &Secret) -> Result<(), Error> {

@@ -146,9 +146,10 @@ fn slot_of(revision: &Revision, action: &InstallAction) -> usize {
     }
 }
 
-/// Starts a new revision: every entry Pending, a new history entry, Reconciling.
+/// Starts revision `number`: every entry Pending, a new history entry, Reconciling.
 pub fn begin(
     revision: &Revision,
+    number: i64,
     status: &SequencedReleaseStatus,
     generation: Option<i64>,
     digest: &str,
@@ -162,7 +163,6 @@ pub fn begin(
     {
         status.failures = None;
     }
-    let number = status.revision.unwrap_or(0) + 1;
     status.revision = Some(number);
     status.observed_generation = generation;
     status.last_applied_digest = Some(digest.to_string());
@@ -820,7 +820,7 @@ pub fn step(
     Outcome::Decided(InstallStep {
         actions: p.actions,
         status: st,
-        events: p.events,
+        events: super::fold_ready(p.events),
         requeue_after,
         finished,
         timeouts,

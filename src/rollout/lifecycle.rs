@@ -432,7 +432,14 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
         }
     }
     let number = if new_revision {
-        status.revision.unwrap_or(0) + 1
+        // After every record of the release, also those an uninstall kept (as `helm install
+        // --replace` numbers).
+        let revisions = match revisions(facts, &settings) {
+            Ok(revisions) => revisions,
+            Err(next) => return *next,
+        };
+        let last = revisions.ours.last().copied().unwrap_or(0);
+        status.revision.unwrap_or(0).max(last) + 1
     } else {
         status.revision.unwrap_or(1)
     };
@@ -494,6 +501,7 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
     let revision = Revision::of(deployable, &record, settings, &me, is_upgrade);
     let mut status = install::begin(
         &revision,
+        number,
         status,
         generation,
         &source.digest,

@@ -382,6 +382,41 @@ impl Note {
     }
 }
 
+/// The events of one step, with the layers that became ready told in the event of what that
+/// step goes on to do, so that a chained release writes one event per layer rather than two: a
+/// `LayerReady` note leads the next `LayerStarted` note of the step (`Layer a of chart shop is
+/// ready (2 resources); applying layer b of chart shop (1 resources)`), and is dropped when
+/// nothing starts after it but the release becomes ready (its `ReleaseReady` says so). A layer
+/// that becomes ready while nothing starts keeps its own `LayerReady`.
+pub fn fold_ready(events: Vec<Note>) -> Vec<Note> {
+    let release_ready = events.iter().any(|n| n.reason == EventReason::ReleaseReady);
+    let mut folded = Vec::with_capacity(events.len());
+    let mut ready: Vec<Note> = Vec::new();
+    for note in events {
+        match note.reason {
+            EventReason::LayerReady => ready.push(note),
+            EventReason::LayerStarted if !ready.is_empty() => {
+                let mut rest = note.message.chars();
+                let started: String = rest
+                    .next()
+                    .map(|c| c.to_lowercase().chain(rest).collect())
+                    .unwrap_or_default();
+                let mut told: Vec<String> = ready.drain(..).map(|n| n.message).collect();
+                told.push(started);
+                folded.push(Note {
+                    message: told.join("; "),
+                    ..note
+                });
+            }
+            _ => folded.push(note),
+        }
+    }
+    if !release_ready {
+        folded.extend(ready);
+    }
+    folded
+}
+
 /// How a failed action failed: a refusal a retry does not change, or a transient error.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ActionFailure {
@@ -389,4 +424,71 @@ pub struct ActionFailure {
     pub transient: bool,
     pub reason: crate::api::Reason,
     pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(reason: EventReason, message: &str) -> Note {
+        Note::normal(reason, message.to_string())
+    }
+
+    #[test]
+    fn a_ready_layer_is_told_in_the_event_of_what_starts_next() {
+        let folded = fold_ready(vec![
+            note(
+                EventReason::LayerReady,
+                "Layer a of chart x is ready (2 resources)",
+            ),
+            note(
+                EventReason::LayerStarted,
+                "Applying layer b of chart x (1 resources)",
+            ),
+            note(
+                EventReason::LayerStarted,
+                "Applying layer c of chart x (1 resources)",
+            ),
+        ]);
+        assert_eq!(
+            folded,
+            [
+                note(
+                    EventReason::LayerStarted,
+                    "Layer a of chart x is ready (2 resources); applying layer b of chart x (1 resources)"
+                ),
+                note(
+                    EventReason::LayerStarted,
+                    "Applying layer c of chart x (1 resources)"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_layer_is_not_told_ready_in_its_own_start() {
+        let started = note(
+            EventReason::LayerStarted,
+            "Applying layer a of chart x (1 resources)",
+        );
+        let ready = note(
+            EventReason::LayerReady,
+            "Layer a of chart x is ready (1 resources)",
+        );
+        assert_eq!(
+            fold_ready(vec![started.clone(), ready.clone()]),
+            [started, ready]
+        );
+    }
+
+    #[test]
+    fn the_last_layer_is_told_by_release_ready_and_a_lone_ready_layer_keeps_its_event() {
+        let ready = note(
+            EventReason::LayerReady,
+            "Layer c of chart x is ready (1 resources)",
+        );
+        let release = note(EventReason::ReleaseReady, "revision 1 is ready: 3 layers");
+        assert_eq!(fold_ready(vec![ready.clone(), release.clone()]), [release]);
+        assert_eq!(fold_ready(vec![ready.clone()]), [ready]);
+    }
 }

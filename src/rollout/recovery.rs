@@ -186,6 +186,7 @@ pub fn begin_rollback(
     let from = status.revision;
     let mut st = install::begin(
         revision,
+        record.revision,
         status,
         generation,
         &record.digest,
