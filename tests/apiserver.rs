@@ -2644,3 +2644,30 @@ async fn any_authenticated_user_may_read_discovery_and_version() {
     })
     .await;
 }
+
+/// Releases that need discovery at the same moment (a controller starting with many of them)
+/// share one reading of it instead of each reading every group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_needed_by_many_at_once_is_read_once() {
+    let server = TestApiServer::start().await;
+    let cluster = std::sync::Arc::new(sequenced::cluster::Cluster::new(server.client()));
+    let before = server.requests().len();
+    let lookups: Vec<_> = (0..16)
+        .map(|_| {
+            let cluster = std::sync::Arc::clone(&cluster);
+            tokio::spawn(async move { cluster.kind("v1", "ConfigMap").await })
+        })
+        .collect();
+    for lookup in lookups {
+        let kind = lookup.await.unwrap().unwrap();
+        assert_eq!(kind.resource.plural, "configmaps");
+    }
+    let readings: Vec<_> = server
+        .requests()
+        .into_iter()
+        .skip(before)
+        .filter(|r| r.path == "/apis")
+        .map(|r| r.at)
+        .collect();
+    assert_eq!(readings.len(), 1, "{readings:?}");
+}

@@ -1034,3 +1034,55 @@ async fn a_release_name_a_helm_release_uses_is_refused_and_a_kept_history_goes_o
     })
     .await;
 }
+
+/// A chain of 4 layers of 5 ConfigMaps (the scale benchmark's chart): what one install costs
+/// the API server in writes. Each object is applied once, the status is written when a layer
+/// starts and when the release is Ready, one event per layer plus `ReleaseReady`, and nothing
+/// the controller applied is read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_of_layers_costs_one_status_write_and_one_event_per_layer() {
+    within(async {
+        let mut files = Vec::new();
+        for layer in 1..=4 {
+            let after = match layer {
+                1 => String::new(),
+                _ => format!("\n    helm.sh/depends-on/layers: l{}", layer - 1),
+            };
+            let text: String = (1..=5)
+                .map(|i| format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: l{layer}-{i}\n  annotations:\n    helm.sh/layer: l{layer}{after}\ndata:\n  a: b\n"))
+                .collect();
+            files.push((format!("templates/l{layer}.yaml"), text));
+        }
+        let files: Vec<(&str, &str)> = files.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
+        let dir = chart("chained", &files);
+        let op = Operator::start(4).await;
+        op.create("default", release("chained", &chart_path(&dir, "chained"), json!({}))).await;
+        op.wait_release("default", "chained", "Ready", is_ready).await;
+        // The last event follows the status that says Ready.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let ours: Vec<_> = op
+            .server
+            .requests()
+            .into_iter()
+            .filter(|r| r.client.as_deref() == Some("test-controller"))
+            .collect();
+        let count = |verb: &str, kind: &str, sub: Option<&str>| {
+            ours.iter()
+                .filter(|r| r.verb == verb && r.kind.as_deref() == Some(kind) && r.subresource.as_deref() == sub)
+                .count()
+        };
+        assert_eq!(count("apply", "ConfigMap", None), 20);
+        assert_eq!(count("update", "SequencedRelease", Some("status")), 5, "4 layers and Ready");
+        assert_eq!(count("create", "Event", None), 5, "4 LayerStarted and ReleaseReady");
+        assert_eq!(count("list", "Secret", None), 0, "a new release's records are not listed");
+        let first_apply = ours.iter().position(|r| r.verb == "apply").unwrap();
+        let reads: Vec<_> = ours[first_apply..]
+            .iter()
+            .filter(|r| r.verb == "get" && r.kind.as_deref() == Some("ConfigMap"))
+            .map(|r| r.name.clone())
+            .collect();
+        assert!(reads.is_empty(), "applied objects read back: {reads:?}");
+        op.stop().await;
+    })
+    .await;
+}

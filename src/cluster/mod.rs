@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIResourceList, ObjectMeta};
 use kube::Client;
 use kube::api::{
     Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy,
@@ -131,6 +131,13 @@ pub struct Kind {
     pub namespaced: bool,
 }
 
+/// Whether discovery was never read or was read long enough ago to read it again.
+fn stale(catalog: &Catalog) -> bool {
+    catalog
+        .refreshed
+        .is_none_or(|at| at.elapsed() >= REFRESH_EVERY)
+}
+
 /// The API server, as one release's operations see it: with the controller's own identity, or
 /// impersonating the service account the release acts as. Every `Cluster` made from one with
 /// [`Cluster::acting_as`] shares its discovery, which is read with the controller's identity.
@@ -141,6 +148,8 @@ pub struct Cluster {
     /// The controller's own client, for discovery.
     discovery: Client,
     catalog: Arc<RwLock<Catalog>>,
+    /// Held while discovery is read: releases that need it at once wait for one reading.
+    refreshing: Arc<tokio::sync::Mutex<()>>,
     /// What SelfSubjectAccessReviews answered for `account`, and when.
     access: Mutex<HashMap<access::Question, (bool, Instant)>>,
 }
@@ -152,6 +161,7 @@ impl Cluster {
             client,
             account: None,
             catalog: Arc::new(RwLock::new(Catalog::default())),
+            refreshing: Arc::new(tokio::sync::Mutex::new(())),
             access: Mutex::new(HashMap::new()),
         }
     }
@@ -173,6 +183,7 @@ impl Cluster {
             account: Some(account),
             discovery: self.discovery.clone(),
             catalog: Arc::clone(&self.catalog),
+            refreshing: Arc::clone(&self.refreshing),
             access: Mutex::new(HashMap::new()),
         })
     }
@@ -237,6 +248,17 @@ impl Cluster {
     /// (an aggregated API whose service is down) is left out, as kubectl does, rather than
     /// failing every release.
     pub async fn refresh(&self) -> Result<(), ClusterError> {
+        self.refresh_when(|_| true).await
+    }
+
+    /// [`Cluster::refresh`] when the catalog, looked at once no other reading runs, is `stale`:
+    /// callers at the same moment share one reading.
+    async fn refresh_when(&self, stale: impl Fn(&Catalog) -> bool) -> Result<(), ClusterError> {
+        let _reading = self.refreshing.lock().await;
+        if !stale(&*self.catalog.read().await) {
+            return Ok(());
+        }
+        let started = Instant::now();
         let client = &self.discovery;
         let version = client
             .apiserver_version()
@@ -340,7 +362,7 @@ impl Cluster {
         catalog.served = served;
         catalog.api_versions = api_versions;
         catalog.kube_version = Some(version.git_version);
-        catalog.refreshed = Some(Instant::now());
+        catalog.refreshed = Some(started);
         Ok(())
     }
 
@@ -354,7 +376,7 @@ impl Cluster {
             return Ok(found);
         }
         if self.is_stale().await {
-            self.refresh().await?;
+            self.refresh_when(stale).await?;
             if let Some(found) = self.resolve_known(name, group).await {
                 return Ok(found);
             }
@@ -393,16 +415,13 @@ impl Cluster {
     }
 
     async fn is_stale(&self) -> bool {
-        self.catalog
-            .read()
-            .await
-            .refreshed
-            .is_none_or(|at| at.elapsed() >= REFRESH_EVERY)
+        stale(&*self.catalog.read().await)
     }
 
     async fn ensure_discovered(&self) -> Result<(), ClusterError> {
-        if self.catalog.read().await.refreshed.is_none() {
-            self.refresh().await?;
+        let unread = |catalog: &Catalog| catalog.refreshed.is_none();
+        if unread(&*self.catalog.read().await) {
+            self.refresh_when(unread).await?;
         }
         Ok(())
     }
@@ -423,7 +442,7 @@ impl Cluster {
             return Ok(found);
         }
         if self.is_stale().await {
-            self.refresh().await?;
+            self.refresh_when(stale).await?;
             if let Some(found) = self.lookup(&key).await {
                 return Ok(found);
             }
@@ -465,12 +484,13 @@ impl Cluster {
     /// through a subresource (an HPA's `spec.replicas`, written through `/scale`) are never
     /// fought over: they are left out of the apply. Fields someone changed on the object itself
     /// (`kubectl edit`, `kubectl patch`, another apply) are taken back, as the chart says.
-    pub async fn apply(&self, key: &ObjectKey, object: &Value) -> Result<(), ClusterError> {
+    /// Returns the metadata of the object as applied.
+    pub async fn apply(&self, key: &ObjectKey, object: &Value) -> Result<ObjectMeta, ClusterError> {
         let kind = self.kind(&key.api_version, &key.kind).await?;
         let api = self.api(&kind, key.namespace.as_deref());
         let params = PatchParams::apply(FIELD_MANAGER);
         let conflicts = match api.patch(&key.name, &params, &Patch::Apply(object)).await {
-            Ok(_) => return Ok(()),
+            Ok(applied) => return Ok(applied.metadata),
             Err(kube::Error::Api(status)) if status.code == 409 => match conflicts_of(&status) {
                 Some(conflicts) => conflicts,
                 None => {
@@ -487,7 +507,7 @@ impl Cluster {
         }
         api.patch(&key.name, &params.force(), &Patch::Apply(&object))
             .await
-            .map(drop)
+            .map(|applied| applied.metadata)
             .map_err(|e| self.error("applying", key, e))
     }
 

@@ -332,10 +332,13 @@ impl Objects<'_> {
                 .watches
                 .managed(&kind, cluster, key.namespace.as_deref());
             let object = self.owned(&resource.object, key);
-            cluster
+            let applied = cluster
                 .apply(key, &object)
                 .await
                 .map_err(|e| apply_failed(e, resource))?;
+            self.ctx
+                .watches
+                .applied(cluster, &kind, key.namespace.as_deref(), &applied);
         }
         Ok(())
     }
@@ -401,7 +404,11 @@ impl Objects<'_> {
                 {
                     annotations.insert(HOOK_RUN_ANNOTATION.into(), run.clone().into());
                 }
-                cluster.apply(&hook.key, &object).await.map_err(fail)
+                let applied = cluster.apply(&hook.key, &object).await.map_err(fail)?;
+                self.ctx
+                    .watches
+                    .applied(cluster, &kind, hook.key.namespace.as_deref(), &applied);
+                Ok(())
             }
             HookAction::Delete { hook } => match hooks.get(*hook) {
                 Some(hook) => self.delete(std::slice::from_ref(&hook.key)).await,

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
@@ -60,7 +61,10 @@ struct Seen {
 
 impl Seen {
     fn of(object: &PartialObjectMeta<DynamicObject>) -> Seen {
-        let meta = &object.metadata;
+        Seen::of_meta(&object.metadata)
+    }
+
+    fn of_meta(meta: &ObjectMeta) -> Seen {
         let annotations = [
             OWNER_ANNOTATION,
             RELEASE_NAME_ANNOTATION,
@@ -337,6 +341,37 @@ impl Watches {
             name,
             |seen, api_version, name| seen.map(|seen| seen.stub(api_version, kind, name)),
         )
+    }
+
+    /// This controller just applied the object and the API server answered with `meta`: the
+    /// index knows it from now on, before the watch's event for it arrives (a wake in between
+    /// would otherwise find the object missing). The watch's events overwrite it as usual.
+    pub fn applied(
+        &self,
+        cluster: &Cluster,
+        kind: &Kind,
+        namespace: Option<&str>,
+        meta: &ObjectMeta,
+    ) {
+        let Some(name) = meta.name.clone() else {
+            return;
+        };
+        let Ok(mut present) = self.present.lock() else {
+            return;
+        };
+        let mut key = WatchKey {
+            account: cluster.account().cloned(),
+            group: kind.resource.group.clone(),
+            kind: kind.resource.kind.clone(),
+            namespace: None,
+        };
+        if !present.contains_key(&key) {
+            key.namespace = namespace.map(str::to_string);
+        }
+        if let Some(index) = present.get_mut(&key).filter(|index| index.synced) {
+            let namespace = namespace.filter(|_| kind.namespaced).map(str::to_string);
+            index.objects.insert((namespace, name), Seen::of_meta(meta));
+        }
     }
 
     /// `answer` applied to what the index of `cluster`'s account keeps of the object (None when
