@@ -4,8 +4,9 @@
 //! release by verb and resource, the controller's peak RSS and CPU time, and the share of
 //! `helm template` in it.
 //!
-//! The test API server runs in a child process (this binary, `SEQUENCED_SCALE_SERVER=1`), so
-//! the RSS and CPU measured are the controller's own (plus this driver's few requests).
+//! The test API server runs in a child process (this binary, `SEQUENCED_SCALE_SERVER=1`), and
+//! so does the driver that creates the releases and polls them until they are Ready, so the
+//! RSS and CPU measured are the controller's own (and the creation of 10 namespaces).
 //!
 //! `cargo bench --bench scale` runs N = 100 and N = 1000; `cargo bench --bench scale -- 200`
 //! runs the given sizes.
@@ -57,7 +58,8 @@ fn chained_chart() -> tempfile::TempDir {
 
 /// The child: a test API server with the CRD, its URL on stdout; on each line `report CLIENT`
 /// on stdin, the counts of that client's requests by verb and resource as one JSON line; on
-/// `clear`, forgets the requests so far.
+/// `clear`, forgets the requests so far; on `create N PATH`, creates the releases; on `wait N`,
+/// answers once they are all Ready.
 fn serve() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -91,9 +93,53 @@ fn serve() {
             } else if line == "clear" {
                 server.clear_requests();
                 println!("{{}}");
+            } else if let Some(args) = line.strip_prefix("create ") {
+                let (n, path) = args.split_once(' ').expect("create N PATH");
+                create(
+                    &server.client(),
+                    n.parse().unwrap(),
+                    std::path::Path::new(path),
+                )
+                .await;
+                println!("{{}}");
+            } else if let Some(n) = line.strip_prefix("wait ") {
+                wait_ready(&server.client(), n.parse().unwrap()).await;
+                println!("{{}}");
             }
         }
     });
+}
+
+/// Creates `releases` releases of the chart at `path`, over [`NAMESPACES`] namespaces, all at
+/// once (as the driver of the benchmark, in the server's process: its connections and reads are
+/// not the controller's).
+async fn create(client: &kube::Client, releases: usize, path: &std::path::Path) {
+    let creates = (0..releases).map(|i| {
+        let api: Api<SequencedRelease> =
+            Api::namespaced(client.clone(), &format!("scale-{}", i % NAMESPACES));
+        let sr: SequencedRelease =
+            serde_json::from_value(release(&format!("r{i}"), path, json!({}))).unwrap();
+        async move { api.create(&PostParams::default(), &sr).await.unwrap() }
+    });
+    futures::future::join_all(creates).await;
+}
+
+/// Returns once all `releases` releases are Ready.
+async fn wait_ready(client: &kube::Client, releases: usize) {
+    let all: Api<SequencedRelease> = Api::all(client.clone());
+    let started = Instant::now();
+    loop {
+        let listed = all.list(&ListParams::default()).await.unwrap();
+        let ready = listed.items.iter().filter(|sr| is_ready(sr)).count();
+        if ready == releases {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "only {ready} of {releases} Ready after 15 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 struct ServerProcess {
@@ -185,28 +231,12 @@ fn run(releases: usize) -> Run {
             sequenced::cli::DEFAULT_CONCURRENCY,
             Tenancy::default(),
         );
+        // The releases are created and waited on by the server's process.
         let started = Instant::now();
-        let creates = (0..releases).map(|i| {
-            let api: Api<SequencedRelease> =
-                Api::namespaced(driver.clone(), &format!("scale-{}", i % NAMESPACES));
-            let sr: SequencedRelease =
-                serde_json::from_value(release(&format!("r{i}"), &path, json!({}))).unwrap();
-            async move { api.create(&PostParams::default(), &sr).await.unwrap() }
+        tokio::task::block_in_place(|| {
+            server.ask(&format!("create {releases} {}", path.display()));
+            server.ask(&format!("wait {releases}"));
         });
-        futures::future::join_all(creates).await;
-        let all: Api<SequencedRelease> = Api::all(driver.clone());
-        loop {
-            let listed = all.list(&ListParams::default()).await.unwrap();
-            let ready = listed.items.iter().filter(|sr| is_ready(sr)).count();
-            if ready == releases {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(900),
-                "only {ready} of {releases} Ready after 15 minutes"
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
         (started.elapsed(), controller)
     });
     let controller_cpu = cpu_time();

@@ -791,14 +791,25 @@ async fn every_layer_has_its_own_event_as_kubectl_get_events_lists_them() {
         // What `kubectl get events` reads: core/v1 Events, with their count.
         let events: Api<k8s_openapi::api::core::v1::Event> =
             Api::namespaced(op.client.clone(), "default");
-        let all: Vec<_> = events
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.involved_object.name.as_deref() == Some("abc"))
-            .collect();
+        // ReleaseReady is published right after the status that says Ready.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let all = loop {
+            let all: Vec<_> = events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some("abc"))
+                .collect();
+            let done = all
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("ReleaseReady"));
+            if done || std::time::Instant::now() > deadline {
+                break all;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
         let reasons: Vec<&str> = all.iter().filter_map(|e| e.reason.as_deref()).collect();
         // Layer c's readiness is the release's: ReleaseReady says it.
         assert_eq!(

@@ -126,6 +126,7 @@ fn deployable() -> Arc<Deployable> {
         hooks: Vec::new(),
         inventory,
         content: Default::default(),
+        slim: false,
     })
 }
 
@@ -362,6 +363,7 @@ fn hooked() -> Arc<Deployable> {
         hooks,
         inventory,
         content: Default::default(),
+        slim: false,
     })
 }
 

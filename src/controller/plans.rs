@@ -6,14 +6,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use kube::runtime::reflector::ObjectRef;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use super::Error;
 use super::source::Prepared;
 use crate::api::{ObjectKey, Reason, SequencedRelease};
 use crate::cluster::{Cluster, ClusterError};
 use crate::helm::Helm;
-use crate::history::{HookRecord, Inventory};
+use crate::history::{HookRecord, Inventory, gunzip_json, gzip_json};
 use crate::metrics::Metrics;
 use crate::pipeline::{self, RenderRequest};
 use crate::plan::{Plan, Resource};
@@ -23,7 +24,22 @@ use crate::rollout::lifecycle::{PlanFact, Refusal};
 /// The last plan of each release.
 #[derive(Default)]
 pub(super) struct Plans {
-    cached: Mutex<HashMap<ObjectRef<SequencedRelease>, PlanFact>>,
+    cached: Mutex<HashMap<ObjectRef<SequencedRelease>, Cached>>,
+}
+
+/// A cached plan; a slim one (see [`Plans::slim`]) with what it was cut of, packed.
+struct Cached {
+    fact: PlanFact,
+    packed: Option<Arc<[u8]>>,
+}
+
+/// What a slim plan was cut of: every main resource's object and the content, as gzip JSON.
+#[derive(Serialize, Deserialize)]
+struct Packed {
+    objects: Vec<Value>,
+    chart_metadata: Map<String, Value>,
+    values: Map<String, Value>,
+    manifest: String,
 }
 
 impl Plans {
@@ -33,27 +49,60 @@ impl Plans {
         }
     }
 
-    /// The plan for this digest, from the cache or rendered now. A failure that trying again may
-    /// fix (a helm that did not start, discovery) is an error and is not cached; a chart that
-    /// does not render or plan is a refusal, cached with its digest.
+    /// Keeps of the release's plan what observing and judging its objects needs (their
+    /// identity and annotations), and the rest packed (a few KB instead of the rendered objects):
+    /// for a Ready release, whose plan is needed whole again only to apply, compare or record
+    /// it. [`Plans::get`] unpacks it when asked for the whole plan; the chart is not rendered
+    /// again.
+    pub fn slim(&self, release: &ObjectRef<SequencedRelease>) {
+        let Ok(mut cached) = self.cached.lock() else {
+            return;
+        };
+        let Some(entry) = cached.get_mut(release) else {
+            return;
+        };
+        let whole = match &entry.fact.outcome {
+            Ok(deployable) if !deployable.slim => Arc::clone(deployable),
+            _ => return,
+        };
+        let packed = Packed {
+            objects: whole
+                .plan
+                .resources
+                .iter()
+                .map(|r| r.object.clone())
+                .collect(),
+            chart_metadata: whole.content.chart_metadata.clone(),
+            values: whole.content.values.clone(),
+            manifest: whole.content.manifest.clone(),
+        };
+        let mut slim = Deployable {
+            content: Default::default(),
+            slim: true,
+            ..(*whole).clone()
+        };
+        for resource in &mut slim.plan.resources {
+            resource.object = identity_of(&resource.object);
+        }
+        entry.packed = Some(Arc::from(gzip_json(&packed)));
+        entry.fact.outcome = Ok(Arc::new(slim));
+    }
+
+    /// The plan for this digest, from the cache or rendered now; `whole` unpacks a slim one. A
+    /// failure that trying again may fix (a helm that did not start, discovery) is an error and
+    /// is not cached; a chart that does not render or plan is a refusal, cached with its digest.
+    #[allow(clippy::too_many_arguments)]
     pub async fn get(
         &self,
         release: &ObjectRef<SequencedRelease>,
         prepared: &Prepared,
         is_upgrade: bool,
+        whole: bool,
         cluster: &Cluster,
         helm: &Helm,
         metrics: &Metrics,
     ) -> Result<PlanFact, Error> {
-        let cached = self
-            .cached
-            .lock()
-            .ok()
-            .and_then(|cached| cached.get(release).cloned());
-        if let Some(fact) = cached
-            && fact.digest == prepared.digest
-            && fact.is_upgrade == is_upgrade
-        {
+        if let Some(fact) = self.cached(release, &prepared.digest, is_upgrade, whole) {
             return Ok(fact);
         }
         let (kube_version, api_versions) = cluster.capabilities().await?;
@@ -112,10 +161,75 @@ impl Plans {
             outcome,
         };
         if keep && let Ok(mut cached) = self.cached.lock() {
-            cached.insert(release.clone(), fact.clone());
+            let entry = Cached {
+                fact: fact.clone(),
+                packed: None,
+            };
+            cached.insert(release.clone(), entry);
         }
         Ok(fact)
     }
+
+    /// The cached plan of this digest, unpacked when `whole` is asked for and it is slim; None
+    /// when there is none (or it cannot be unpacked, which is then logged).
+    fn cached(
+        &self,
+        release: &ObjectRef<SequencedRelease>,
+        digest: &str,
+        is_upgrade: bool,
+        whole: bool,
+    ) -> Option<PlanFact> {
+        let mut cached = self.cached.lock().ok()?;
+        let entry = cached
+            .get_mut(release)
+            .filter(|e| e.fact.digest == digest && e.fact.is_upgrade == is_upgrade)?;
+        let (Some(packed), true) = (&entry.packed, whole) else {
+            return Some(entry.fact.clone());
+        };
+        let Ok(slim) = &entry.fact.outcome else {
+            return Some(entry.fact.clone());
+        };
+        let packed: Packed = match gunzip_json(packed) {
+            Ok(packed) => packed,
+            Err(e) => {
+                tracing::warn!(release = %release, error = ?e, "unpacking a cached plan; rendering it again");
+                cached.remove(release);
+                return None;
+            }
+        };
+        let mut unpacked = Deployable {
+            slim: false,
+            ..(**slim).clone()
+        };
+        for (resource, object) in unpacked.plan.resources.iter_mut().zip(packed.objects) {
+            resource.object = object;
+        }
+        unpacked.content.chart_metadata = packed.chart_metadata;
+        unpacked.content.values = packed.values;
+        unpacked.content.manifest = packed.manifest;
+        entry.fact.outcome = Ok(Arc::new(unpacked));
+        entry.packed = None;
+        Some(entry.fact.clone())
+    }
+}
+
+/// An object cut to what identifies and judges it: apiVersion, kind, name, namespace and
+/// annotations.
+fn identity_of(object: &Value) -> Value {
+    let mut metadata = Map::new();
+    for field in ["name", "namespace", "annotations"] {
+        if let Some(value) = object.pointer(&format!("/metadata/{field}")) {
+            metadata.insert(field.to_string(), value.clone());
+        }
+    }
+    let mut cut = Map::new();
+    for field in ["apiVersion", "kind"] {
+        if let Some(value) = object.get(field) {
+            cut.insert(field.to_string(), value.clone());
+        }
+    }
+    cut.insert("metadata".to_string(), Value::Object(metadata));
+    Value::Object(cut)
 }
 
 /// The first external dependency (werf's `<id>.external-dependency.werf.io/resource`) whose kind
@@ -252,6 +366,7 @@ async fn deployable(
         hooks,
         inventory,
         content: Default::default(),
+        slim: false,
     }
 }
 

@@ -132,7 +132,12 @@ impl<'a> Reconcile<'a> {
                     tracing::debug!(%holder, "locked by another session");
                     return Ok(action(requeue));
                 }
-                Next::Idle => return Ok(Action::await_change()),
+                Next::Idle => {
+                    if self.facts.status.phase == Some(ReleasePhase::Ready) {
+                        self.ctx.plans.slim(&self.key);
+                    }
+                    return Ok(Action::await_change());
+                }
                 Next::AddFinalizer => {
                     self.lock().await?;
                     let mut finalizers = self.sr().finalizers().to_vec();
@@ -161,11 +166,14 @@ impl<'a> Reconcile<'a> {
                     self.write_status(&status).await?;
                     return Ok(action(requeue));
                 }
+                // A revision records its plan whole: the decision is taken again from it.
+                Next::Begin(_) if self.make_whole().await? => {}
                 Next::Begin(begin) => self.begin(*begin).await?,
                 Next::RestartRevision { status } => {
                     self.write_status(&status).await?;
                     return Ok(Action::requeue(Duration::from_millis(100)));
                 }
+                Next::Install(step) if !step.actions.is_empty() && self.make_whole().await? => {}
                 Next::Install(step) => return self.install(*step).await,
                 Next::Uninstall(step) => return self.uninstall(*step).await,
                 Next::Write(write) => {
@@ -189,6 +197,42 @@ impl<'a> Reconcile<'a> {
             "reconciling {}: the lifecycle kept asking for facts; giving up on this reconcile",
             self.me.owner
         ))))
+    }
+
+    /// The plan for the chart source, from the cache or rendered now; `whole` unpacks a slim
+    /// one.
+    async fn plan(&mut self, is_upgrade: bool, whole: bool) -> Result<(), Stop> {
+        let ctx = self.ctx;
+        let Some(prepared) = &self.prepared else {
+            return Err(Stop::Failed(Error::Internal(
+                "the plan was asked for before the chart source".to_string(),
+            )));
+        };
+        let fact = ctx
+            .plans
+            .get(
+                &self.key,
+                prepared,
+                is_upgrade,
+                whole,
+                &ctx.cluster,
+                &ctx.options.helm,
+                &ctx.options.metrics,
+            )
+            .await?;
+        self.facts.plan = Some(fact);
+        Ok(())
+    }
+
+    /// Makes the plan whole when it is slim (a Ready release's): before anything of it is
+    /// applied, compared or recorded. True when it was slim.
+    async fn make_whole(&mut self) -> Result<bool, Stop> {
+        let is_upgrade = match &self.facts.plan {
+            Some(fact) if fact.outcome.as_ref().is_ok_and(|d| d.slim) => fact.is_upgrade,
+            _ => return Ok(false),
+        };
+        self.plan(is_upgrade, true).await?;
+        Ok(true)
     }
 
     /// Gathers one fact the lifecycle asked for.
@@ -220,25 +264,7 @@ impl<'a> Reconcile<'a> {
             Need::Dependencies(wanted) => {
                 self.facts.dependencies = Some(self.dependencies(&wanted).await?);
             }
-            Need::Plan { is_upgrade, .. } => {
-                let Some(prepared) = &self.prepared else {
-                    return Err(Stop::Failed(Error::Internal(
-                        "the plan was asked for before the chart source".to_string(),
-                    )));
-                };
-                let fact = ctx
-                    .plans
-                    .get(
-                        &self.key,
-                        prepared,
-                        is_upgrade,
-                        &ctx.cluster,
-                        &ctx.options.helm,
-                        &ctx.options.metrics,
-                    )
-                    .await?;
-                self.facts.plan = Some(fact);
-            }
+            Need::Plan { is_upgrade, .. } => self.plan(is_upgrade, false).await?,
             Need::Record(revision) => {
                 // The current revision's record is read on every wake and cached without its
                 // stored plan; another revision's is wanted for a rollback, plan and all.
@@ -263,9 +289,13 @@ impl<'a> Reconcile<'a> {
                 self.facts.revisions = Some(revisions);
             }
             Need::Drift => {
+                let full = ctx.drift_check_due(&self.key, self.settings.interval);
+                if full {
+                    // The objects are compared with what applying them would make.
+                    self.make_whole().await?;
+                }
                 let report = match self.deployable() {
                     Some(deployable) => {
-                        let full = ctx.drift_check_due(&self.key, self.settings.interval);
                         let report = self.objects().drift(&deployable, full).await?;
                         if full {
                             ctx.drift_checked(&self.key);
@@ -694,6 +724,10 @@ impl<'a> Reconcile<'a> {
         }
         if !keep {
             self.unlock().await;
+        }
+        if status.phase == Some(ReleasePhase::Ready) {
+            // Until something is applied again, the plan is only looked at.
+            self.ctx.plans.slim(&self.key);
         }
         Ok(())
     }

@@ -357,11 +357,7 @@ impl Record {
 
     /// Gzip-compressed JSON, the format before records took Helm's.
     pub fn encode(&self) -> Vec<u8> {
-        let json = serde_json::to_vec(self).unwrap_or_default();
-        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        // Writing into a Vec cannot fail.
-        let _ = encoder.write_all(&json);
-        encoder.finish().unwrap_or_default()
+        gzip_json(self)
     }
 
     /// Reads what [`Record::encode`] wrote; `name` is the Secret, for the error. Helm's part is
@@ -371,13 +367,39 @@ impl Record {
             name: name.to_string(),
             message,
         };
-        let mut json = Vec::new();
-        flate2::read::GzDecoder::new(bytes)
-            .take(MAX_DECODED)
-            .read_to_end(&mut json)
-            .map_err(|e| error(format!("not gzip: {e}")))?;
-        serde_json::from_slice(&json).map_err(|e| error(format!("not a release record: {e}")))
+        gunzip_json(bytes).map_err(|e| {
+            error(match e {
+                Unzipped::NotGzip(e) => format!("not gzip: {e}"),
+                Unzipped::NotJson(e) => format!("not a release record: {e}"),
+            })
+        })
     }
+}
+
+/// `value` as gzip-compressed JSON.
+pub fn gzip_json<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    let json = serde_json::to_vec(value).unwrap_or_default();
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    // Writing into a Vec cannot fail.
+    let _ = encoder.write_all(&json);
+    encoder.finish().unwrap_or_default()
+}
+
+/// Why [`gunzip_json`] failed.
+#[derive(Debug)]
+pub enum Unzipped {
+    NotGzip(std::io::Error),
+    NotJson(serde_json::Error),
+}
+
+/// What [`gzip_json`] wrote (at most 64 MiB of JSON).
+pub fn gunzip_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Unzipped> {
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .take(MAX_DECODED)
+        .read_to_end(&mut json)
+        .map_err(Unzipped::NotGzip)?;
+    serde_json::from_slice(&json).map_err(Unzipped::NotJson)
 }
 
 #[cfg(test)]

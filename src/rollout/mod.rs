@@ -128,6 +128,10 @@ pub struct Deployable {
     pub inventory: Inventory,
     /// What Helm's readers show of it (`helm get manifest|values`).
     pub content: Content,
+    /// The objects of `plan.resources` are cut to their identity and annotations and `content`
+    /// is empty (the cached plan of a Ready release): enough to observe and judge the objects,
+    /// not to apply, compare or record them. The controller makes it whole before it does.
+    pub slim: bool,
 }
 
 impl Deployable {
@@ -156,6 +160,7 @@ impl Deployable {
             hooks: record.hooks.clone(),
             inventory: record.inventory.clone(),
             content: record.content.clone(),
+            slim: false,
         })
     }
 }
