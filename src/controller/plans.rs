@@ -18,6 +18,7 @@ use crate::history::{HookRecord, Inventory, gunzip_json, gzip_json};
 use crate::metrics::Metrics;
 use crate::pipeline::{self, RenderRequest};
 use crate::plan::{Plan, Resource};
+use crate::readiness;
 use crate::rollout::Deployable;
 use crate::rollout::lifecycle::{PlanFact, Refusal};
 
@@ -50,7 +51,7 @@ impl Plans {
     }
 
     /// Keeps of the release's plan what observing and judging its objects needs (their
-    /// identity and annotations), and the rest packed (a few KB instead of the rendered objects):
+    /// identity, layers and readiness annotations), and the rest packed (a few KB instead of the rendered objects):
     /// for a Ready release, whose plan is needed whole again only to apply, compare or record
     /// it. [`Plans::get`] unpacks it when asked for the whole plan; the chart is not rendered
     /// again.
@@ -76,14 +77,39 @@ impl Plans {
             values: whole.content.values.clone(),
             manifest: whole.content.manifest.clone(),
         };
-        let mut slim = Deployable {
+        let plan = &whole.plan;
+        let slim = Deployable {
+            plan: Plan {
+                resources: plan
+                    .resources
+                    .iter()
+                    .map(|r| Resource {
+                        chart: r.chart.clone(),
+                        template: r.template.clone(),
+                        api_version: r.api_version.clone(),
+                        kind: r.kind.clone(),
+                        name: r.name.clone(),
+                        namespace: r.namespace.clone(),
+                        object: readiness::rules_only(&r.object),
+                        gate: r.gate,
+                    })
+                    .collect(),
+                chart: plan.chart.clone(),
+                crds: plan.crds.clone(),
+                hooks: plan.hooks.clone(),
+                layers: plan.layers.clone(),
+                charts: plan.charts.clone(),
+                uninstall: plan.uninstall.clone(),
+                warnings: plan.warnings.clone(),
+            },
+            chart_version: whole.chart_version.clone(),
+            keys: whole.keys.clone(),
+            crd_keys: whole.crd_keys.clone(),
+            hooks: whole.hooks.clone(),
+            inventory: whole.inventory.clone(),
             content: Default::default(),
             slim: true,
-            ..(*whole).clone()
         };
-        for resource in &mut slim.plan.resources {
-            resource.object = identity_of(&resource.object);
-        }
         entry.packed = Some(Arc::from(gzip_json(&packed)));
         entry.fact.outcome = Ok(Arc::new(slim));
     }
@@ -211,25 +237,6 @@ impl Plans {
         entry.packed = None;
         Some(entry.fact.clone())
     }
-}
-
-/// An object cut to what identifies and judges it: apiVersion, kind, name, namespace and
-/// annotations.
-fn identity_of(object: &Value) -> Value {
-    let mut metadata = Map::new();
-    for field in ["name", "namespace", "annotations"] {
-        if let Some(value) = object.pointer(&format!("/metadata/{field}")) {
-            metadata.insert(field.to_string(), value.clone());
-        }
-    }
-    let mut cut = Map::new();
-    for field in ["apiVersion", "kind"] {
-        if let Some(value) = object.get(field) {
-            cut.insert(field.to_string(), value.clone());
-        }
-    }
-    cut.insert("metadata".to_string(), Value::Object(metadata));
-    Value::Object(cut)
 }
 
 /// The first external dependency (werf's `<id>.external-dependency.werf.io/resource`) whose kind

@@ -298,6 +298,35 @@ impl Rules {
 }
 
 /// The readiness annotations of an object as strings (see [`Rules::from_object`]).
+/// The annotations that say how an object's readiness is judged.
+const RULE_ANNOTATIONS: [&str; 5] = [
+    SUCCESS_ANNOTATION,
+    FAILURE_ANNOTATION,
+    TIMEOUT_ANNOTATION,
+    WAIT_FOR_PROPERTIES_ANNOTATION,
+    WAIT_FOR_READY_ANNOTATION,
+];
+
+/// What [`Rules::from_object`] reads of `object`, and nothing else: its readiness annotations,
+/// or null when it has none (a cached plan keeps this much of a Ready release's objects).
+pub fn rules_only(object: &Value) -> Value {
+    let Some(map) = object
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+    else {
+        return Value::Null;
+    };
+    let kept: serde_json::Map<String, Value> = map
+        .iter()
+        .filter(|(key, _)| RULE_ANNOTATIONS.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    if kept.is_empty() {
+        return Value::Null;
+    }
+    serde_json::json!({"metadata": {"annotations": kept}})
+}
+
 fn annotations_of(object: &Value) -> Result<BTreeMap<String, String>, RuleError> {
     let mut annotations = BTreeMap::new();
     let Some(map) = object
@@ -306,15 +335,8 @@ fn annotations_of(object: &Value) -> Result<BTreeMap<String, String>, RuleError>
     else {
         return Ok(annotations);
     };
-    let ours = [
-        SUCCESS_ANNOTATION,
-        FAILURE_ANNOTATION,
-        TIMEOUT_ANNOTATION,
-        WAIT_FOR_PROPERTIES_ANNOTATION,
-        WAIT_FOR_READY_ANNOTATION,
-    ];
     for (key, value) in map {
-        if !ours.contains(&key.as_str()) {
+        if !RULE_ANNOTATIONS.contains(&key.as_str()) {
             continue;
         }
         let not_a_string = |found: &'static str| RuleError::NotAString {
@@ -498,6 +520,33 @@ pub fn check(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn rules_only_keeps_what_the_rules_are_read_from() {
+        let judged = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "annotations": {
+                "helm.sh/readiness-success": "[\"{.data.ok} == 'yes'\"]",
+                "helm.sh/readiness-timeout": "30s",
+                "meta.helm.sh/release-name": "shop"}},
+            "data": {"ok": "yes"}});
+        let kept = rules_only(&judged);
+        assert_eq!(
+            format!("{:?}", Rules::from_object(&kept)),
+            format!("{:?}", Rules::from_object(&judged))
+        );
+        assert!(kept.pointer("/data").is_none());
+        assert!(
+            kept.pointer("/metadata/annotations/meta.helm.sh~1release-name")
+                .is_none()
+        );
+        let plain =
+            json!({"kind": "ConfigMap", "metadata": {"name": "b", "annotations": {"x/y": "z"}}});
+        assert_eq!(rules_only(&plain), Value::Null);
+        assert_eq!(
+            format!("{:?}", Rules::from_object(&Value::Null)),
+            format!("{:?}", Rules::from_object(&plain))
+        );
+    }
 
     #[test]
     fn verdicts_serialise_with_their_reason() {

@@ -128,7 +128,7 @@ pub struct Deployable {
     pub inventory: Inventory,
     /// What Helm's readers show of it (`helm get manifest|values`).
     pub content: Content,
-    /// The objects of `plan.resources` are cut to their identity and annotations and `content`
+    /// The objects of `plan.resources` are cut to their readiness annotations and `content`
     /// is empty (the cached plan of a Ready release): enough to observe and judge the objects,
     /// not to apply, compare or record them. The controller makes it whole before it does.
     pub slim: bool,
