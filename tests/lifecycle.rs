@@ -726,6 +726,17 @@ fn another_releases_object_is_refused_before_the_layer_is_written() {
     );
 }
 
+/// Every object of `inventory` exists and is the release's.
+fn all_present_and_ours(f: &mut Facts, inventory: &Inventory) {
+    let ours = Claim {
+        owner: Some("apps/shop".into()),
+        ..Claim::default()
+    };
+    for k in inventory.objects() {
+        f.observed.present.insert(k.clone(), Some(ours.clone()));
+    }
+}
+
 #[test]
 fn a_refused_delete_is_issued_again_when_the_uninstall_is_tried_again() {
     let deleting = json!({"deletionTimestamp": "2027-01-15T08:00:00Z"});
@@ -736,13 +747,7 @@ fn a_refused_delete_is_issued_again_when_the_uninstall_is_tried_again() {
     let inventory = deployable().inventory.clone();
     f.records
         .insert(2, record(2, "sha256:1", inventory.clone()));
-    let ours = Claim {
-        owner: Some("apps/shop".into()),
-        ..Claim::default()
-    };
-    for k in inventory.objects() {
-        f.observed.present.insert(k.clone(), Some(ours.clone()));
-    }
+    all_present_and_ours(&mut f, &inventory);
     let Next::Uninstall(step) = next(&f) else {
         panic!("deletes");
     };
@@ -811,13 +816,7 @@ fn uninstall_walks_the_inventory_then_finishes_dropping_the_records() {
         panic!("observes the first step's objects");
     };
     assert_eq!(wanted.present, first);
-    let ours = Claim {
-        owner: Some("apps/shop".into()),
-        ..Claim::default()
-    };
-    for k in inventory.objects() {
-        f.observed.present.insert(k.clone(), Some(ours.clone()));
-    }
+    all_present_and_ours(&mut f, &inventory);
     let Next::Uninstall(step) = next(&f) else {
         panic!("deletes");
     };
