@@ -23,9 +23,21 @@ use crate::rollout::Deployable;
 use crate::rollout::lifecycle::{PlanFact, Refusal};
 
 /// The last plan of each release.
-#[derive(Default)]
 pub(super) struct Plans {
     cached: Mutex<HashMap<ObjectRef<SequencedRelease>, Cached>>,
+    /// Renders at once: as many as the machine has cores (`helm template` is CPU-bound, about
+    /// 50 ms a chart), whatever the reconcile concurrency.
+    rendering: tokio::sync::Semaphore,
+}
+
+impl Default for Plans {
+    fn default() -> Plans {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        Plans {
+            cached: Mutex::default(),
+            rendering: tokio::sync::Semaphore::new(cores),
+        }
+    }
 }
 
 /// A cached plan; a slim one (see [`Plans::slim`]) with what it was cut of, packed.
@@ -141,6 +153,7 @@ impl Plans {
             is_upgrade,
             ..RenderRequest::default()
         };
+        let permit = self.rendering.acquire().await;
         let rendering = std::time::Instant::now();
         let values = prepared.values.clone();
         let planned = match pipeline::render(helm, &prepared.resolved, &request).await {
@@ -157,6 +170,7 @@ impl Plans {
             }),
             Err(e) => Err(e),
         };
+        drop(permit);
         metrics
             .render_duration
             .observe(rendering.elapsed().as_secs_f64());
