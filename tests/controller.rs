@@ -1011,11 +1011,7 @@ async fn a_release_name_a_helm_release_uses_is_refused_and_a_kept_history_goes_o
         op.create("default", release("kept", &path, kept.clone())).await;
         op.wait_release("default", "kept", "Ready", is_ready).await;
         op.releases("default").delete("kept", &DeleteParams::default()).await.unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while op.releases("default").get_opt("kept").await.unwrap().is_some() {
-            assert!(Instant::now() < deadline, "the uninstall did not finish");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        op.wait_deleted("default", "kept").await;
         // Kept as Helm keeps it: marked uninstalled.
         let first = secrets.get("sh.helm.release.v1.kept.v1").await.unwrap();
         let label = |s: &k8s_openapi::api::core::v1::Secret| {

@@ -162,6 +162,28 @@ impl Readers {
     }
 }
 
+/// The watch whose index holds the objects of this group and kind in `namespace`, as
+/// `cluster`'s account sees them: the one over the cluster when there is one, else the
+/// namespace's.
+fn index_key(
+    present: &HashMap<WatchKey, Present>,
+    cluster: &Cluster,
+    group: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> WatchKey {
+    let mut key = WatchKey {
+        account: cluster.account().cloned(),
+        group: group.to_string(),
+        kind: kind.to_string(),
+        namespace: None,
+    };
+    if !present.contains_key(&key) {
+        key.namespace = namespace.map(str::to_string);
+    }
+    key
+}
+
 /// The set of running watches; each is started once and runs until the controller stops.
 pub struct Watches {
     client: Client,
@@ -359,15 +381,8 @@ impl Watches {
         let Ok(mut present) = self.present.lock() else {
             return;
         };
-        let mut key = WatchKey {
-            account: cluster.account().cloned(),
-            group: kind.resource.group.clone(),
-            kind: kind.resource.kind.clone(),
-            namespace: None,
-        };
-        if !present.contains_key(&key) {
-            key.namespace = namespace.map(str::to_string);
-        }
+        let (group, kind_name) = (&kind.resource.group, &kind.resource.kind);
+        let key = index_key(&present, cluster, group, kind_name, namespace);
         if let Some(index) = present.get_mut(&key).filter(|index| index.synced) {
             let namespace = namespace.filter(|_| kind.namespaced).map(str::to_string);
             index.objects.insert((namespace, name), Seen::of_meta(meta));
@@ -387,19 +402,7 @@ impl Watches {
         answer: impl FnOnce(Option<&Seen>, &str, &ObjectName) -> T,
     ) -> Option<T> {
         let present = self.present.lock().ok()?;
-        let mut key = WatchKey {
-            account: cluster.account().cloned(),
-            group: group.to_string(),
-            kind: kind.to_string(),
-            namespace: None,
-        };
-        let index = match present.get(&key) {
-            Some(index) => index,
-            None => {
-                key.namespace = namespace.map(str::to_string);
-                present.get(&key)?
-            }
-        };
+        let index = present.get(&index_key(&present, cluster, group, kind, namespace))?;
         let name = (namespace.map(str::to_string), name.to_string());
         index
             .synced

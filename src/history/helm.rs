@@ -8,7 +8,6 @@
 //! Encoding and decoding are pure; the controller reads and writes the Secrets.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -20,8 +19,6 @@ use super::RecordError;
 pub const HELM_RECORD_TYPE: &str = "helm.sh/release.v1";
 /// The Secret key that holds an encoded release.
 pub const HELM_RECORD_KEY: &str = "release";
-/// Releases larger than this, decompressed, are refused.
-const MAX_DECODED: u64 = 64 * 1024 * 1024;
 
 /// The Secret name of revision `version` of Helm release `name`.
 pub fn helm_record_name(name: &str, version: i64) -> String {
@@ -124,11 +121,7 @@ impl HelmRelease {
     /// The value of the Secret's `release` key: base64 of the gzip of the JSON (the Secret's
     /// own base64 comes on top, as for any Secret data).
     pub fn encode(&self) -> String {
-        let json = serde_json::to_vec(self).unwrap_or_default();
-        let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        // Writing into a Vec cannot fail.
-        let _ = gzip.write_all(&json);
-        base64::engine::general_purpose::STANDARD.encode(gzip.finish().unwrap_or_default())
+        base64::engine::general_purpose::STANDARD.encode(super::gzip_json(self))
     }
 
     /// Reads what [`HelmRelease::encode`] (or Helm) wrote; `name` is the Secret, for the error.
@@ -142,12 +135,7 @@ impl HelmRelease {
             .decode(data)
             .map_err(|e| error(format!("not base64: {e}")))?;
         let json = if bytes.starts_with(&[0x1f, 0x8b]) {
-            let mut json = Vec::new();
-            flate2::read::GzDecoder::new(bytes.as_slice())
-                .take(MAX_DECODED)
-                .read_to_end(&mut json)
-                .map_err(|e| error(format!("not gzip: {e}")))?;
-            json
+            super::gunzip(&bytes).map_err(|e| error(format!("not gzip: {e}")))?
         } else {
             bytes
         };

@@ -394,12 +394,17 @@ pub enum Unzipped {
 
 /// What [`gzip_json`] wrote (at most 64 MiB of JSON).
 pub fn gunzip_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Unzipped> {
-    let mut json = Vec::new();
+    let json = gunzip(bytes).map_err(Unzipped::NotGzip)?;
+    serde_json::from_slice(&json).map_err(Unzipped::NotJson)
+}
+
+/// The gzip `bytes` decompressed, at most 64 MiB of them.
+pub fn gunzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut plain = Vec::new();
     flate2::read::GzDecoder::new(bytes)
         .take(MAX_DECODED)
-        .read_to_end(&mut json)
-        .map_err(Unzipped::NotGzip)?;
-    serde_json::from_slice(&json).map_err(Unzipped::NotJson)
+        .read_to_end(&mut plain)?;
+    Ok(plain)
 }
 
 #[cfg(test)]
