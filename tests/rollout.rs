@@ -179,6 +179,9 @@ fn absent(observed: &mut Observations, wanted: &rollout::Wanted) {
     for &e in &wanted.hook_external {
         observed.hook_external.entry(e).or_insert(None);
     }
+    for &h in &wanted.hook_logs {
+        observed.hook_logs.entry(h).or_insert(None);
+    }
 }
 
 fn me() -> Identity {
@@ -1052,6 +1055,15 @@ impl Fixture {
         observed
     }
 
+    /// Observes that these hooks' objects exist, ours (what a clean-up looks at).
+    fn with_present(&self, mut observed: Observations, names: &[&str]) -> Observations {
+        for name in names {
+            let key = self.hooks[self.hook(name)].key.clone();
+            observed.present.insert(key, claim("shop/shop"));
+        }
+        observed
+    }
+
     fn stage_names(&self, status: &SequencedReleaseStatus) -> Vec<String> {
         status.layers.iter().map(|l| l.name.clone()).collect()
     }
@@ -1260,25 +1272,37 @@ fn hooks_run_one_at_a_time_by_weight_with_their_delete_policies() {
     assert_eq!(fx.named(&s4), [format!("create second ({pre})")]);
     assert_eq!(s4.status.layers[0].ready, 1);
     // `second` done: deleted (hook-succeeded), and the first layer starts.
+    let both_done = fx.with_hooks(
+        Observations::default(),
+        &[
+            ("first", first_done),
+            (
+                "second",
+                hook_object("Job", "second", Some(&pre), job_complete()),
+            ),
+        ],
+    );
+    // `second` done: the stage is over, and hook-succeeded deletes `second` before any layer
+    // starts; its deletion is awaited.
     let s5 = fx.step(
         &s4.status,
-        &fx.with_hooks(
-            Observations::default(),
-            &[
-                ("first", first_done),
-                (
-                    "second",
-                    hook_object("Job", "second", Some(&pre), job_complete()),
-                ),
-            ],
-        ),
+        &fx.with_present(both_done.clone(), &["second"]),
         at(5),
     );
-    assert_eq!(fx.named(&s5), ["delete second", "apply a"]);
+    assert_eq!(fx.named(&s5), ["delete second"]);
+    assert_eq!(s5.status.layers[0].phase, LayerPhase::CleaningUp);
+    assert_eq!(
+        s5.status.layers[0].message.as_deref(),
+        Some("all 2 hooks succeeded; deleting Job/second (hook-succeeded, 1 of 1)")
+    );
+    // Gone: the first layer starts.
+    let s6 = fx.step(&s5.status, &both_done, at(6));
+    assert_eq!(fx.named(&s6), ["apply a"]);
+    assert_eq!(s6.status.layers[0].phase, LayerPhase::Ready);
 }
 
 #[test]
-fn a_failed_hook_job_fails_the_operation_naming_it_and_hook_failed_deletes_it() {
+fn a_failed_hook_job_fails_the_operation_naming_it_once_hook_failed_deleted_it() {
     let fx = layered_with_hooks(&[(
         "Job",
         "x-admission-create",
@@ -1299,24 +1323,500 @@ fn a_failed_hook_job_fails_the_operation_naming_it_and_hook_failed_deletes_it() 
             hook_object("Job", "x-admission-create", Some(&pre), job_failed()),
         )],
     );
-    let s2 = fx.step(&s1.status, &failed, at(2));
-    assert_eq!(fx.named(&s2), ["delete x-admission-create"]);
-    assert!(s2.finished);
-    assert_eq!(s2.status.phase, Some(ReleasePhase::Failed));
+    // Failed: the failure is told at once, and the status says so before anything is deleted
+    // (a hook found gone while it is waited on counts as done).
+    let present = fx.with_present(failed.clone(), &["x-admission-create"]);
+    let s2 = fx.step(&s1.status, &present, at(2));
+    assert!(s2.actions.is_empty(), "{:?}", s2.actions);
+    assert!(!s2.finished);
+    assert_eq!(s2.status.phase, Some(ReleasePhase::Deploying));
+    assert_eq!(s2.status.layers[0].phase, LayerPhase::CleaningUp);
     let message = "pre-install hook Job/x-admission-create (chart shop, templates/x-admission-create.yaml) failed: Job x-admission-create: failed (BackoffLimitExceeded: Job has reached the specified backoff limit)";
-    assert_eq!(s2.status.message.as_deref(), Some(message));
-    let stalled = s2
+    assert_eq!(
+        s2.status.message.as_deref(),
+        Some(format!("pre-install hooks: {message}").as_str())
+    );
+    assert_eq!(event_reasons(&s2), [EventReason::HookFailed]);
+    // Then the hook is deleted (hook-failed), and its deletion awaited.
+    let s2 = fx.step(&s2.status, &present, at(2));
+    assert_eq!(fx.named(&s2), ["delete x-admission-create"]);
+    assert!(!s2.finished && s2.events.is_empty());
+    assert_eq!(s2.status.layers[0].phase, LayerPhase::CleaningUp);
+    // Gone: the operation fails, naming the hook.
+    let s3 = fx.step(&s2.status, &failed, at(3));
+    assert!(s3.actions.is_empty(), "{:?}", s3.actions);
+    assert!(s3.finished);
+    assert_eq!(s3.status.phase, Some(ReleasePhase::Failed));
+    assert_eq!(s3.status.message.as_deref(), Some(message));
+    let stalled = s3
         .status
         .conditions
         .iter()
         .find(|c| c.type_ == "Stalled")
         .unwrap();
     assert_eq!(stalled.reason, Reason::HookFailed.as_str());
-    assert_eq!(event_reasons(&s2), [EventReason::HookFailed]);
+    assert!(event_reasons(&s3).is_empty());
+    assert_eq!(s3.status.layers[0].phase, LayerPhase::Failed);
     assert!(
-        s2.status.layers[1..3]
+        s3.status.layers[1..3]
             .iter()
             .all(|l| l.phase == LayerPhase::Pending)
+    );
+}
+
+/// The admission-webhook certificate pattern: a Job's ServiceAccount, Role and RoleBinding are
+/// hooks of the same event at lower weights, all `before-hook-creation,hook-succeeded`.
+fn webhook_certs() -> Fixture {
+    let policy = (
+        "helm.sh/hook-delete-policy",
+        "before-hook-creation,hook-succeeded",
+    );
+    let event = ("helm.sh/hook", "pre-install,pre-upgrade");
+    layered_with_hooks(&[
+        (
+            "ServiceAccount",
+            "x-admission",
+            &[event, policy, ("helm.sh/hook-weight", "-1")],
+        ),
+        (
+            "Role",
+            "x-admission",
+            &[event, policy, ("helm.sh/hook-weight", "-1")],
+        ),
+        (
+            "RoleBinding",
+            "x-admission",
+            &[event, policy, ("helm.sh/hook-weight", "-1")],
+        ),
+        ("Job", "x-admission-create", &[event, policy]),
+    ])
+}
+
+/// Every hook of `fx` done as created by `run`: Jobs complete, the rest as they are.
+fn all_done(fx: &Fixture, run: &str) -> Observations {
+    let hooks: Vec<(String, Value)> = fx
+        .hooks
+        .iter()
+        .map(|h| {
+            let status = if h.key.kind == "Job" {
+                job_complete()
+            } else {
+                json!({})
+            };
+            (
+                h.key.name.clone(),
+                hook_object(&h.key.kind, &h.key.name, Some(run), status),
+            )
+        })
+        .collect();
+    let mut observed = Observations::default();
+    for (i, h) in fx.hooks.iter().enumerate() {
+        let (_, object) = &hooks[i];
+        let mut object = object.clone();
+        object["kind"] = json!(h.key.kind);
+        observed.hooks.insert(i, Some(object));
+    }
+    observed
+}
+
+#[test]
+fn hook_succeeded_deletes_only_after_every_hook_of_the_stage_in_reverse_order_each_awaited() {
+    let fx = webhook_certs();
+    let pre = run("pre-install");
+    // Helm's order: weight, then name, then kind: the three at -1 share a name, so kind order.
+    let order: Vec<String> = fx
+        .hooks
+        .iter()
+        .map(|h| format!("{}/{}", h.key.kind, h.key.name))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "ServiceAccount/x-admission",
+            "Role/x-admission",
+            "RoleBinding/x-admission",
+            "Job/x-admission-create"
+        ]
+    );
+    // Each hook is created once the one before is done; nothing is deleted on the way.
+    let mut status = fx.started();
+    let done = all_done(&fx, &pre);
+    let mut created = Vec::new();
+    for second in 1..=4 {
+        let mut seen = Observations::default();
+        for i in 0..(second - 1) {
+            seen.hooks.insert(i, done.hooks[&i].clone());
+        }
+        let step = fx.step(&status, &seen, at(second as i64));
+        created.extend(fx.named(&step));
+        status = step.status;
+    }
+    assert_eq!(
+        created,
+        [
+            format!("create x-admission ({pre})"),
+            format!("create x-admission ({pre})"),
+            format!("create x-admission ({pre})"),
+            format!("create x-admission-create ({pre})"),
+        ]
+    );
+    // The Job done: the clean-up deletes in reverse run order, one at a time, each awaited;
+    // no layer starts meanwhile.
+    let everything = ["x-admission", "x-admission-create"];
+    let mut deleted = Vec::new();
+    let mut present: Vec<usize> = (0..4).collect();
+    let key = |i: usize| fx.hooks[i].key.clone();
+    for second in 10..20 {
+        let mut seen = done.clone();
+        for &i in &present {
+            seen.present.insert(key(i), claim("shop/shop"));
+        }
+        let step = fx.step(&status, &seen, at(second));
+        status = step.status.clone();
+        let actions: Vec<&InstallAction> = step.actions.iter().collect();
+        match actions.as_slice() {
+            [
+                InstallAction::Hook {
+                    action: HookAction::Delete { hook },
+                    ..
+                },
+            ] => {
+                assert_eq!(status.layers[0].phase, LayerPhase::CleaningUp);
+                deleted.push(format!(
+                    "{}/{}",
+                    fx.hooks[*hook].key.kind, fx.hooks[*hook].key.name
+                ));
+                // Awaited: while it is being deleted (a finalizer holds it), nothing more is.
+                let mut deleting = seen.clone();
+                deleting.present.insert(
+                    key(*hook),
+                    Some(Claim {
+                        deleting_with: vec!["example.com/cleanup".into()],
+                        ..claim("shop/shop").unwrap()
+                    }),
+                );
+                let again = fx.step(&status, &deleting, at(second));
+                assert!(again.actions.is_empty(), "{:?}", again.actions);
+                assert_eq!(again.status.layers[0].phase, LayerPhase::CleaningUp);
+                present.retain(|i| i != hook);
+            }
+            [InstallAction::ApplyLayer(_)] => {
+                assert!(present.is_empty());
+                break;
+            }
+            other => panic!("unexpected actions {other:?}"),
+        }
+    }
+    let _ = everything;
+    assert_eq!(
+        deleted,
+        [
+            "Job/x-admission-create",
+            "RoleBinding/x-admission",
+            "Role/x-admission",
+            "ServiceAccount/x-admission"
+        ]
+    );
+    assert_eq!(status.layers[0].phase, LayerPhase::Ready);
+}
+
+#[test]
+fn a_failed_hook_deletes_itself_then_the_earlier_succeeded_hooks_in_run_order() {
+    let fx = layered_with_hooks(&[
+        (
+            "ServiceAccount",
+            "runner",
+            &[
+                ("helm.sh/hook", "pre-install"),
+                ("helm.sh/hook-weight", "-2"),
+                ("helm.sh/hook-delete-policy", "hook-succeeded"),
+            ],
+        ),
+        (
+            "Role",
+            "runner",
+            &[
+                ("helm.sh/hook", "pre-install"),
+                ("helm.sh/hook-weight", "-1"),
+                (
+                    "helm.sh/hook-delete-policy",
+                    "hook-succeeded,before-hook-creation",
+                ),
+            ],
+        ),
+        (
+            "Job",
+            "migrate",
+            &[
+                ("helm.sh/hook", "pre-install"),
+                ("helm.sh/hook-delete-policy", "hook-failed"),
+            ],
+        ),
+    ]);
+    let pre = run("pre-install");
+    let mut status = fx.started();
+    // Run the three: the Job fails.
+    let mut seen = Observations::default();
+    for (second, kind) in [(1, "ServiceAccount"), (2, "Role"), (3, "Job")] {
+        status = fx.step(&status, &seen, at(second)).status;
+        let i = fx.hooks.iter().position(|h| h.key.kind == kind).unwrap();
+        let name = fx.hooks[i].key.name.clone();
+        let state = if kind == "Job" {
+            job_running()
+        } else {
+            json!({})
+        };
+        seen.hooks
+            .insert(i, Some(hook_object(kind, &name, Some(&pre), state)));
+    }
+    assert_eq!(status.layers[0].ready, 2);
+    assert_eq!(status.layers[0].phase, LayerPhase::Waiting);
+    seen = fx.with_hooks(
+        seen,
+        &[(
+            "migrate",
+            hook_object("Job", "migrate", Some(&pre), job_failed()),
+        )],
+    );
+    let mut present: Vec<usize> = (0..3).collect();
+    let mut deleted = Vec::new();
+    let mut last = None;
+    for second in 10..20 {
+        let mut now_seen = seen.clone();
+        for &i in &present {
+            now_seen
+                .present
+                .insert(fx.hooks[i].key.clone(), claim("shop/shop"));
+        }
+        let step = fx.step(&status, &now_seen, at(second));
+        status = step.status.clone();
+        if step.finished {
+            last = Some(step);
+            break;
+        }
+        for action in &step.actions {
+            if let InstallAction::Hook {
+                action: HookAction::Delete { hook },
+                ..
+            } = action
+            {
+                deleted.push(format!(
+                    "{}/{}",
+                    fx.hooks[*hook].key.kind, fx.hooks[*hook].key.name
+                ));
+                present.retain(|i| i != hook);
+            }
+        }
+    }
+    assert_eq!(
+        deleted,
+        ["Job/migrate", "ServiceAccount/runner", "Role/runner"]
+    );
+    let last = last.expect("the operation fails once the clean-up is done");
+    assert_eq!(last.status.phase, Some(ReleasePhase::Failed));
+    assert!(
+        last.status.message.as_deref().unwrap().starts_with("pre-install hook Job/migrate (chart shop, templates/migrate.yaml) failed: Job migrate: failed"),
+        "{:?}",
+        last.status.message
+    );
+}
+
+#[test]
+fn a_crd_hook_is_never_deleted_by_a_delete_policy() {
+    let fx = layered_with_hooks(&[(
+        "CustomResourceDefinition",
+        "widgets.example.com",
+        &[
+            ("helm.sh/hook", "pre-install"),
+            (
+                "helm.sh/hook-delete-policy",
+                "before-hook-creation,hook-succeeded",
+            ),
+        ],
+    )]);
+    let pre = run("pre-install");
+    let established = json!({"conditions": [
+        {"type": "NamesAccepted", "status": "True"}, {"type": "Established", "status": "True"}]});
+    let crd = |run: &str| {
+        let mut o = hook_object(
+            "CustomResourceDefinition",
+            "widgets.example.com",
+            Some(run),
+            established.clone(),
+        );
+        o["apiVersion"] = json!("apiextensions.k8s.io/v1");
+        o
+    };
+    // An earlier one is applied over, not deleted (before-hook-creation).
+    let earlier = fx.with_hooks(
+        Observations::default(),
+        &[("widgets.example.com", crd("uid-shop/0/pre-install"))],
+    );
+    let s1 = fx.step(&fx.started(), &earlier, at(1));
+    assert_eq!(
+        fx.named(&s1),
+        [format!("create widgets.example.com ({pre})")]
+    );
+    // Established: done, and not deleted (hook-succeeded) either; the layers start.
+    let done = fx.with_hooks(
+        Observations::default(),
+        &[("widgets.example.com", crd(&pre))],
+    );
+    let done = fx.with_present(done, &["widgets.example.com"]);
+    let s2 = fx.step(&s1.status, &done, at(2));
+    assert_eq!(fx.named(&s2), ["apply a"]);
+}
+
+#[test]
+fn a_controller_that_takes_over_before_the_clean_up_carries_it_out_once() {
+    let fx = webhook_certs();
+    let pre = run("pre-install");
+    let done = all_done(&fx, &pre);
+    // The previous holder wrote the stage with the Job running, and stopped.
+    let mut status = fx.started();
+    status.layers[0].phase = LayerPhase::Waiting;
+    status.layers[0].ready = 3;
+    status.layers[0].started_at = Some(at(5));
+    // This controller sees the Job complete: the clean-up starts with the Job.
+    let everything = fx.with_present(done.clone(), &["x-admission", "x-admission-create"]);
+    let s1 = fx.step(&status, &everything, at(6));
+    assert_eq!(fx.named(&s1), ["delete x-admission-create"]);
+    // It stopped again after two deletions (the Job and the RoleBinding are gone); the next
+    // holder deletes the Role, not the Job again.
+    let mut seen = done.clone();
+    for name in ["ServiceAccount", "Role"] {
+        let i = fx.hooks.iter().position(|h| h.key.kind == name).unwrap();
+        seen.present
+            .insert(fx.hooks[i].key.clone(), claim("shop/shop"));
+    }
+    let s2 = fx.step(&s1.status, &seen, at(7));
+    assert_eq!(fx.named(&s2), ["delete x-admission"]);
+    let InstallAction::Hook {
+        action: HookAction::Delete { hook },
+        ..
+    } = &s2.actions[0]
+    else {
+        unreachable!()
+    };
+    assert_eq!(fx.hooks[*hook].key.kind, "Role");
+    // Everything gone: the stage is Ready and never cleans up again, whatever appears later.
+    let s3 = fx.step(&s2.status, &done, at(8));
+    assert_eq!(fx.named(&s3), ["apply a"]);
+    assert_eq!(s3.status.layers[0].phase, LayerPhase::Ready);
+    let s4 = fx.step(&s3.status, &everything, at(9));
+    assert!(
+        s4.actions
+            .iter()
+            .all(|a| !matches!(a, InstallAction::Hook { .. })),
+        "{:?}",
+        s4.actions
+    );
+}
+
+#[test]
+fn a_failed_hook_tells_the_end_of_its_pods_log_and_a_hook_succeeded_log_policy_its_success() {
+    let fx = layered_with_hooks(&[
+        (
+            "Job",
+            "a-seed",
+            &[
+                ("helm.sh/hook", "pre-install"),
+                ("helm.sh/hook-output-log-policy", "hook-succeeded"),
+            ],
+        ),
+        ("Job", "b-migrate", &[("helm.sh/hook", "pre-install")]),
+    ]);
+    let pre = run("pre-install");
+    let s1 = fx.step(&fx.started(), &Observations::default(), at(1));
+    let mut seen = fx.with_hooks(
+        Observations::default(),
+        &[(
+            "a-seed",
+            hook_object("Job", "a-seed", Some(&pre), job_complete()),
+        )],
+    );
+    seen.hook_logs.insert(
+        fx.hook("a-seed"),
+        Some(rollout::HookLog::tail(
+            "a-seed-x1",
+            "main",
+            "seeding\nseeded 3 rows\n",
+        )),
+    );
+    let s2 = fx.step(&s1.status, &seen, at(2));
+    let note = &s2
+        .events
+        .iter()
+        .find(|e| e.reason == EventReason::HookSucceeded)
+        .unwrap()
+        .message;
+    assert_eq!(
+        note,
+        "pre-install hook Job/a-seed (chart shop, templates/a-seed.yaml) succeeded\nlast 2 log lines of pod a-seed-x1 (container main):\nseeding\nseeded 3 rows"
+    );
+    // b-migrate fails: the end of its log is in the status message and the event, at most 20
+    // lines and 1 KiB, the last ones.
+    let log: String = (1..=40).map(|i| format!("line {i}\n")).collect::<String>()
+        + "ERROR: relation \"users\" does not exist\n";
+    let seen = fx.with_hooks(
+        seen,
+        &[(
+            "b-migrate",
+            hook_object("Job", "b-migrate", Some(&pre), job_failed()),
+        )],
+    );
+    let mut seen = seen;
+    seen.hook_logs.insert(
+        fx.hook("b-migrate"),
+        Some(rollout::HookLog::tail("b-migrate-k2", "main", &log)),
+    );
+    let s3 = fx.step(&s2.status, &seen, at(3));
+    let s4 = fx.step(&s3.status, &seen, at(4));
+    let s4 = fx.step(&s4.status, &seen, at(5));
+    assert_eq!(s4.status.phase, Some(ReleasePhase::Failed));
+    let message = s4.status.message.clone().unwrap();
+    let mut lines = message.lines();
+    assert!(lines.next().unwrap().ends_with("failed: Job b-migrate: failed (BackoffLimitExceeded: Job has reached the specified backoff limit)"));
+    assert_eq!(
+        lines.next(),
+        Some("last 20 log lines of pod b-migrate-k2 (container main):")
+    );
+    let tail: Vec<&str> = lines.collect();
+    assert_eq!(tail.len(), 20);
+    assert_eq!(tail[0], "line 22");
+    assert_eq!(tail[19], "ERROR: relation \"users\" does not exist");
+    let note = &s3
+        .events
+        .iter()
+        .find(|e| e.reason == EventReason::HookFailed)
+        .unwrap()
+        .message;
+    assert!(note.len() <= 1024, "{}", note.len());
+    assert!(
+        note.ends_with("ERROR: relation \"users\" does not exist"),
+        "{note}"
+    );
+}
+
+#[test]
+fn a_log_tail_keeps_the_last_lines_and_bytes() {
+    let long = "x".repeat(3000);
+    let tail = rollout::HookLog::tail("p", "c", &format!("first\n{long}END\n"));
+    assert_eq!(tail.lines.len(), 1);
+    assert_eq!(tail.lines[0].len(), 1024);
+    assert!(tail.lines[0].ends_with("xEND"));
+    assert!(rollout::HookLog::tail("p", "c", "\n\n").lines.is_empty());
+    assert_eq!(rollout::HookLog::tail("p", "c", "").told(1024), None);
+    let two = rollout::HookLog::tail("p", "c", "a\r\nb\r\n");
+    assert_eq!(two.lines, ["a", "b"]);
+    // Told within a budget: the first lines go first.
+    assert_eq!(
+        two.told(43).as_deref(),
+        Some("last 1 log line of pod p (container c):\nb")
+    );
+    assert_eq!(
+        two.told(44).as_deref(),
+        Some("last 2 log lines of pod p (container c):\na\nb")
     );
 }
 

@@ -583,7 +583,9 @@ pub struct LayerStatus {
     pub message: Option<String>,
 }
 
-/// Where a layer is.
+/// Where a layer is. A hook stage is `CleaningUp` while the hooks its delete policies name are
+/// deleted, one at a time, after every hook of the stage succeeded (`hook-succeeded`) or after
+/// one failed (`hook-failed`, and the earlier ones with `hook-succeeded`), as Helm does.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LayerPhase {
     #[default]
@@ -594,6 +596,7 @@ pub enum LayerPhase {
     Failed,
     Deleting,
     Deleted,
+    CleaningUp,
 }
 
 /// The holder of the release's lock.

@@ -412,6 +412,7 @@ fn layer_phase(phase: LayerPhase) -> &'static str {
         LayerPhase::Failed => "Failed",
         LayerPhase::Deleting => "Deleting",
         LayerPhase::Deleted => "Deleted",
+        LayerPhase::CleaningUp => "CleaningUp",
     }
 }
 
@@ -435,7 +436,10 @@ fn layer_colour(phase: LayerPhase) -> &'static str {
         LayerPhase::Ready | LayerPhase::Deleted => GREEN,
         LayerPhase::Failed => RED,
         LayerPhase::Pending => DIM,
-        LayerPhase::Applying | LayerPhase::Waiting | LayerPhase::Deleting => YELLOW,
+        LayerPhase::Applying
+        | LayerPhase::Waiting
+        | LayerPhase::Deleting
+        | LayerPhase::CleaningUp => YELLOW,
     }
 }
 

@@ -18,6 +18,7 @@ use crate::api::{FIELD_MANAGER, ObjectKey};
 use crate::rollout::drift::Drift;
 
 mod access;
+mod logs;
 pub use access::{Account, Verb};
 
 /// Discovery is refreshed on an unknown kind at most this often.

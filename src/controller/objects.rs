@@ -151,6 +151,18 @@ impl Objects<'_> {
             };
             observed.hooks.insert(hook, found);
         }
+        for &hook in &wanted.hook_logs {
+            // Read as the controller: the log is the controller's to tell, whatever the
+            // release's account may read.
+            let found = match hooks.get(hook) {
+                Some(h) => match cluster.find(&h.key).await? {
+                    Some(object) => self.ctx.cluster.hook_log(&object).await?,
+                    None => None,
+                },
+                None => None,
+            };
+            observed.hook_logs.insert(hook, found);
+        }
         for &(hook, index) in &wanted.hook_external {
             let found = match hooks.get(hook).and_then(|h| h.external.get(index)) {
                 Some(external) => self.external(external).await?,

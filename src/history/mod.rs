@@ -157,6 +157,9 @@ pub struct HookRecord {
     pub events: Vec<String>,
     pub weight: i64,
     pub delete_policies: Vec<String>,
+    /// `helm.sh/hook-output-log-policy` (records written before it have none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_log_policies: Vec<String>,
     /// The object as rendered (without the operator's labels and annotations).
     pub object: serde_json::Value,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -173,6 +176,7 @@ impl HookRecord {
             events: hook.events.clone(),
             weight: hook.weight,
             delete_policies: hook.delete_policies.clone(),
+            output_log_policies: hook.output_log_policies.clone(),
             object: hook.resource.object.clone(),
             external: hook.external.clone(),
         }
@@ -186,6 +190,29 @@ impl HookRecord {
     /// Whether `helm.sh/hook-delete-policy` has `policy`.
     pub fn has_policy(&self, policy: &str) -> bool {
         self.delete_policies.iter().any(|p| p == policy)
+    }
+
+    /// Whether `helm.sh/hook-output-log-policy` has `policy`.
+    pub fn has_output_log_policy(&self, policy: &str) -> bool {
+        self.output_log_policies.iter().any(|p| p == policy)
+    }
+
+    /// Whether a delete policy may delete it: never a CustomResourceDefinition, whose deletion
+    /// would take every object of its kind with it (Helm's `deleteHookByPolicy`).
+    pub fn deletable(&self) -> bool {
+        self.key.kind != "CustomResourceDefinition"
+    }
+
+    /// Whether it runs to completion and has a log: a Job or a Pod (of the core group and
+    /// `batch`), as Helm waits on them and prints their logs.
+    pub fn runs_to_completion(&self) -> bool {
+        matches!(
+            (
+                crate::plan::api_group(&self.key.api_version),
+                self.key.kind.as_str()
+            ),
+            ("batch", "Job") | ("", "Pod")
+        )
     }
 
     /// `Job/migrate (chart shop, templates/migrate.yaml)`, as messages name a hook.
@@ -444,6 +471,7 @@ mod tests {
                 events: vec!["pre-install".into(), "pre-delete".into()],
                 weight: -1,
                 delete_policies: vec!["hook-succeeded".into()],
+                output_log_policies: vec![],
                 object: serde_json::json!({"kind": "Job"}),
                 external: vec![],
             }],

@@ -37,6 +37,8 @@ pub const WERF_EXTERNAL_NAMESPACE: &str = ".external-dependency.werf.io/namespac
 pub const HOOK_WEIGHT: &str = "helm.sh/hook-weight";
 /// `helm.sh/hook-delete-policy`.
 pub const HOOK_DELETE_POLICY: &str = "helm.sh/hook-delete-policy";
+/// `helm.sh/hook-output-log-policy`: when Helm prints a hook Job's or Pod's log.
+pub const HOOK_OUTPUT_LOG_POLICY: &str = "helm.sh/hook-output-log-policy";
 
 /// The annotations that put a resource into a named layer or make it depend on one.
 pub const NAMED_LAYER_KEYS: [&str; 4] = [

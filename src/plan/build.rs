@@ -45,6 +45,9 @@ const HOOK_EVENTS: [&str; 10] = [
 /// The hook delete policies Helm knows.
 const DELETE_POLICIES: [&str; 3] = ["before-hook-creation", "hook-succeeded", "hook-failed"];
 
+/// The hook output log policies Helm knows.
+const OUTPUT_LOG_POLICIES: [&str; 2] = ["hook-succeeded", "hook-failed"];
+
 /// The range KOTS allows for phases.
 const PHASE_RANGE: std::ops::RangeInclusive<i64> = -9999..=9999;
 
@@ -274,17 +277,24 @@ impl<'t> Builder<'t> {
             crds.push(resource);
         }
 
-        let mut hooks: Vec<Hook> = rendered.hooks.into_iter().map(|d| self.hook(d)).collect();
+        let mut hooks: Vec<Hook> = rendered
+            .hooks
+            .into_iter()
+            .filter_map(|d| self.hook(d))
+            .collect();
+        // Helm's order (pkg/action/hooks.go): by weight, then by name; hooks of equal weight and
+        // name keep the kind order they were sorted into first (a stable sort).
         hooks.sort_by(|a, b| {
             (
                 a.weight,
+                &a.resource.name,
                 kind_order::sort_key(&a.resource.kind, Direction::Install),
             )
                 .cmp(&(
                     b.weight,
+                    &b.resource.name,
                     kind_order::sort_key(&b.resource.kind, Direction::Install),
                 ))
-                .then_with(|| a.resource.name.cmp(&b.resource.name))
         });
 
         let mut entries = Vec::with_capacity(rendered.resources.len());
@@ -808,7 +818,10 @@ impl<'t> Builder<'t> {
         }
     }
 
-    fn hook(&mut self, document: Document) -> Hook {
+    /// A hook as Helm reads it: events, delete and output-log policies split on commas, trimmed
+    /// and lowercased. A hook with an event Helm does not know is skipped whole, as Helm skips
+    /// it (None, with a warning).
+    fn hook(&mut self, document: Document) -> Option<Hook> {
         let identity = Identity::of(&document.object);
         let origin = Origin::of(&document, &identity);
         let annotations = document
@@ -816,38 +829,39 @@ impl<'t> Builder<'t> {
             .get("metadata")
             .and_then(|m| m.get("annotations"))
             .and_then(Value::as_object);
-        let text_of = |key: &str| {
-            annotations
-                .and_then(|a| a.get(key))
-                .map(|v| ann::text(v).into_owned())
+        let list_of = |key: &str| -> Option<Vec<String>> {
+            let text = annotations.and_then(|a| a.get(key)).map(|v| ann::text(v))?;
+            Some(
+                text.split(',')
+                    .map(|e| e.trim().to_ascii_lowercase())
+                    .filter(|e| !e.is_empty())
+                    .collect(),
+            )
         };
-        let events: Vec<String> = text_of(HOOK_ANNOTATION)
-            .unwrap_or_default()
-            .split(',')
-            .map(|e| e.trim().to_string())
-            .filter(|e| !e.is_empty())
-            .collect();
-        let policies_text = text_of(ann::HOOK_DELETE_POLICY);
-        let weight_text = text_of(ann::HOOK_WEIGHT);
+        let events = list_of(HOOK_ANNOTATION).unwrap_or_default();
+        let mut delete_policies = list_of(ann::HOOK_DELETE_POLICY).unwrap_or_default();
+        let output_log_policies = list_of(ann::HOOK_OUTPUT_LOG_POLICY).unwrap_or_default();
+        let weight_text = annotations
+            .and_then(|a| a.get(ann::HOOK_WEIGHT))
+            .map(|v| ann::text(v).into_owned());
         let ignored: Vec<&str> = ann::SEQUENCING_KEYS
             .iter()
             .copied()
             .chain([ann::KOTS_WAIT_FOR_PROPERTIES])
             .filter(|k| annotations.is_some_and(|a| a.contains_key(*k)))
             .collect();
-        for event in &events {
-            if !HOOK_EVENTS.contains(&event.as_str()) {
-                self.warn(
-                    Problem::BadAnnotation,
-                    origin,
-                    format!(
-                        "unknown hook event {event:?} in {} of {}; Helm ignores it (events: {})",
-                        HOOK_ANNOTATION,
-                        origin.at(),
-                        HOOK_EVENTS.join(", ")
-                    ),
-                );
-            }
+        if let Some(event) = events.iter().find(|e| !HOOK_EVENTS.contains(&e.as_str())) {
+            self.warn(
+                Problem::BadAnnotation,
+                origin,
+                format!(
+                    "unknown hook event {event:?} in {} of {}: Helm skips the whole object, and so does sequenced (events: {})",
+                    HOOK_ANNOTATION,
+                    origin.at(),
+                    HOOK_EVENTS.join(", ")
+                ),
+            );
+            return None;
         }
         if !ignored.is_empty() {
             self.warn(
@@ -880,30 +894,40 @@ impl<'t> Builder<'t> {
                 0
             }
         };
-        let mut delete_policies: Vec<String> = policies_text
-            .unwrap_or_default()
-            .split(',')
-            .map(|p| p.trim().to_string())
-            .filter(|p| !p.is_empty())
+        let known = [
+            (
+                ann::HOOK_DELETE_POLICY,
+                &delete_policies,
+                &DELETE_POLICIES[..],
+            ),
+            (
+                ann::HOOK_OUTPUT_LOG_POLICY,
+                &output_log_policies,
+                &OUTPUT_LOG_POLICIES[..],
+            ),
+        ];
+        let unknown: Vec<String> = known
+            .iter()
+            .flat_map(|(key, given, known)| {
+                given
+                    .iter()
+                    .filter(|p| !known.contains(&p.as_str()))
+                    .map(move |policy| {
+                        format!(
+                            "unknown {key} {policy:?} of {}; Helm ignores it (policies: {})",
+                            origin.at(),
+                            known.join(", ")
+                        )
+                    })
+            })
             .collect();
-        for policy in &delete_policies {
-            if !DELETE_POLICIES.contains(&policy.as_str()) {
-                self.warn(
-                    Problem::BadAnnotation,
-                    origin,
-                    format!(
-                        "unknown {} {policy:?} of {}; Helm ignores it (policies: {})",
-                        ann::HOOK_DELETE_POLICY,
-                        origin.at(),
-                        DELETE_POLICIES.join(", ")
-                    ),
-                );
-            }
+        for message in unknown {
+            self.warn(Problem::BadAnnotation, origin, message);
         }
         if delete_policies.is_empty() {
             delete_policies.push("before-hook-creation".to_string());
         }
-        Hook {
+        Some(Hook {
             resource: Resource {
                 gate: false,
                 ..resource
@@ -911,8 +935,9 @@ impl<'t> Builder<'t> {
             events,
             weight,
             delete_policies,
+            output_log_policies,
             external: read.external,
-        }
+        })
     }
 
     /// Groups the main resources of one chart into layers and connects them.

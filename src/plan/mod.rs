@@ -204,6 +204,10 @@ pub struct Hook {
     pub weight: i64,
     /// `helm.sh/hook-delete-policy`; `before-hook-creation` when absent.
     pub delete_policies: Vec<String>,
+    /// `helm.sh/hook-output-log-policy`: `hook-succeeded`, `hook-failed` (a Job's or Pod's log
+    /// is told when it succeeded, or failed; a failed one's always is).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_log_policies: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub external: Vec<ExternalDependency>,
 }

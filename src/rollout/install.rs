@@ -364,10 +364,9 @@ fn step_hooks(
         return Outcome::Decided(());
     }
     let mut entry = st.layers[slot].clone();
-    let Some(out) = hooks::step(stage, &mut entry, observed, revision.me, now) else {
-        let mut wanted = Wanted::default();
-        stage.wanted(&entry, &mut wanted);
-        return Outcome::Need(wanted);
+    let out = match hooks::step(stage, &mut entry, observed, revision.me, now) {
+        Outcome::Need(wanted) => return Outcome::Need(wanted),
+        Outcome::Decided(out) => out,
     };
     st.layers[slot] = entry;
     progress.actions.extend(
@@ -793,8 +792,10 @@ pub fn step(
             .layers
             .iter()
             .find(|l| {
-                matches!(l.phase, LayerPhase::Waiting | LayerPhase::Deleting)
-                    || (is_hook_stage(l) && l.phase == LayerPhase::Applying && l.message.is_some())
+                matches!(
+                    l.phase,
+                    LayerPhase::Waiting | LayerPhase::Deleting | LayerPhase::CleaningUp
+                ) || (is_hook_stage(l) && l.phase == LayerPhase::Applying && l.message.is_some())
             })
             .map(|l| match &l.message {
                 Some(m) if is_hook_stage(l) => {
@@ -959,7 +960,10 @@ pub fn time_out(
     for layer in &mut st.layers {
         if matches!(
             layer.phase,
-            LayerPhase::Applying | LayerPhase::Waiting | LayerPhase::Deleting
+            LayerPhase::Applying
+                | LayerPhase::Waiting
+                | LayerPhase::Deleting
+                | LayerPhase::CleaningUp
         ) {
             layer.phase = LayerPhase::Failed;
             layer.finished_at = Some(now.clone());

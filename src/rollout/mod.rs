@@ -237,8 +237,86 @@ pub struct Observations {
     pub hooks: HashMap<usize, Option<Value>>,
     /// By (hook, index into its `external`).
     pub hook_external: HashMap<(usize, usize), Option<Value>>,
+    /// By index into the revision's hooks: the end of the log of a hook Job's or Pod's pod
+    /// ([`HookLog`]), None when it has none to read.
+    pub hook_logs: HashMap<usize, Option<HookLog>>,
     /// Objects to delete, or waited on until they are gone: whose they say they are.
     pub present: HashMap<ObjectKey, Option<Claim>>,
+}
+
+/// The last lines of a hook's pod's log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookLog {
+    /// The pod and container it is read from.
+    pub pod: String,
+    pub container: String,
+    /// At most [`HookLog::MAX_LINES`] lines and [`HookLog::MAX_BYTES`] bytes, the last ones.
+    pub lines: Vec<String>,
+}
+
+impl HookLog {
+    pub const MAX_LINES: usize = 20;
+    pub const MAX_BYTES: usize = 1024;
+
+    /// The end of `text`: its last lines, at most [`HookLog::MAX_LINES`] of them and
+    /// [`HookLog::MAX_BYTES`] bytes in all (a longer last line keeps its end).
+    pub fn tail(pod: &str, container: &str, text: &str) -> HookLog {
+        let mut lines: Vec<String> = Vec::new();
+        let mut bytes = 0;
+        for line in text.trim_end_matches('\n').rsplit('\n') {
+            if lines.len() == Self::MAX_LINES {
+                break;
+            }
+            let line = line.trim_end_matches('\r');
+            let left = Self::MAX_BYTES.saturating_sub(bytes);
+            if left == 0 {
+                break;
+            }
+            if line.len() >= left {
+                let mut start = line.len() - left;
+                while !line.is_char_boundary(start) {
+                    start += 1;
+                }
+                lines.push(line[start..].to_string());
+                break;
+            }
+            bytes += line.len() + 1;
+            lines.push(line.to_string());
+        }
+        lines.reverse();
+        if lines.iter().all(String::is_empty) {
+            lines.clear();
+        }
+        HookLog {
+            pod: pod.to_string(),
+            container: container.to_string(),
+            lines,
+        }
+    }
+
+    /// `last 3 log lines of pod migrate-x7k2p (container main):` and the lines, one a line;
+    /// at most `budget` bytes (the first lines go first).
+    pub fn told(&self, budget: usize) -> Option<String> {
+        if self.lines.is_empty() {
+            return None;
+        }
+        let mut start = 0;
+        loop {
+            let lines = &self.lines[start..];
+            let head = format!(
+                "last {} log line{} of pod {} (container {}):",
+                lines.len(),
+                if lines.len() == 1 { "" } else { "s" },
+                self.pod,
+                self.container
+            );
+            let text = format!("{head}\n{}", lines.join("\n"));
+            if text.len() <= budget || lines.len() == 1 {
+                return (text.len() <= budget).then_some(text);
+            }
+            start += 1;
+        }
+    }
 }
 
 impl Observations {
@@ -249,6 +327,7 @@ impl Observations {
         self.external.extend(more.external);
         self.hooks.extend(more.hooks);
         self.hook_external.extend(more.hook_external);
+        self.hook_logs.extend(more.hook_logs);
         self.present.extend(more.present);
     }
 
@@ -280,6 +359,12 @@ impl Observations {
                 .copied()
                 .filter(|e| !self.hook_external.contains_key(e))
                 .collect(),
+            hook_logs: wanted
+                .hook_logs
+                .iter()
+                .copied()
+                .filter(|h| !self.hook_logs.contains_key(h))
+                .collect(),
             present: wanted
                 .present
                 .iter()
@@ -309,6 +394,9 @@ pub struct Wanted {
     pub external: Vec<(usize, usize)>,
     pub hooks: BTreeSet<usize>,
     pub hook_external: BTreeSet<(usize, usize)>,
+    /// Hooks whose pod's log must be read (a Job or Pod that failed, or succeeded with
+    /// `helm.sh/hook-output-log-policy: hook-succeeded`).
+    pub hook_logs: BTreeSet<usize>,
     pub present: Vec<ObjectKey>,
 }
 
@@ -319,6 +407,7 @@ impl Wanted {
             && self.external.is_empty()
             && self.hooks.is_empty()
             && self.hook_external.is_empty()
+            && self.hook_logs.is_empty()
             && self.present.is_empty()
     }
 
@@ -329,6 +418,7 @@ impl Wanted {
         self.external.extend(more.external);
         self.hooks.extend(more.hooks);
         self.hook_external.extend(more.hook_external);
+        self.hook_logs.extend(more.hook_logs);
         self.present.extend(more.present);
     }
 }

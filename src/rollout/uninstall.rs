@@ -146,16 +146,17 @@ fn step_stage(
                 outcome.failed = true;
                 return Outcome::Decided(outcome);
             }
-            // A new attempt: the failed hook runs again (its earlier object goes first).
-            st.layers[slot].phase = LayerPhase::Applying;
+            // A new attempt runs the stage again from its first hook, as `helm uninstall` run
+            // again does: the hooks before the failed one (its ServiceAccount, say) were
+            // deleted by their delete policies.
+            st.layers[slot].phase = LayerPhase::Pending;
         }
         _ => {}
     }
     let mut entry = st.layers[slot].clone();
-    let Some(out) = hooks::step(stage, &mut entry, observed, me, now) else {
-        let mut wanted = Wanted::default();
-        stage.wanted(&entry, &mut wanted);
-        return Outcome::Need(wanted);
+    let out = match hooks::step(stage, &mut entry, observed, me, now) {
+        Outcome::Need(wanted) => return Outcome::Need(wanted),
+        Outcome::Decided(out) => out,
     };
     st.layers[slot] = entry;
     outcome.events = out.events;
@@ -311,7 +312,11 @@ pub fn uninstall_step(
     let active = |l: &&LayerStatus| {
         matches!(
             l.phase,
-            LayerPhase::Deleting | LayerPhase::Waiting | LayerPhase::Applying | LayerPhase::Failed
+            LayerPhase::Deleting
+                | LayerPhase::Waiting
+                | LayerPhase::Applying
+                | LayerPhase::Failed
+                | LayerPhase::CleaningUp
         )
     };
     // The stage that waits on something names it; one that just started says less.

@@ -214,6 +214,9 @@ pub fn object(kind: &str, name: &str, annotations: &[(&str, &str)]) -> String {
     let api_version = match kind {
         "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" => "apps/v1",
         "Job" | "CronJob" => "batch/v1",
+        "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding" => {
+            "rbac.authorization.k8s.io/v1"
+        }
         "CustomResourceDefinition" => "apiextensions.k8s.io/v1",
         "Widget" => "example.com/v1",
         _ => "v1",
