@@ -44,6 +44,10 @@ pub enum Reason {
     /// The spec refers outside the release's namespace (`targetNamespace`, `dependsOn`) while
     /// the controller runs with `--no-cross-namespace-refs`.
     CrossNamespaceRef,
+    /// The chart has objects of a kind no API server serves, and no CRD of the chart defines
+    /// it (as `helm install` refuses it: "ensure CRDs are installed first"). The release goes on
+    /// by itself once the kind is served.
+    UnknownKind,
 
     // Failures of an operation: retried `spec.retries` times.
     /// A resource failed or was not ready within its readiness timeout.
@@ -62,9 +66,15 @@ pub enum Reason {
     /// `spec.timeout`.
     Timeout,
 
-    // Transient: retried with backoff, the status unchanged.
+    // Transient: retried with backoff, and said from the second failure on.
     /// The chart could not be downloaded.
     ChartUnavailable,
+    /// A reconcile failed (an API error, helm that did not run): tried again with backoff; the
+    /// conditions name what failed from the second failure in a row on.
+    ReconcileFailed,
+    /// A kind the release needs belongs to an API group the API server cannot serve now (an
+    /// aggregated API whose backend is down): the release waits for it.
+    GroupUnavailable,
 }
 
 impl Reason {
@@ -87,6 +97,9 @@ impl Reason {
             Reason::PlanFailed => "PlanFailed",
             Reason::DependencyCycle => "DependencyCycle",
             Reason::CrossNamespaceRef => "CrossNamespaceRef",
+            Reason::UnknownKind => "UnknownKind",
+            Reason::ReconcileFailed => "ReconcileFailed",
+            Reason::GroupUnavailable => "GroupUnavailable",
             Reason::Forbidden => "Forbidden",
             Reason::ReadinessFailed => "ReadinessFailed",
             Reason::OwnershipConflict => "OwnershipConflict",
@@ -96,6 +109,44 @@ impl Reason {
             Reason::ChartUnavailable => "ChartUnavailable",
         }
     }
+}
+
+impl Reason {
+    /// The reason named `text` ([`Reason::as_str`]), if it is one.
+    pub fn parse(text: &str) -> Option<Reason> {
+        Reason::ALL.iter().copied().find(|r| r.as_str() == text)
+    }
+
+    /// Every reason.
+    pub const ALL: [Reason; 27] = [
+        Reason::Progressing,
+        Reason::Succeeded,
+        Reason::DependencyNotReady,
+        Reason::RetryScheduled,
+        Reason::Interrupted,
+        Reason::Uninstalling,
+        Reason::RollingBack,
+        Reason::RolledBack,
+        Reason::Uninstalled,
+        Reason::Drifted,
+        Reason::InvalidSpec,
+        Reason::InvalidChart,
+        Reason::RenderFailed,
+        Reason::PlanFailed,
+        Reason::DependencyCycle,
+        Reason::CrossNamespaceRef,
+        Reason::UnknownKind,
+        Reason::ReadinessFailed,
+        Reason::OwnershipConflict,
+        Reason::ApplyFailed,
+        Reason::Forbidden,
+        Reason::DeleteFailed,
+        Reason::HookFailed,
+        Reason::Timeout,
+        Reason::ChartUnavailable,
+        Reason::ReconcileFailed,
+        Reason::GroupUnavailable,
+    ];
 }
 
 impl fmt::Display for Reason {
@@ -127,6 +178,8 @@ pub enum EventReason {
     ReconcileRequested,
     DriftDetected,
     DriftCorrected,
+    /// A reconcile failed again (from the second failure in a row), naming what failed.
+    ReconcileFailed,
 }
 
 impl EventReason {
@@ -148,6 +201,7 @@ impl EventReason {
             EventReason::RolledBack => "RolledBack",
             EventReason::RollbackRefused => "RollbackRefused",
             EventReason::UninstallStarted => "UninstallStarted",
+            EventReason::ReconcileFailed => "ReconcileFailed",
             EventReason::Uninstalled => "Uninstalled",
             EventReason::ReconcileRequested => "ReconcileRequested",
             EventReason::DriftDetected => "DriftDetected",

@@ -23,12 +23,25 @@ pub use access::{Account, Verb};
 
 /// Discovery is refreshed on an unknown kind at most this often.
 const REFRESH_EVERY: Duration = Duration::from_secs(2);
+/// How long one group-version of discovery may take to answer: an aggregated API whose backend
+/// hangs is left out after this, as one that answers 503 is at once.
+const GROUP_VERSION_TIMEOUT: Duration = Duration::from_secs(5);
+/// A group-version that failed is asked again after 1 s, 2 s, 4 s, ... up to this.
+const UNAVAILABLE_BACKOFF: Duration = Duration::from_secs(60);
 
 /// What went wrong talking to the API server.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error("the API server does not serve kind {kind} of {api_version}")]
     UnknownKind { api_version: String, kind: String },
+    /// The group-version of a kind cannot be listed now (an aggregated API whose backend is
+    /// down answers 503): it is left out of discovery and asked again with backoff.
+    #[error("API group {group_version} is unavailable: {reason}")]
+    GroupUnavailable {
+        group_version: String,
+        /// What failed, and the condition of its APIService when it has one.
+        reason: String,
+    },
     #[error("discovery: {0}")]
     Discovery(#[source] kube::Error),
     /// The service account a release acts as may not do this: refused by the API server, or
@@ -56,6 +69,7 @@ impl ClusterError {
     pub fn category(&self) -> &'static str {
         match self {
             ClusterError::UnknownKind { .. } => "unknown_kind",
+            ClusterError::GroupUnavailable { .. } => "group_unavailable",
             ClusterError::Discovery(_) => "discovery",
             ClusterError::Forbidden { .. } => "forbidden",
             ClusterError::Api { code, .. } => match code {
@@ -75,6 +89,7 @@ impl ClusterError {
     pub fn is_transient(&self) -> bool {
         match self {
             ClusterError::UnknownKind { .. } => true,
+            ClusterError::GroupUnavailable { .. } => true,
             ClusterError::Discovery(_) => true,
             ClusterError::Forbidden { .. } => false,
             ClusterError::Api { code, .. } => !matches!(code, Some(400 | 403 | 422)),
@@ -112,9 +127,22 @@ struct Served {
     preferred: bool,
 }
 
+/// A group-version discovery could not list, and when to ask again.
+#[derive(Debug, Clone)]
+struct Unavailable {
+    reason: String,
+    failures: u32,
+    retry_at: Instant,
+}
+
 /// What discovery found.
 #[derive(Default)]
 struct Catalog {
+    /// Group-versions that failed (`group/version`), left out until they answer again.
+    unavailable: HashMap<String, Unavailable>,
+    /// Something changed (a CRD or an APIService): read again at the next unknown kind, however
+    /// recently it was read.
+    dirty: bool,
     /// By (apiVersion, kind).
     kinds: HashMap<(String, String), (ApiResource, bool)>,
     /// Every resource (not subresource), the core group first, then the groups in discovery
@@ -132,12 +160,21 @@ pub struct Kind {
     pub namespaced: bool,
 }
 
-/// Whether discovery was never read or was read long enough ago to read it again.
+/// Whether discovery was never read, was read long enough ago to read it again, or changed.
 fn stale(catalog: &Catalog) -> bool {
-    catalog
-        .refreshed
-        .is_none_or(|at| at.elapsed() >= REFRESH_EVERY)
+    catalog.dirty
+        || catalog
+            .refreshed
+            .is_none_or(|at| at.elapsed() >= REFRESH_EVERY)
 }
+
+/// The backoff after `failures` failures of a group-version: 1 s, doubling up to a minute.
+fn unavailable_backoff(failures: u32) -> Duration {
+    Duration::from_secs(1)
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(UNAVAILABLE_BACKOFF)
+}
+
 
 /// The API server, as one release's operations see it: with the controller's own identity, or
 /// impersonating the service account the release acts as. Every `Cluster` made from one with
@@ -296,26 +333,85 @@ impl Cluster {
                 ));
             }
         }
-        let lists =
-            futures::future::join_all(versions.iter().map(|(group, version, _)| async move {
-                if group.is_empty() {
-                    client.list_core_api_resources(version).await
-                } else {
-                    client
-                        .list_api_group_resources(&format!("{group}/{version}"))
-                        .await
+        // A group-version that failed is asked again only once its backoff is over; until
+        // then it stays out, as kubectl and Helm leave out what they cannot list.
+        let mut unavailable = self.catalog.read().await.unavailable.clone();
+        let asked = Instant::now();
+        let lists = futures::future::join_all(versions.iter().map(|(group, version, _)| {
+            let gv = if group.is_empty() {
+                version.clone()
+            } else {
+                format!("{group}/{version}")
+            };
+            let waiting = unavailable
+                .get(&gv)
+                .is_some_and(|u| u.retry_at > asked && !group.is_empty());
+            async move {
+                if waiting {
+                    return None;
                 }
-            }))
-            .await;
+                let listing = async {
+                    if group.is_empty() {
+                        client.list_core_api_resources(version).await
+                    } else {
+                        client.list_api_group_resources(&gv).await
+                    }
+                };
+                Some(
+                    tokio::time::timeout(GROUP_VERSION_TIMEOUT, listing)
+                        .await
+                        .map_err(|_| {
+                            format!(
+                                "no answer within {}s",
+                                GROUP_VERSION_TIMEOUT.as_secs()
+                            )
+                        }),
+                )
+            }
+        }))
+        .await;
         let mut kinds = HashMap::new();
         let mut served = Vec::new();
         let mut api_versions = Vec::new();
         for ((group, version, preferred), list) in versions.into_iter().zip(lists) {
+            let gv = if group.is_empty() {
+                version.clone()
+            } else {
+                format!("{group}/{version}")
+            };
             let list: APIResourceList = match list {
-                Ok(list) => list,
-                Err(e) if group.is_empty() => return Err(ClusterError::Discovery(e)),
-                Err(e) => {
-                    tracing::warn!(group = %group, version = %version, error = %e, "discovery left out a group version it could not list");
+                // Still backing off: left out.
+                None => continue,
+                Some(Ok(Ok(list))) => {
+                    unavailable.remove(&gv);
+                    list
+                }
+                Some(Ok(Err(e))) if group.is_empty() => return Err(ClusterError::Discovery(e)),
+                Some(failed) => {
+                    let why = match failed {
+                        Ok(Err(e)) => match &e {
+                            kube::Error::Api(status) => {
+                                format!("GET /apis/{gv}: {} {}", status.code, status.message)
+                            }
+                            other => format!("GET /apis/{gv}: {other}"),
+                        },
+                        Err(timeout) => format!("GET /apis/{gv}: {timeout}"),
+                        Ok(Ok(_)) => String::new(),
+                    };
+                    let reason = match self.apiservice_condition(&group, &version).await {
+                        Some(condition) => format!("{condition}; {why}"),
+                        None => why,
+                    };
+                    let failures = unavailable.get(&gv).map_or(0, |u| u.failures) + 1;
+                    tracing::warn!(group_version = %gv, %reason, retry_in_s = unavailable_backoff(failures).as_secs(), "discovery left out a group-version it could not list");
+                    unavailable.insert(
+                        gv,
+                        Unavailable {
+                            reason,
+                            failures,
+                            retry_at: Instant::now() + unavailable_backoff(failures),
+                        },
+                    );
                     continue;
                 }
             };
@@ -359,12 +455,81 @@ impl Cluster {
         api_versions.sort();
         api_versions.dedup();
         let mut catalog = self.catalog.write().await;
+        catalog.unavailable = unavailable;
+        catalog.dirty = false;
         catalog.kinds = kinds;
         catalog.served = served;
         catalog.api_versions = api_versions;
         catalog.kube_version = Some(version.git_version);
         catalog.refreshed = Some(started);
         Ok(())
+    }
+
+    /// What the APIService of `group`/`version` says of its availability, when it is not
+    /// Available: `APIService v1beta1.metrics.k8s.io is not Available (ServiceNotFound:
+    /// service/metrics-server in "monitoring" is not present)`. None when there is no such
+    /// APIService or it cannot be read.
+    async fn apiservice_condition(&self, group: &str, version: &str) -> Option<String> {
+        let resource = ApiResource {
+            group: "apiregistration.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "apiregistration.k8s.io/v1".into(),
+            kind: "APIService".into(),
+            plural: "apiservices".into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(self.discovery.clone(), &resource);
+        let name = format!("{version}.{group}");
+        let found = tokio::time::timeout(GROUP_VERSION_TIMEOUT, api.get_opt(&name))
+            .await
+            .ok()?
+            .ok()??;
+        let conditions = found.data.pointer("/status/conditions")?.as_array()?;
+        let available = conditions
+            .iter()
+            .find(|c| c.get("type").and_then(Value::as_str) == Some("Available"))?;
+        let field = |f: &str| available.get(f).and_then(Value::as_str).unwrap_or_default();
+        if field("status") == "True" {
+            return None;
+        }
+        Some(format!(
+            "APIService {name} is not Available ({}: {})",
+            field("reason"),
+            field("message")
+        ))
+    }
+
+    /// Discovery changed (a CRD or an APIService was created, changed or deleted): it is read
+    /// again at the next kind it does not know, and group-versions that failed are asked again
+    /// at once.
+    pub async fn invalidate(&self) {
+        let mut catalog = self.catalog.write().await;
+        catalog.dirty = true;
+        let now = Instant::now();
+        for unavailable in catalog.unavailable.values_mut() {
+            unavailable.retry_at = now;
+        }
+    }
+
+    /// Why `api_version` is not served, when discovery left it out because it failed.
+    async fn unavailable(&self, api_version: &str) -> Option<ClusterError> {
+        let catalog = self.catalog.read().await;
+        let failed = catalog.unavailable.get(api_version)?;
+        Some(ClusterError::GroupUnavailable {
+            group_version: api_version.to_string(),
+            reason: failed.reason.clone(),
+        })
+    }
+
+    /// The group-versions discovery left out because they failed, with why.
+    pub async fn unavailable_groups(&self) -> Vec<(String, String)> {
+        let catalog = self.catalog.read().await;
+        let mut out: Vec<(String, String)> = catalog
+            .unavailable
+            .iter()
+            .map(|(gv, u)| (gv.clone(), u.reason.clone()))
+            .collect();
+        out.sort();
+        out
     }
 
     /// The kind a person named, as kubectl resolves `TYPE[.GROUP]` (`secret`, `Secret`, `cm`,
@@ -380,6 +545,19 @@ impl Cluster {
             self.refresh_when(stale).await?;
             if let Some(found) = self.resolve_known(name, group).await {
                 return Ok(found);
+            }
+        }
+        if let Some(group) = group {
+            let catalog = self.catalog.read().await;
+            let down = catalog
+                .unavailable
+                .iter()
+                .find(|(gv, _)| gv.rsplit_once('/').is_some_and(|(g, _)| g.eq_ignore_ascii_case(group)));
+            if let Some((gv, failed)) = down {
+                return Err(ClusterError::GroupUnavailable {
+                    group_version: gv.clone(),
+                    reason: failed.reason.clone(),
+                });
             }
         }
         Err(ClusterError::UnknownKind {
@@ -447,6 +625,9 @@ impl Cluster {
             if let Some(found) = self.lookup(&key).await {
                 return Ok(found);
             }
+        }
+        if let Some(unavailable) = self.unavailable(api_version).await {
+            return Err(unavailable);
         }
         Err(ClusterError::UnknownKind {
             api_version: api_version.to_string(),

@@ -179,9 +179,14 @@ impl Plans {
         let outcome = match planned {
             Ok((plan, content)) => {
                 let version = prepared.resolved.version.clone();
-                let mut deployable = deployable(plan, version, cluster, &prepared.namespace).await;
+                let (mut deployable, unserved) =
+                    deployable(plan, version, cluster, &prepared.namespace).await?;
                 deployable.content = content;
-                match unknown_external(&deployable, cluster).await? {
+                let refusal = match unserved_kinds(&unserved) {
+                    Some(refusal) => Some(refusal),
+                    None => unknown_external(&deployable, cluster).await?,
+                };
+                match refusal {
                     Some(refusal) => {
                         keep = false;
                         Err(refusal)
@@ -327,16 +332,21 @@ async fn unknown_external(
 }
 
 /// Gives every planned object its namespace, as the cluster scopes its kind (a kind the cluster
-/// does not serve yet is scoped as the chart's CRDs say, else namespaced).
+/// does not serve yet is scoped as the chart's CRDs say, else namespaced). Also returns the
+/// objects (main resources and hooks) of kinds that neither the cluster nor a CRD of the chart
+/// serves; a kind of an API group the cluster cannot list now is an error (waited for).
 async fn deployable(
     plan: Plan,
     version: Option<String>,
     cluster: &Cluster,
     target_namespace: &str,
-) -> Deployable {
+) -> Result<(Deployable, Vec<Resource>), Error> {
     let crd_scopes: HashMap<(String, String), bool> = plan
         .crds
         .iter()
+        .chain(&plan.resources)
+        .chain(plan.hooks.iter().map(|h| &h.resource))
+        .filter(|r| r.kind == "CustomResourceDefinition")
         .filter_map(|crd| {
             let spec = crd.object.get("spec")?;
             let group = spec.get("group")?.as_str()?;
@@ -353,13 +363,15 @@ async fn deployable(
         })
         .flatten()
         .collect();
+    let mut unserved = Vec::new();
     let mut keys = Vec::with_capacity(plan.resources.len());
     for resource in &plan.resources {
-        keys.push(key_of(resource, cluster, &crd_scopes, target_namespace).await);
+        keys.push(key_of(resource, cluster, &crd_scopes, target_namespace, &mut unserved).await?);
     }
     let mut hooks = Vec::with_capacity(plan.hooks.len());
     for hook in plan.hooks.iter().filter(|h| !h.only_test()) {
-        let key = key_of(&hook.resource, cluster, &crd_scopes, target_namespace).await;
+        let key =
+            key_of(&hook.resource, cluster, &crd_scopes, target_namespace, &mut unserved).await?;
         hooks.push(HookRecord::of(hook, key));
     }
     let crd_keys = plan
@@ -379,7 +391,7 @@ async fn deployable(
             .map(|c| c.version.clone())
             .filter(|v| !v.is_empty())
     });
-    Deployable {
+    let deployable = Deployable {
         plan,
         chart_version,
         keys,
@@ -388,25 +400,87 @@ async fn deployable(
         inventory,
         content: Default::default(),
         slim: false,
+    };
+    Ok((deployable, unserved))
+}
+
+/// The refusal of a chart with objects of kinds nothing serves, as `helm install` refuses it
+/// ("no matches for kind ... ensure CRDs are installed first"): each kind once, with the first
+/// object of it, its chart and template. Not cached: the release is planned again when
+/// discovery changes (a CRD installed later), and goes on.
+fn unserved_kinds(unserved: &[Resource]) -> Option<Refusal> {
+    let mut kinds: Vec<(&str, &str, &Resource, usize)> = Vec::new();
+    for resource in unserved {
+        match kinds
+            .iter_mut()
+            .find(|(v, k, _, _)| *v == resource.api_version && *k == resource.kind)
+        {
+            Some(entry) => entry.3 += 1,
+            None => kinds.push((&resource.api_version, &resource.kind, resource, 1)),
+        }
     }
+    if kinds.is_empty() {
+        return None;
+    }
+    let named: Vec<String> = kinds
+        .iter()
+        .map(|(version, kind, first, count)| {
+            let more = match count {
+                1 => String::new(),
+                n => format!(", and {} more", n - 1),
+            };
+            format!(
+                "no matches for kind \"{kind}\" in version \"{version}\" ({kind}/{} of chart {}, {}{more})",
+                first.name, first.chart, first.template
+            )
+        })
+        .collect();
+    Some(Refusal {
+        reason: Reason::UnknownKind,
+        message: format!(
+            "{}: no API server serves {}, nor does a CRD of the chart; ensure CRDs are installed first (helm install refuses the chart the same way). The release goes on by itself once {} served",
+            named.join("; "),
+            if kinds.len() == 1 { "this kind" } else { "these kinds" },
+            if kinds.len() == 1 { "it is" } else { "they are" },
+        ),
+    })
 }
 
 /// A planned object's identity: its namespace as the cluster scopes its kind (a kind the
-/// cluster does not serve yet is scoped as the chart's CRDs say, else namespaced).
+/// cluster does not serve yet is scoped as the chart's CRDs say, else namespaced). An object
+/// of a kind neither serves goes into `unserved`.
 async fn key_of(
     resource: &Resource,
     cluster: &Cluster,
     crd_scopes: &HashMap<(String, String), bool>,
     target_namespace: &str,
-) -> ObjectKey {
-    let namespaced = match cluster.kind(&resource.api_version, &resource.kind).await {
-        Ok(kind) => kind.namespaced,
-        Err(_) => crd_scopes
+    unserved: &mut Vec<Resource>,
+) -> Result<ObjectKey, Error> {
+    let chart_scope = || {
+        crd_scopes
             .get(&(resource.api_version.clone(), resource.kind.clone()))
             .copied()
-            .unwrap_or(true),
     };
-    ObjectKey {
+    let namespaced = match cluster.kind(&resource.api_version, &resource.kind).await {
+        Ok(kind) => kind.namespaced,
+        Err(ClusterError::UnknownKind { .. }) => match chart_scope() {
+            Some(namespaced) => namespaced,
+            None => {
+                unserved.push(Resource {
+                    object: Value::Null,
+                    ..resource.clone()
+                });
+                true
+            }
+        },
+        // Its group is down: the chart may well define it (an aggregated API it installs).
+        Err(unavailable @ ClusterError::GroupUnavailable { .. }) => match chart_scope() {
+            Some(namespaced) => namespaced,
+            None => return Err(unavailable.into()),
+        },
+        Err(e) => return Err(e.into()),
+    };
+    Ok(ObjectKey {
         api_version: resource.api_version.clone(),
         kind: resource.kind.clone(),
         namespace: namespaced.then(|| {
@@ -416,5 +490,5 @@ async fn key_of(
                 .unwrap_or_else(|| target_namespace.to_string())
         }),
         name: resource.name.clone(),
-    }
+    })
 }

@@ -51,7 +51,14 @@ pub(super) async fn reconcile(sr: Arc<SequencedRelease>, ctx: &Context) -> Resul
     let cluster = ctx.cluster_for(account.as_ref()).map_err(kube_error(
         "making a client that impersonates the release's service account",
     ))?;
-    Reconcile::new(sr, ctx, cluster).run().await
+    let mut reconcile = Reconcile::new(sr, ctx, cluster);
+    match reconcile.run().await {
+        Err(Stop::Failed(error)) => {
+            reconcile.report(&error).await;
+            Err(Stop::Failed(error))
+        }
+        done => done,
+    }
 }
 
 fn action(requeue: Requeue) -> Action {
@@ -118,7 +125,7 @@ impl<'a> Reconcile<'a> {
         &self.facts.release
     }
 
-    async fn run(mut self) -> Result<Action, Stop> {
+    async fn run(&mut self) -> Result<Action, Stop> {
         for _ in 0..MAX_GATHERS {
             match rollout::next(&self.facts) {
                 Next::Need(need) => match self.gather(need).await {
@@ -333,6 +340,45 @@ impl<'a> Reconcile<'a> {
         Ok(found.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()))
     }
 
+    /// This reconcile failed with `error`: from the second failure in a row on (at once when the
+    /// release has no conditions yet, or while an API group it needs is unavailable), the
+    /// conditions and a Warning event say what failed, so that no retry is silent. The phase and
+    /// message stay as they are; the next reconcile that goes through sets the conditions back.
+    async fn report(&mut self, error: &Error) {
+        let attempt = self.ctx.failures_of(&self.key).saturating_add(1);
+        let waiting = matches!(
+            error,
+            Error::Cluster(ClusterError::GroupUnavailable { .. })
+        );
+        let unseen = self.facts.status.conditions.is_empty();
+        if self.ctx.stopping() || (attempt < 2 && !waiting && !unseen) {
+            return;
+        }
+        let (reason, message) = if waiting {
+            (
+                Reason::GroupUnavailable,
+                format!("waiting: {error}; asked again with backoff"),
+            )
+        } else {
+            let retry = super::run::backoff(attempt, 0.5);
+            (
+                Reason::ReconcileFailed,
+                format!(
+                    "reconcile failed {attempt} times in a row, tried again in about {}s: {error}",
+                    retry.as_secs().max(1)
+                ),
+            )
+        };
+        let status =
+            rollout::status::reconcile_failed(&self.facts.status, reason, &message, &self.facts.now);
+        if let Err(stop) = self.write_status(&status).await {
+            tracing::debug!(?stop, "could not tell a failed reconcile in the status");
+            return;
+        }
+        self.publish(&[Note::warning(EventReason::ReconcileFailed, error.to_string())])
+            .await;
+    }
+
     /// The release's service account may not read what the lifecycle needs to see: Failed and
     /// Stalled with reason `Forbidden` (an uninstall stays Uninstalling, Stalled), looked at
     /// again a minute later or when the release changes.
@@ -532,7 +578,12 @@ impl<'a> Reconcile<'a> {
 
     /// The controller is stopping (or lost the lock) before action `done` of the step: the
     /// status keeps what was done.
-    async fn cut_short(&self, step: &InstallStep, done: usize, stop: Stop) -> Result<Action, Stop> {
+    async fn cut_short(
+        &mut self,
+        step: &InstallStep,
+        done: usize,
+        stop: Stop,
+    ) -> Result<Action, Stop> {
         if done > 0
             && matches!(stop, Stop::Halted(Halt::Interrupted))
             && let Some(revision) = self.facts.revision(&self.me)
@@ -732,8 +783,9 @@ impl<'a> Reconcile<'a> {
         Ok(())
     }
 
-    /// Replaces the status (a 409 is left for the newer object's own reconcile).
-    async fn write_status_as_is(&self, status: &SequencedReleaseStatus) -> Result<(), Error> {
+    /// Replaces the status (a 409 is left for the newer object's own reconcile). What is written
+    /// is what the rest of this reconcile goes on from.
+    async fn write_status_as_is(&mut self, status: &SequencedReleaseStatus) -> Result<(), Error> {
         let mut object = self.sr().clone();
         object.metadata.managed_fields = None;
         object.status = Some(status.clone());
@@ -743,8 +795,12 @@ impl<'a> Reconcile<'a> {
             .await
         {
             Ok(written) => {
-                self.ctx
-                    .wrote(self.sr().metadata.resource_version.as_deref(), written);
+                self.ctx.wrote(
+                    self.sr().metadata.resource_version.as_deref(),
+                    written.clone(),
+                );
+                self.facts.status = written.status.clone().unwrap_or_default();
+                self.facts.release = Arc::new(written);
                 Ok(())
             }
             // Someone changed the object since it was read; its newer version wakes us again.

@@ -116,6 +116,14 @@ impl Context {
         self.stopping.load(Ordering::SeqCst)
     }
 
+    /// How many reconciles of the release failed in a row before this one.
+    pub fn failures_of(&self, release: &ObjectRef<SequencedRelease>) -> u32 {
+        self.failures
+            .lock()
+            .map(|failures| failures.get(release).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
     /// The API server as `account` sees it (impersonated), or as the controller itself.
     pub fn cluster_for(&self, account: Option<&Account>) -> Result<Arc<Cluster>, kube::Error> {
         let Some(account) = account else {
@@ -224,6 +232,12 @@ pub async fn run(
     options: Options,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), Error> {
+    // No blanket retry inside the client: kube's retries a 503 fifteen times over minutes, so a
+    // single aggregated API whose backend is down (its group-version answers 503) held up
+    // discovery, and every release with it. Failed requests fail the reconcile, which is retried
+    // with backoff and says why in the status; discovery leaves a failing group-version out.
+    let mut config = config;
+    config.default_retry = false;
     let client = Client::try_from(config.clone()).map_err(kube_error("making a client"))?;
     let api: Api<SequencedRelease> = Api::all(client.clone());
     api.list(&kube::api::ListParams::default().limit(1))
@@ -260,13 +274,14 @@ pub async fn run(
             }
         }
     });
+    let trigger_for_discovery = trigger.clone();
     let locks = Arc::new(Locks::new(client.clone(), options.identity.clone()));
     locks.watch(trigger.clone());
     let context = Arc::new(Context {
         cluster: Arc::new(Cluster::new(client.clone())),
         accounts: Mutex::new(HashMap::new()),
         config,
-        watches: Watches::new(client.clone(), trigger),
+        watches: Watches::new(client.clone(), trigger.clone()),
         events: Events::new(
             client.clone(),
             "sequenced".to_string(),
@@ -285,6 +300,7 @@ pub async fn run(
         locks,
         stopping: AtomicBool::new(false),
     });
+    let discovery = watch_discovery(&context, trigger_for_discovery);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let signal = {
         let context = Arc::clone(&context);
@@ -331,6 +347,7 @@ pub async fn run(
         }
     }
     signal.abort();
+    discovery.abort();
     if *stopped.borrow() {
         let held = context.locks.held();
         if tokio::time::timeout(RELEASE_BOUND, interrupt_all(&context, &held))
@@ -344,6 +361,74 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// Watches what changes discovery: CustomResourceDefinitions and APIServices (metadata only,
+/// cluster-wide). When one is created, changed or deleted, discovery is read again at the next
+/// kind it does not know, group-versions that failed are asked again, and the releases that wait
+/// for a kind (Stalled `UnknownKind`) or fail to reconcile are woken: a CRD installed later lets
+/// them go on within seconds, not at their next `interval`.
+fn watch_discovery(
+    context: &Arc<Context>,
+    trigger: futures::channel::mpsc::UnboundedSender<ObjectRef<SequencedRelease>>,
+) -> tokio::task::JoinHandle<()> {
+    use kube::api::DynamicObject;
+    use kube::core::{ApiResource, PartialObjectMeta};
+    use kube::runtime::WatchStreamExt;
+    let resource = |group: &str, kind: &str, plural: &str| ApiResource {
+        group: group.into(),
+        version: "v1".into(),
+        api_version: format!("{group}/v1"),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    let kinds = [
+        resource(
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+        ),
+        resource("apiregistration.k8s.io", "APIService", "apiservices"),
+    ];
+    let streams = kinds.map(|kind| {
+        let api: Api<PartialObjectMeta<DynamicObject>> =
+            Api::all_with(context.client.clone(), &kind);
+        watcher::watcher(api, watcher::Config::default().any_semantic())
+            .default_backoff()
+            .boxed()
+    });
+    let context = Arc::clone(context);
+    tokio::spawn(async move {
+        let mut events = futures::stream::select_all(streams);
+        let mut warned = false;
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {}
+                Ok(_) => continue,
+                Err(e) => {
+                    if !warned {
+                        tracing::warn!(error = %e, "watching CustomResourceDefinitions and APIServices (grant list and watch on them): until it works, releases waiting for a kind go on at their interval");
+                    }
+                    warned = true;
+                    continue;
+                }
+            }
+            context.cluster.invalidate().await;
+            for sr in context.store.state() {
+                let waits = sr.status.as_ref().is_some_and(|status| {
+                    rollout::status::tells_reconcile_failure(status)
+                        || status.conditions.iter().any(|c| {
+                            c.type_ == crate::api::STALLED
+                                && c.status == "True"
+                                && c.reason == crate::api::Reason::UnknownKind.as_str()
+                        })
+                });
+                if waits {
+                    let _ = trigger.unbounded_send(ObjectRef::from_obj(&*sr));
+                }
+            }
+        }
+    })
 }
 
 /// After SIGTERM: every release whose lock this controller holds is marked Reconciling with

@@ -264,6 +264,15 @@ pub enum Next {
 
 /// The next step for the release the facts describe.
 pub fn next(facts: &Facts) -> Next {
+    let mut next = choose(facts);
+    if let Some(status) = status_of(&mut next) {
+        // This reconcile goes through: what a failed one set in the conditions goes.
+        super::status::clear_reconcile_failure(status, &facts.now);
+    }
+    next
+}
+
+fn choose(facts: &Facts) -> Next {
     let sr = &facts.release;
     if let LockView::Blocked { holder, remaining } = &facts.lock {
         return Next::Blocked {
@@ -298,25 +307,25 @@ pub fn next(facts: &Facts) -> Next {
     }
     let requests = recovery::requests(sr, &facts.status);
     let mut next = deploy(facts, &requests);
-    if let Some(token) = &requests.reconcile {
-        acknowledge(&mut next, token);
+    if let (Some(token), Some(status)) = (&requests.reconcile, status_of(&mut next)) {
+        // A reconcile was requested: the status this step writes says it was acted on.
+        status.last_handled_reconcile_at = Some(token.to_string());
     }
     next
 }
 
-/// A reconcile was requested: the status this step writes says it was acted on.
-fn acknowledge(next: &mut Next, token: &str) {
-    let status = match next {
+/// The status a step writes, when it writes one.
+fn status_of(next: &mut Next) -> Option<&mut SequencedReleaseStatus> {
+    match next {
         Next::Stall { status, .. }
         | Next::WaitForDependencies { status, .. }
-        | Next::RestartRevision { status } => status,
-        Next::Begin(begin) => &mut begin.status,
-        Next::Install(step) => &mut step.status,
-        Next::Uninstall(step) => &mut step.status,
-        Next::Write(write) => &mut write.status,
-        _ => return,
-    };
-    status.last_handled_reconcile_at = Some(token.to_string());
+        | Next::RestartRevision { status } => Some(status),
+        Next::Begin(begin) => Some(&mut begin.status),
+        Next::Install(step) => Some(&mut step.status),
+        Next::Uninstall(step) => Some(&mut step.status),
+        Next::Write(write) => Some(&mut write.status),
+        _ => None,
+    }
 }
 
 /// Marks the release Stalled with `reason`; the first time with this message, an event too.

@@ -232,3 +232,78 @@ pub fn holds_lock(phase: Option<ReleasePhase>) -> bool {
         )
     )
 }
+
+/// A reconcile failed (`reason` ReconcileFailed, or GroupUnavailable while an API group the
+/// release needs cannot be served): the conditions name what failed, the phase and message stay
+/// as they are. A Ready release stays Ready (its objects are as they were) and is Reconciling
+/// with the failure; any other is not Ready, with the failure. The next reconcile that does not
+/// fail sets them back ([`clear_reconcile_failure`]).
+pub fn reconcile_failed(
+    status: &SequencedReleaseStatus,
+    reason: Reason,
+    message: &str,
+    now: &Time,
+) -> SequencedReleaseStatus {
+    let mut status = status.clone();
+    let generation = status.observed_generation;
+    let ready = status.phase == Some(ReleasePhase::Ready)
+        && status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == READY && c.status == "True");
+    let conditions = &mut status.conditions;
+    if !ready {
+        set_condition(conditions, READY, false, reason, message, generation, now);
+    }
+    set_condition(conditions, RECONCILING, true, reason, message, generation, now);
+    if !conditions.iter().any(|c| c.type_ == STALLED) {
+        set_condition(conditions, STALLED, false, reason, "", generation, now);
+    }
+    status
+}
+
+/// Whether the conditions still tell a failed reconcile ([`reconcile_failed`]).
+pub fn tells_reconcile_failure(status: &SequencedReleaseStatus) -> bool {
+    status.conditions.iter().any(|c| {
+        c.type_ == RECONCILING
+            && (c.reason == Reason::ReconcileFailed.as_str()
+                || c.reason == Reason::GroupUnavailable.as_str())
+    })
+}
+
+/// A reconcile went through after failing: the conditions the failure set are set back from
+/// the phase and the message, which it left as they were.
+pub fn clear_reconcile_failure(status: &mut SequencedReleaseStatus, now: &Time) {
+    if !tells_reconcile_failure(status) {
+        return;
+    }
+    let message = status.message.clone().unwrap_or_default();
+    let generation = status.observed_generation;
+    let stalled = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == STALLED && c.status == "True")
+        .map(|c| c.reason.clone());
+    match status.phase {
+        Some(ReleasePhase::Ready) => {
+            set_conditions(
+                status,
+                Reason::Succeeded,
+                now,
+                [(true, &message), (false, ""), (false, "")],
+            );
+        }
+        phase if holds_lock(phase) => progressing(status, Reason::Progressing, &message, now),
+        _ => {
+            // Failed (or not started): not Ready with what the status says, no longer
+            // reconciling; a Stalled condition keeps its reason.
+            let reason = stalled
+                .as_deref()
+                .and_then(Reason::parse)
+                .unwrap_or(Reason::Progressing);
+            let conditions = &mut status.conditions;
+            set_condition(conditions, READY, false, reason, &message, generation, now);
+            set_condition(conditions, RECONCILING, false, reason, "", generation, now);
+        }
+    }
+}
