@@ -2774,7 +2774,11 @@ fn pb_varint(mut value: u64) -> Vec<u8> {
 
 /// A `k8s\0` envelope of `kind` around `raw`.
 fn pb_envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
-    let type_meta = [pb_bytes(1, api_version.as_bytes()), pb_bytes(2, kind.as_bytes())].concat();
+    let type_meta = [
+        pb_bytes(1, api_version.as_bytes()),
+        pb_bytes(2, kind.as_bytes()),
+    ]
+    .concat();
     let mut out = b"k8s\0".to_vec();
     out.extend(pb_bytes(1, &type_meta));
     out.extend(pb_bytes(2, raw));
@@ -2809,26 +2813,70 @@ async fn protobuf_secrets_and_delete_options_are_read() {
         .concat();
         let path = "/api/v1/namespaces/default/secrets";
         let body = pb_envelope("v1", "Secret", &secret);
-        let created = raw(&server, "POST", path, Some("application/vnd.kubernetes.protobuf"), Some(body), Some("application/json"), "helm/v4.1.4").await;
+        let created = raw(
+            &server,
+            "POST",
+            path,
+            Some("application/vnd.kubernetes.protobuf"),
+            Some(body),
+            Some("application/json"),
+            "helm/v4.1.4",
+        )
+        .await;
         assert_eq!(created.status, 201, "{}", created.text);
         let stored = get(&server, &format!("{path}/record")).await.json();
         assert_eq!(stored["data"], json!({"release": "YWJj"}));
         assert_eq!(stored["type"], "helm.sh/release.v1");
         assert_eq!(stored["metadata"]["labels"], json!({"owner": "helm"}));
         assert!(stored["metadata"]["creationTimestamp"].is_string());
-        let request = server.requests().into_iter().find(|r| r.method == "POST" && r.path == path).unwrap();
+        let request = server
+            .requests()
+            .into_iter()
+            .find(|r| r.method == "POST" && r.path == path)
+            .unwrap();
         assert_eq!(request.name.as_deref(), Some("record"));
 
         // A delete whose protobuf DeleteOptions carry a uid precondition that does not hold.
         let options = pb_bytes(2, &pb_bytes(1, b"not-the-uid"));
-        let refused = raw(&server, "DELETE", &format!("{path}/record"), Some("application/vnd.kubernetes.protobuf"), Some(pb_envelope("meta.k8s.io/v1", "DeleteOptions", &options)), None, "helm/v4.1.4").await;
+        let refused = raw(
+            &server,
+            "DELETE",
+            &format!("{path}/record"),
+            Some("application/vnd.kubernetes.protobuf"),
+            Some(pb_envelope("meta.k8s.io/v1", "DeleteOptions", &options)),
+            None,
+            "helm/v4.1.4",
+        )
+        .await;
         assert_eq!(refused.status, 409, "{}", refused.text);
-        let deleted = raw(&server, "DELETE", &format!("{path}/record"), Some("application/vnd.kubernetes.protobuf"), Some(pb_envelope("meta.k8s.io/v1", "DeleteOptions", &pb_bytes(4, b"Background"))), None, "helm/v4.1.4").await;
+        let deleted = raw(
+            &server,
+            "DELETE",
+            &format!("{path}/record"),
+            Some("application/vnd.kubernetes.protobuf"),
+            Some(pb_envelope(
+                "meta.k8s.io/v1",
+                "DeleteOptions",
+                &pb_bytes(4, b"Background"),
+            )),
+            None,
+            "helm/v4.1.4",
+        )
+        .await;
         assert_eq!(deleted.status, 200, "{}", deleted.text);
         assert_eq!(get(&server, &format!("{path}/record")).await.status, 404);
 
         let config_map = pb_envelope("v1", "ConfigMap", &pb_bytes(1, &pb_bytes(1, b"c")));
-        let refused = raw(&server, "POST", "/api/v1/namespaces/default/configmaps", Some("application/vnd.kubernetes.protobuf"), Some(config_map), None, "helm/v4.1.4").await;
+        let refused = raw(
+            &server,
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            Some("application/vnd.kubernetes.protobuf"),
+            Some(config_map),
+            None,
+            "helm/v4.1.4",
+        )
+        .await;
         assert_eq!(refused.status, 415, "{}", refused.text);
     })
     .await;

@@ -284,7 +284,10 @@ pub fn document(group: &str, version: &str, types: &[ResourceType]) -> Value {
                 );
             }
             status.insert("parameters".into(), Value::Array(item_common));
-            paths.insert(format!("{collection}/{{name}}/status"), Value::Object(status));
+            paths.insert(
+                format!("{collection}/{{name}}/status"),
+                Value::Object(status),
+            );
         }
     }
     json!({

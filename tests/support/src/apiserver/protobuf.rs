@@ -84,9 +84,17 @@ const OBJECT_META: &[Field] = &[
     f(10, "deletionGracePeriodSeconds", Shape::Int(true)),
     f(11, "labels", Shape::MapStr),
     f(12, "annotations", Shape::MapStr),
-    f(13, "ownerReferences", Shape::RepeatedMessage(OWNER_REFERENCE)),
+    f(
+        13,
+        "ownerReferences",
+        Shape::RepeatedMessage(OWNER_REFERENCE),
+    ),
     f(14, "finalizers", Shape::RepeatedStr),
-    f(17, "managedFields", Shape::RepeatedMessage(MANAGED_FIELDS_ENTRY)),
+    f(
+        17,
+        "managedFields",
+        Shape::RepeatedMessage(MANAGED_FIELDS_ENTRY),
+    ),
 ];
 
 const SECRET: &[Field] = &[
@@ -182,7 +190,9 @@ fn invalid(what: &str) -> Error {
 fn varint(data: &[u8], at: &mut usize) -> Result<u64, Error> {
     let mut value = 0u64;
     for shift in (0..64).step_by(7) {
-        let byte = *data.get(*at).ok_or_else(|| invalid("unexpected end of varint"))?;
+        let byte = *data
+            .get(*at)
+            .ok_or_else(|| invalid("unexpected end of varint"))?;
         *at += 1;
         value |= u64::from(byte & 0x7f) << shift;
         if byte & 0x80 == 0 {
@@ -308,8 +318,8 @@ fn message(data: &[u8], schema: &[Field]) -> Result<Value, Error> {
                         raw = r;
                     }
                 }
-                let value: Value = serde_json::from_slice(raw)
-                    .map_err(|e| invalid(&format!("fieldsV1: {e}")))?;
+                let value: Value =
+                    serde_json::from_slice(raw).map_err(|e| invalid(&format!("fieldsV1: {e}")))?;
                 out.insert(name.into(), value);
             }
             (Shape::Message(inner), Wire::Bytes(b)) => {
