@@ -2671,3 +2671,213 @@ async fn discovery_needed_by_many_at_once_is_read_once() {
         .collect();
     assert_eq!(readings.len(), 1, "{readings:?}");
 }
+
+/// OpenAPI v3 as clients read it: kubectl's and Helm's field validation verifier looks for the
+/// `fieldValidation` query parameter of the PATCH operation of an object's kind, in the
+/// document of its group version that the /openapi/v3 index points to.
+#[tokio::test]
+async fn openapi_v3_lists_every_group_version_and_the_parameters_of_writes() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let index = get(&server, "/openapi/v3").await;
+        assert_eq!(index.status, 200);
+        let index = index.json();
+        for gv in ["api/v1", "apis/apps/v1", "apis/batch/v1", "apis/rbac.authorization.k8s.io/v1"] {
+            let url = index["paths"][gv]["serverRelativeURL"].as_str().unwrap_or_else(|| panic!("{gv}: {index}"));
+            assert!(url.starts_with(&format!("/openapi/v3/{gv}?hash=")), "{url}");
+        }
+        let core = get(&server, index["paths"]["api/v1"]["serverRelativeURL"].as_str().unwrap()).await.json();
+        let item = &core["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"];
+        assert_eq!(item["patch"]["x-kubernetes-group-version-kind"], json!({"group": "", "version": "v1", "kind": "ConfigMap"}));
+        assert_eq!(item["patch"]["x-kubernetes-action"], "patch");
+        let names = |op: &Value| -> Vec<String> {
+            op["parameters"].as_array().unwrap().iter().map(|p| format!("{}:{}", p["in"].as_str().unwrap(), p["name"].as_str().unwrap())).collect()
+        };
+        assert_eq!(names(&item["patch"]), ["query:dryRun", "query:fieldManager", "query:fieldValidation", "query:force"]);
+        assert_eq!(names(&core["paths"]["/api/v1/namespaces/{namespace}/configmaps"]["post"]), ["query:dryRun", "query:fieldManager", "query:fieldValidation"]);
+        assert_eq!(core["paths"]["/api/v1/namespaces/{name}"]["put"]["x-kubernetes-group-version-kind"]["kind"], "Namespace");
+        let apps = get(&server, "/openapi/v3/apis/apps/v1").await.json();
+        assert_eq!(apps["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}/status"]["patch"]["operationId"], "patchAppsV1NamespacedDeploymentStatus");
+        // A custom resource's group version is listed once its CRD is served.
+        assert_eq!(get(&server, "/openapi/v3/apis/example.com/v1").await.status, 404);
+        create_gadget_crd(&server.client()).await;
+        let index = get(&server, "/openapi/v3").await.json();
+        assert!(index["paths"]["apis/example.com/v1"].is_object(), "{index}");
+        let gadgets = get(&server, "/openapi/v3/apis/example.com/v1").await.json();
+        assert_eq!(gadgets["paths"]["/apis/example.com/v1/namespaces/{namespace}/gadgets/{name}"]["patch"]["x-kubernetes-group-version-kind"]["kind"], "Gadget");
+    })
+    .await;
+}
+
+/// `fieldValidation=Strict` (what kubectl and Helm send once the server says it validates):
+/// a field the kind does not have is refused as kube-apiserver refuses it; without it, it is
+/// dropped.
+#[tokio::test]
+async fn strict_field_validation_refuses_unknown_fields() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let path = "/api/v1/namespaces/default/configmaps";
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}, "bogus": 1});
+        let refused = send_json(&server, "POST", &format!("{path}?fieldValidation=Strict"), "application/json", &body).await;
+        assert_eq!(refused.status, 400, "{}", refused.text);
+        assert_eq!(refused.json()["message"], "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"bogus\"");
+        assert_eq!(refused.json()["reason"], "BadRequest");
+        let taken = send_json(&server, "POST", path, "application/json", &body).await;
+        assert_eq!(taken.status, 201, "{}", taken.text);
+        assert!(taken.json().get("bogus").is_none());
+        // Warn and Ignore take it too.
+        let warned = send_json(&server, "POST", &format!("{path}?fieldValidation=Warn"), "application/json", &json!({"metadata": {"name": "b"}, "bogus": 1, "apiVersion": "v1", "kind": "ConfigMap"})).await;
+        assert_eq!(warned.status, 201, "{}", warned.text);
+
+        // Nested, in a list, as Go's strict decoder names it.
+        let mut deployment = serde_json::to_value(deployment("web")).unwrap();
+        deployment["apiVersion"] = json!("apps/v1");
+        deployment["kind"] = json!("Deployment");
+        deployment["spec"]["template"]["spec"]["containers"][0]["bogus"] = json!(true);
+        let refused = send_json(&server, "POST", "/apis/apps/v1/namespaces/default/deployments?fieldValidation=Strict", "application/json", &deployment).await;
+        assert_eq!(refused.status, 400, "{}", refused.text);
+        assert_eq!(refused.json()["message"], "Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: unknown field \"spec.template.spec.containers[0].bogus\"");
+
+        // A merge patch whose result has one: 422, naming the patch.
+        let patched = send_json(&server, "PATCH", &format!("{path}/a?fieldValidation=Strict"), "application/merge-patch+json", &json!({"bogus": 2})).await;
+        assert_eq!(patched.status, 422, "{}", patched.text);
+        let message = patched.json()["message"].as_str().unwrap().to_string();
+        assert!(message.starts_with(" \"\" is invalid: patch: Invalid value: "), "{message}");
+        assert!(message.ends_with(": strict decoding error: unknown field \"bogus\""), "{message}");
+        // A known field passes.
+        let patched = send_json(&server, "PATCH", &format!("{path}/a?fieldValidation=Strict"), "application/merge-patch+json", &json!({"data": {"k": "w"}})).await;
+        assert_eq!(patched.status, 200, "{}", patched.text);
+    })
+    .await;
+}
+
+/// Protobuf helpers: a length-delimited field and a varint field.
+fn pb_bytes(number: u64, bytes: &[u8]) -> Vec<u8> {
+    let mut out = pb_varint((number << 3) | 2);
+    out.extend(pb_varint(bytes.len() as u64));
+    out.extend(bytes);
+    out
+}
+
+fn pb_varint(mut value: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// A `k8s\0` envelope of `kind` around `raw`.
+fn pb_envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
+    let type_meta = [
+        pb_bytes(1, api_version.as_bytes()),
+        pb_bytes(2, kind.as_bytes()),
+    ]
+    .concat();
+    let mut out = b"k8s\0".to_vec();
+    out.extend(pb_bytes(1, &type_meta));
+    out.extend(pb_bytes(2, raw));
+    out.extend(pb_bytes(3, b""));
+    out.extend(pb_bytes(4, b""));
+    out
+}
+
+/// client-go's generated clients send built-in kinds in protobuf (Helm's release records, its
+/// deletes of them): a Secret and DeleteOptions are read as their JSON would be; a kind this
+/// server does not decode from protobuf is refused as an unsupported media type.
+#[tokio::test]
+async fn protobuf_secrets_and_delete_options_are_read() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let label = pb_bytes(11, &[pb_bytes(1, b"owner"), pb_bytes(2, b"helm")].concat());
+        // Go's zero time, as gogo-protobuf writes a creationTimestamp that was never set.
+        let zero_time = [vec![0x08], pb_varint((-62_135_596_800i64) as u64)].concat();
+        let metadata = [
+            pb_bytes(1, b"record"),
+            pb_bytes(2, b""),
+            pb_bytes(6, b""),
+            pb_bytes(8, &zero_time),
+            label,
+        ]
+        .concat();
+        let secret = [
+            pb_bytes(1, &metadata),
+            pb_bytes(2, &[pb_bytes(1, b"release"), pb_bytes(2, b"abc")].concat()),
+            pb_bytes(3, b"helm.sh/release.v1"),
+        ]
+        .concat();
+        let path = "/api/v1/namespaces/default/secrets";
+        let body = pb_envelope("v1", "Secret", &secret);
+        let created = raw(
+            &server,
+            "POST",
+            path,
+            Some("application/vnd.kubernetes.protobuf"),
+            Some(body),
+            Some("application/json"),
+            "helm/v4.1.4",
+        )
+        .await;
+        assert_eq!(created.status, 201, "{}", created.text);
+        let stored = get(&server, &format!("{path}/record")).await.json();
+        assert_eq!(stored["data"], json!({"release": "YWJj"}));
+        assert_eq!(stored["type"], "helm.sh/release.v1");
+        assert_eq!(stored["metadata"]["labels"], json!({"owner": "helm"}));
+        assert!(stored["metadata"]["creationTimestamp"].is_string());
+        let request = server
+            .requests()
+            .into_iter()
+            .find(|r| r.method == "POST" && r.path == path)
+            .unwrap();
+        assert_eq!(request.name.as_deref(), Some("record"));
+
+        // A delete whose protobuf DeleteOptions carry a uid precondition that does not hold.
+        let options = pb_bytes(2, &pb_bytes(1, b"not-the-uid"));
+        let refused = raw(
+            &server,
+            "DELETE",
+            &format!("{path}/record"),
+            Some("application/vnd.kubernetes.protobuf"),
+            Some(pb_envelope("meta.k8s.io/v1", "DeleteOptions", &options)),
+            None,
+            "helm/v4.1.4",
+        )
+        .await;
+        assert_eq!(refused.status, 409, "{}", refused.text);
+        let deleted = raw(
+            &server,
+            "DELETE",
+            &format!("{path}/record"),
+            Some("application/vnd.kubernetes.protobuf"),
+            Some(pb_envelope(
+                "meta.k8s.io/v1",
+                "DeleteOptions",
+                &pb_bytes(4, b"Background"),
+            )),
+            None,
+            "helm/v4.1.4",
+        )
+        .await;
+        assert_eq!(deleted.status, 200, "{}", deleted.text);
+        assert_eq!(get(&server, &format!("{path}/record")).await.status, 404);
+
+        let config_map = pb_envelope("v1", "ConfigMap", &pb_bytes(1, &pb_bytes(1, b"c")));
+        let refused = raw(
+            &server,
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            Some("application/vnd.kubernetes.protobuf"),
+            Some(config_map),
+            None,
+            "helm/v4.1.4",
+        )
+        .await;
+        assert_eq!(refused.status, 415, "{}", refused.text);
+    })
+    .await;
+}

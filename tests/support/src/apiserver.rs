@@ -39,10 +39,18 @@
 //!   for).
 //! - SelfSubjectAccessReview is answered (allowed, with RBAC's reason) and never stored.
 //!
+//! What clients such as kubectl and Helm read before they write: OpenAPI v3 (apiserver/openapi.rs:
+//! every group version's paths and the query parameters of writes, `fieldValidation` among
+//! them, so they leave field validation to the server), and `fieldValidation=Strict` is
+//! honoured (unknown fields refused with kube-apiserver's strict decoding errors).
+//!
 //! Known differences from a real server:
-//! - Only JSON and YAML bodies (no protobuf, no Table output); a few aggregated/virtual APIs
-//!   (SubjectAccessReview and the other reviews besides SelfSubjectAccessReview, token
-//!   requests, exec/logs) are not served.
+//! - JSON and YAML bodies; protobuf only for the kinds client-go's generated clients send to
+//!   it (Secret, DeleteOptions: Helm's release records, apiserver/protobuf.rs); no protobuf or
+//!   Table output. A few aggregated/virtual APIs (SubjectAccessReview and the other reviews
+//!   besides SelfSubjectAccessReview, token requests, exec/logs) are not served.
+//! - OpenAPI v3 documents carry no schemas, and OpenAPI v2 is not served; strict field
+//!   validation does not name unknown fields sent as null, nor duplicate fields in JSON.
 //! - Authorization is RBAC only (no Node, ABAC or webhook authorizers, no anonymous requests);
 //!   ClusterRole aggregationRules are not evaluated; the bootstrap ClusterRoles other than
 //!   cluster-admin (view, edit, admin, system:*) are not there to be bound or read, and the
@@ -65,7 +73,9 @@
 mod convert;
 mod errors;
 mod fields;
+mod openapi;
 mod patch;
+mod protobuf;
 mod rbac;
 mod resources;
 mod scale;
@@ -573,6 +583,10 @@ enum Route {
     Groups,
     Group(String),
     ResourceList(String, String),
+    /// `/openapi/v3`: the index of group versions.
+    OpenApiIndex,
+    /// `/openapi/v3/api/v1`, `/openapi/v3/apis/GROUP/VERSION`.
+    OpenApi(String, String),
     Resource(Box<Target>),
 }
 
@@ -602,8 +616,25 @@ fn route(state: &State, path: &str) -> Result<Route, ApiError> {
             .map(|_| Route::ResourceList(g.to_string(), v.to_string()))
             .ok_or_else(ApiError::no_such_resource),
         ["apis", g, v, rest @ ..] => resource_route(state, g, v, rest),
+        ["openapi", "v3"] => Ok(Route::OpenApiIndex),
+        ["openapi", "v3", rest @ ..] => openapi::parse(rest)
+            .filter(|(g, v)| openapi_served(state).contains(&(g.clone(), v.clone())))
+            .map(|(g, v)| Route::OpenApi(g, v))
+            .ok_or_else(ApiError::no_such_resource),
         _ => Err(ApiError::no_such_resource()),
     }
+}
+
+/// Every served group version, the core one first: what /openapi/v3 lists.
+fn openapi_served(state: &State) -> Vec<(String, String)> {
+    std::iter::once((String::new(), "v1".to_string()))
+        .chain(
+            state
+                .groups()
+                .into_iter()
+                .flat_map(|(g, vs)| vs.into_iter().map(move |v| (g.clone(), v))),
+        )
+        .collect()
 }
 
 fn resource_route(
@@ -670,6 +701,14 @@ fn verb_of(req: &Req, target: Option<&Target>) -> &'static str {
 fn parse_body(req: &Req) -> Option<Result<Value, String>> {
     if req.body.is_empty() {
         return None;
+    }
+    if req.content_type().as_deref() == Some(protobuf::MEDIA_TYPE) {
+        return Some(protobuf::decode(&req.body).map_err(|e| match e {
+            protobuf::Error::Unsupported(kind) => {
+                format!("no protobuf decoding of {kind} in this test server")
+            }
+            protobuf::Error::Invalid(why) => why,
+        }));
     }
     let yaml = matches!(
         req.content_type().as_deref(),
@@ -856,6 +895,25 @@ fn handle(
                 )
             }
         }),
+        Route::OpenApiIndex => get_only({
+            let mut served: Vec<(String, Vec<String>)> = Vec::new();
+            for (g, v) in openapi_served(state) {
+                match served.iter_mut().find(|(name, _)| *name == g) {
+                    Some((_, vs)) => vs.push(v),
+                    None => served.push((g, vec![v])),
+                }
+            }
+            Reply::json(
+                200,
+                openapi::index(&served, |g, v| {
+                    openapi::document(g, v, &state.types_in(g, v))
+                }),
+            )
+        }),
+        Route::OpenApi(g, v) => get_only(Reply::json(
+            200,
+            openapi::document(&g, &v, &state.types_in(&g, &v)),
+        )),
         Route::Resource(t) => match resource(state, req, &t, body, user) {
             Ok(r) => r,
             Err(e) => Reply::error(e),
@@ -1001,6 +1059,11 @@ fn resource(
         sub: &t.sub,
         manager: &manager,
         dry_run,
+        strict: match (req.param("fieldValidation"), &req.method) {
+            (Some("Strict"), &Method::PATCH) => store::Strict::Patch,
+            (Some("Strict"), _) => store::Strict::Body,
+            _ => store::Strict::No,
+        },
     };
     let item = !t.name.is_empty();
     if t.rt.is_review() {
@@ -1177,10 +1240,11 @@ fn authorize_write(
 
 /// POST and PUT take JSON or YAML (protobuf is not understood here); no Content-Type is JSON.
 fn body_media_type_ok(req: &Req) -> bool {
-    matches!(
-        req.content_type().as_deref(),
-        None | Some("" | "application/json" | "application/yaml")
-    )
+    match req.content_type().as_deref() {
+        None | Some("" | "application/json" | "application/yaml") => true,
+        Some(protobuf::MEDIA_TYPE) => protobuf::decodable(&req.body),
+        Some(_) => false,
+    }
 }
 
 fn patch_options_invalid(cause: errors::FieldError) -> ApiError {

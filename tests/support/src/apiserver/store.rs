@@ -8,7 +8,7 @@ use base64::Engine;
 use serde_json::{Map, Value, json};
 
 use super::RecordedRequest;
-use super::errors::{ApiError, FieldError};
+use super::errors::{ApiError, FieldError, quote};
 use super::fields::{self, PE, ShapeCtx, Writer};
 use super::patch;
 use super::resources::{self, ResourceType};
@@ -90,6 +90,19 @@ pub struct Write<'a> {
     pub sub: &'a str,
     pub manager: &'a str,
     pub dry_run: bool,
+    /// `fieldValidation=Strict` on a create, update or patch.
+    pub strict: Strict,
+}
+
+/// `fieldValidation=Strict`: fields the kind does not have are refused instead of dropped,
+/// worded as kube-apiserver words it for a body (create, update: 400) or for the result of a
+/// patch (422). Server-side apply refuses them whatever the directive (`check_declared`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Strict {
+    #[default]
+    No,
+    Body,
+    Patch,
 }
 
 enum Op {
@@ -698,6 +711,9 @@ impl State {
                 return Err(ApiError::invalid(&rt.group, &rt.kind, &name, &errs));
             }
         };
+        if !matches!(op, Op::Apply) {
+            Self::check_strict(w, &raw, &decoded)?;
+        }
         obj = decoded;
         if super::convert::is_hpa_v1(&rt.group, &rt.kind, w.version) {
             // Stored, and defaulted, as autoscaling/v2.
@@ -1343,6 +1359,40 @@ impl State {
         merged["apiVersion"] = json!(api_version);
         merged["kind"] = json!(w.rt.kind);
         self.write(w, old, merged, Op::Apply)
+    }
+
+    /// `fieldValidation=Strict`: the fields of `raw` that decoding dropped are unknown, and
+    /// refused with the strict decoding error of kube-apiserver (sigs.k8s.io/json's wording).
+    /// A field sent as null is not told apart from an absent one (a known difference: Go's
+    /// strict decoder names it too).
+    fn check_strict(w: &Write, raw: &Value, decoded: &Value) -> Result<(), ApiError> {
+        if w.strict == Strict::No {
+            return Ok(());
+        }
+        let mut unknown = Vec::new();
+        typed::unknown_fields(raw, decoded, "", &mut unknown);
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let errors: Vec<String> = unknown
+            .iter()
+            .map(|path| format!("unknown field {}", quote(path)))
+            .collect();
+        let strict = format!("strict decoding error: {}", errors.join(", "));
+        Err(match w.strict {
+            Strict::Patch => ApiError::invalid(
+                "",
+                "",
+                "",
+                &[FieldError::invalid("patch", &raw.to_string(), strict)],
+            ),
+            _ => ApiError::bad_request(format!(
+                "{} in version {} cannot be handled as a {}: {strict}",
+                w.rt.kind,
+                quote(w.version),
+                w.rt.kind
+            )),
+        })
     }
 
     fn check_declared(&self, w: &Write, applied: &Value, merged: &Value) -> Result<(), ApiError> {

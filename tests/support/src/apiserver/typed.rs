@@ -921,3 +921,31 @@ pub fn event_from_core(mut v: Value) -> Value {
     }
     v
 }
+
+/// The paths (`spec.template.spec.foo`, `spec.containers[0].bar`, as Go's strict decoder
+/// writes them) of the fields of `raw` that `decoded` lacks: fields the kind does not have,
+/// dropped by the typed round trip or pruned by the schema. Nulls are not counted.
+pub fn unknown_fields(raw: &Value, decoded: &Value, at: &str, out: &mut Vec<String>) {
+    match (raw, decoded) {
+        (Value::Object(raw), Value::Object(decoded)) => {
+            for (key, value) in raw {
+                let path = if at.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{at}.{key}")
+                };
+                match decoded.get(key) {
+                    Some(inner) => unknown_fields(value, inner, &path, out),
+                    None if !value.is_null() => out.push(path),
+                    None => {}
+                }
+            }
+        }
+        (Value::Array(raw), Value::Array(decoded)) if raw.len() == decoded.len() => {
+            for (i, (value, inner)) in raw.iter().zip(decoded).enumerate() {
+                unknown_fields(value, inner, &format!("{at}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
