@@ -174,7 +174,14 @@ fn every_spec_and_status_field_of_the_design_is_there() {
     assert_eq!(
         status["layers"]["items"]["properties"]["phase"]["enum"],
         json!([
-            "Pending", "Applying", "Waiting", "Ready", "Failed", "Deleting", "Deleted", "CleaningUp"
+            "Pending",
+            "Applying",
+            "Waiting",
+            "Ready",
+            "Failed",
+            "Deleting",
+            "Deleted",
+            "CleaningUp"
         ])
     );
     for field in ["holder", "sessionId", "lockedUntil"] {

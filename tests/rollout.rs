@@ -648,7 +648,8 @@ fn a_failed_action_names_its_layer_and_the_layers_after_it_go_back_to_pending() 
         reason: Reason::ApplyFailed,
         message: "applying Deployment shop/db: invalid (chart shop, templates/db.yaml)".into(),
     };
-    let (status, events, retry) = install::fail_action(&fx.revision(), &d1, 0, &refused, &at(1));
+    let (status, events, retry) =
+        install::fail_action(&fx.revision(), &fx.started(), &d1, 0, &refused, &at(1));
     let failed = status
         .layers
         .iter()
@@ -675,8 +676,15 @@ fn a_failed_action_names_its_layer_and_the_layers_after_it_go_back_to_pending() 
         transient: true,
         ..refused
     };
-    let (status, events, retry) = install::fail_action(&fx.revision(), &d1, 1, &busy, &at(1));
+    let (status, events, retry) =
+        install::fail_action(&fx.revision(), &fx.started(), &d1, 1, &busy, &at(1));
     assert_eq!(status.phase, Some(ReleasePhase::Deploying));
+    // It did not start: tried again later, the same failure makes the same entry.
+    let again = fx.step(&fx.started(), &Observations::default(), at(9));
+    let (later, _, _) =
+        install::fail_action(&fx.revision(), &fx.started(), &again, 1, &busy, &at(9));
+    assert_eq!(later.layers[1], status.layers[1]);
+    assert_eq!(later.layers[1].started_at, None);
     assert_eq!(status.failures, None);
     assert!(
         status

@@ -175,7 +175,6 @@ fn unavailable_backoff(failures: u32) -> Duration {
         .min(UNAVAILABLE_BACKOFF)
 }
 
-
 /// The API server, as one release's operations see it: with the controller's own identity, or
 /// impersonating the service account the release acts as. Every `Cluster` made from one with
 /// [`Cluster::acting_as`] shares its discovery, which is read with the controller's identity.
@@ -361,10 +360,7 @@ impl Cluster {
                     tokio::time::timeout(GROUP_VERSION_TIMEOUT, listing)
                         .await
                         .map_err(|_| {
-                            format!(
-                                "no answer within {}s",
-                                GROUP_VERSION_TIMEOUT.as_secs()
-                            )
+                            format!("no answer within {}s", GROUP_VERSION_TIMEOUT.as_secs())
                         }),
                 )
             }
@@ -549,10 +545,10 @@ impl Cluster {
         }
         if let Some(group) = group {
             let catalog = self.catalog.read().await;
-            let down = catalog
-                .unavailable
-                .iter()
-                .find(|(gv, _)| gv.rsplit_once('/').is_some_and(|(g, _)| g.eq_ignore_ascii_case(group)));
+            let down = catalog.unavailable.iter().find(|(gv, _)| {
+                gv.rsplit_once('/')
+                    .is_some_and(|(g, _)| g.eq_ignore_ascii_case(group))
+            });
             if let Some((gv, failed)) = down {
                 return Err(ClusterError::GroupUnavailable {
                     group_version: gv.clone(),

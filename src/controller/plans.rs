@@ -366,12 +366,27 @@ async fn deployable(
     let mut unserved = Vec::new();
     let mut keys = Vec::with_capacity(plan.resources.len());
     for resource in &plan.resources {
-        keys.push(key_of(resource, cluster, &crd_scopes, target_namespace, &mut unserved).await?);
+        keys.push(
+            key_of(
+                resource,
+                cluster,
+                &crd_scopes,
+                target_namespace,
+                &mut unserved,
+            )
+            .await?,
+        );
     }
     let mut hooks = Vec::with_capacity(plan.hooks.len());
     for hook in plan.hooks.iter().filter(|h| !h.only_test()) {
-        let key =
-            key_of(&hook.resource, cluster, &crd_scopes, target_namespace, &mut unserved).await?;
+        let key = key_of(
+            &hook.resource,
+            cluster,
+            &crd_scopes,
+            target_namespace,
+            &mut unserved,
+        )
+        .await?;
         hooks.push(HookRecord::of(hook, key));
     }
     let crd_keys = plan
@@ -440,8 +455,16 @@ fn unserved_kinds(unserved: &[Resource]) -> Option<Refusal> {
         message: format!(
             "{}: no API server serves {}, nor does a CRD of the chart; ensure CRDs are installed first (helm install refuses the chart the same way). The release goes on by itself once {} served",
             named.join("; "),
-            if kinds.len() == 1 { "this kind" } else { "these kinds" },
-            if kinds.len() == 1 { "it is" } else { "they are" },
+            if kinds.len() == 1 {
+                "this kind"
+            } else {
+                "these kinds"
+            },
+            if kinds.len() == 1 {
+                "it is"
+            } else {
+                "they are"
+            },
         ),
     })
 }

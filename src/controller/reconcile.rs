@@ -340,43 +340,55 @@ impl<'a> Reconcile<'a> {
         Ok(found.is_none_or(|ns| ns.metadata.deletion_timestamp.is_some()))
     }
 
+    /// A step that failed again for a transient reason keeps the conditions that tell the
+    /// failure (the step had set them back, expecting to go through): the status this reconcile
+    /// writes is then what it was, so that its own write does not wake the release at once and
+    /// the retry backs off.
+    fn keep_told_failure(&self, status: &mut SequencedReleaseStatus) {
+        if rollout::status::tells_reconcile_failure(&self.facts.status) {
+            status.conditions = self.facts.status.conditions.clone();
+        }
+    }
+
     /// This reconcile failed with `error`: from the second failure in a row on (at once when the
     /// release has no conditions yet, or while an API group it needs is unavailable), the
     /// conditions and a Warning event say what failed, so that no retry is silent. The phase and
     /// message stay as they are; the next reconcile that goes through sets the conditions back.
     async fn report(&mut self, error: &Error) {
         let attempt = self.ctx.failures_of(&self.key).saturating_add(1);
-        let waiting = matches!(
-            error,
-            Error::Cluster(ClusterError::GroupUnavailable { .. })
-        );
+        let waiting = matches!(error, Error::Cluster(ClusterError::GroupUnavailable { .. }));
         let unseen = self.facts.status.conditions.is_empty();
         if self.ctx.stopping() || (attempt < 2 && !waiting && !unseen) {
             return;
         }
+        // The same words at every failure: a status that changed would wake the release at once
+        // (its own write), and the retry would not back off.
         let (reason, message) = if waiting {
             (
                 Reason::GroupUnavailable,
                 format!("waiting: {error}; asked again with backoff"),
             )
         } else {
-            let retry = super::run::backoff(attempt, 0.5);
             (
                 Reason::ReconcileFailed,
-                format!(
-                    "reconcile failed {attempt} times in a row, tried again in about {}s: {error}",
-                    retry.as_secs().max(1)
-                ),
+                format!("reconcile failed, tried again with backoff: {error}"),
             )
         };
-        let status =
-            rollout::status::reconcile_failed(&self.facts.status, reason, &message, &self.facts.now);
+        let status = rollout::status::reconcile_failed(
+            &self.facts.status,
+            reason,
+            &message,
+            &self.facts.now,
+        );
         if let Err(stop) = self.write_status(&status).await {
             tracing::debug!(?stop, "could not tell a failed reconcile in the status");
             return;
         }
-        self.publish(&[Note::warning(EventReason::ReconcileFailed, error.to_string())])
-            .await;
+        self.publish(&[Note::warning(
+            EventReason::ReconcileFailed,
+            error.to_string(),
+        )])
+        .await;
     }
 
     /// The release's service account may not read what the lifecycle needs to see: Failed and
@@ -606,8 +618,14 @@ impl<'a> Reconcile<'a> {
         let Some(revision) = self.facts.revision(&self.me) else {
             return Err(Stop::Failed(failed.error));
         };
-        let (mut status, mut events, retry) =
-            install::fail_action(&revision, step, done, &failed.failure, &self.facts.now);
+        let (mut status, mut events, retry) = install::fail_action(
+            &revision,
+            &self.facts.status,
+            step,
+            done,
+            &failed.failure,
+            &self.facts.now,
+        );
         let record = self
             .facts
             .status
@@ -622,6 +640,9 @@ impl<'a> Reconcile<'a> {
                 &self.facts.now,
             );
             self.update_records(&updates).await?;
+        }
+        if failed.failure.transient {
+            self.keep_told_failure(&mut status);
         }
         self.write_status(&status).await?;
         self.publish(&events).await;
@@ -694,7 +715,10 @@ impl<'a> Reconcile<'a> {
         issued: usize,
         failed: Failed,
     ) -> Result<Action, Stop> {
-        let status = uninstall::fail_delete(step, issued, &failed.failure, &self.facts.now);
+        let mut status = uninstall::fail_delete(step, issued, &failed.failure, &self.facts.now);
+        if failed.failure.transient {
+            self.keep_told_failure(&mut status);
+        }
         self.write_status(&status).await?;
         Err(Stop::Failed(failed.error))
     }

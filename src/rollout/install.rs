@@ -895,10 +895,13 @@ fn refusal(
 
 /// Action `done` of `step` failed: the status names the layer and the object, the layers of
 /// the actions after it were not reached (back to Pending), and a refusal fails the operation
-/// (retried `spec.retries` times), while a transient error only says what failed. Returns the
-/// status, the events and, for a refusal, when to retry.
+/// (retried `spec.retries` times), while a transient error only says what failed, the layer
+/// keeping the start time it had `before` the step (it did not start: tried again, the same
+/// failure writes the same status, so that the retry is not woken at once by its own write).
+/// Returns the status, the events and, for a refusal, when to retry.
 pub fn fail_action(
     revision: &Revision,
+    before: &SequencedReleaseStatus,
     step: &InstallStep,
     done: usize,
     failure: &ActionFailure,
@@ -906,12 +909,17 @@ pub fn fail_action(
 ) -> (SequencedReleaseStatus, Vec<Note>, Option<Duration>) {
     let mut status = step.status.clone();
     let action = step.actions.get(done);
-    if let Some(layer) = action.and_then(|a| status.layers.get_mut(slot_of(revision, a))) {
-        layer.phase = if failure.transient {
-            LayerPhase::Applying
+    let slot = action.map(|a| slot_of(revision, a));
+    if let Some(layer) = slot.and_then(|slot| status.layers.get_mut(slot)) {
+        if failure.transient {
+            layer.phase = LayerPhase::Applying;
+            layer.started_at = slot
+                .and_then(|slot| before.layers.get(slot))
+                .filter(|l| l.name == layer.name && l.chart == layer.chart)
+                .and_then(|l| l.started_at.clone());
         } else {
-            LayerPhase::Failed
-        };
+            layer.phase = LayerPhase::Failed;
+        }
         layer.message = Some(failure.message.clone());
     }
     unreached(revision, step, done + 1, &mut status);

@@ -255,7 +255,15 @@ pub fn reconcile_failed(
     if !ready {
         set_condition(conditions, READY, false, reason, message, generation, now);
     }
-    set_condition(conditions, RECONCILING, true, reason, message, generation, now);
+    set_condition(
+        conditions,
+        RECONCILING,
+        true,
+        reason,
+        message,
+        generation,
+        now,
+    );
     if !conditions.iter().any(|c| c.type_ == STALLED) {
         set_condition(conditions, STALLED, false, reason, "", generation, now);
     }
