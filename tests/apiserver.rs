@@ -2671,3 +2671,86 @@ async fn discovery_needed_by_many_at_once_is_read_once() {
         .collect();
     assert_eq!(readings.len(), 1, "{readings:?}");
 }
+
+/// A namespace created as a user would, and the recorded request's answer compared with ours.
+#[tokio::test]
+async fn a_pod_whose_service_account_is_missing_is_refused_as_recorded() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let recorded = &recorded_json("serviceaccount-missing.json")["pod-create-missing-serviceaccount"];
+        let path = recorded["request"]["path"].as_str().unwrap();
+        namespace(&server, "rc-s-xecc-ingress-nginx").await;
+        let answer = send_json(&server, "POST", path, "application/json", &recorded["request"]["body"]).await;
+        assert_eq!(answer.status, 403, "{}", answer.text);
+        assert_eq!(answer.json(), recorded["response"]["body"]);
+
+        // Admission runs before a name is generated: the refusal names the prefix.
+        let generated = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "hook-"},
+            "spec": {"serviceAccountName": "no-such-sa", "containers": [{"name": "c", "image": "x"}]}});
+        let answer = send_json(&server, "POST", path, "application/json", &generated).await;
+        assert_eq!(answer.status, 403, "{}", answer.text);
+        assert_eq!(
+            answer.json()["message"],
+            "pods \"hook-\" is forbidden: error looking up service account rc-s-xecc-ingress-nginx/no-such-sa: serviceaccount \"no-such-sa\" not found"
+        );
+        // A server-side apply that would create the Pod is admitted the same way.
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(server.client(), "rc-s-xecc-ingress-nginx");
+        let mut body = recorded["request"]["body"].clone();
+        body["metadata"]["name"] = json!("applied");
+        let (code, reason, message) =
+            refused(pods.patch("applied", &PatchParams::apply("test"), &Patch::Apply(&body)).await);
+        assert_eq!((code, reason.as_str()), (403, "Forbidden"));
+        assert!(message.starts_with("pods \"applied\" is forbidden: error looking up service account"), "{message}");
+        assert!(server.objects("v1", "Pod", None).is_empty());
+
+        // Once the ServiceAccount exists, the same Pod is created.
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(server.client(), "rc-s-xecc-ingress-nginx");
+        accounts
+            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "no-such-sa"}})).unwrap())
+            .await
+            .unwrap();
+        let answer = send_json(&server, "POST", path, "application/json", &recorded["request"]["body"]).await;
+        assert_eq!(answer.status, 201, "{}", answer.text);
+    })
+    .await;
+}
+
+/// kube-controller-manager gives every namespace a ServiceAccount `default`, which a Pod that
+/// names none runs as; without it such a Pod would be refused.
+#[tokio::test]
+async fn every_namespace_has_a_default_service_account_that_pods_run_as() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            assert!(server.object("v1", "ServiceAccount", Some(ns), "default").is_some(), "{ns}");
+        }
+        namespace(&server, "shop").await;
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(server.client(), "shop");
+        let account = accounts.get("default").await.unwrap();
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(server.client(), "shop");
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}});
+        let created = pods
+            .create(&PostParams::default(), &serde_json::from_value(pod.clone()).unwrap())
+            .await
+            .unwrap();
+        let spec = created.spec.unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some("default"));
+        assert_eq!(spec.service_account.as_deref(), Some("default"));
+        // Admission's change is nobody's field.
+        let managed = serde_json::to_string(&created.metadata.managed_fields).unwrap();
+        assert!(!managed.contains("serviceAccount"), "{managed}");
+
+        // Deleted, it is created again; while gone for good (namespace deleted), nothing runs.
+        accounts.delete("default", &DeleteParams::default()).await.unwrap();
+        let again = accounts.get("default").await.unwrap();
+        assert_ne!(again.metadata.uid, account.metadata.uid);
+        Api::<Namespace>::all(server.client()).delete("shop", &DeleteParams::default()).await.unwrap();
+        assert!(server.object("v1", "ServiceAccount", Some("shop"), "default").is_none());
+        assert!(server.object("v1", "Namespace", None, "shop").is_none());
+    })
+    .await;
+}

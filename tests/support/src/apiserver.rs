@@ -66,6 +66,7 @@ mod convert;
 mod errors;
 mod fields;
 mod patch;
+mod pods;
 mod rbac;
 mod resources;
 mod scale;
@@ -327,6 +328,19 @@ impl TestApiServer {
             .objects
             .get(&State::key(&rt, namespace.unwrap_or(""), name))?;
         Some(store::present(&rt, &version, obj))
+    }
+
+    /// The stored objects of `kind` (as served at `api_version`) in `namespace`, or in every
+    /// namespace for None, in name order.
+    pub fn objects(&self, api_version: &str, kind: &str, namespace: Option<&str>) -> Vec<Value> {
+        let state = self.inner.lock();
+        let Some((rt, version)) = state.type_for_kind(api_version, kind) else {
+            return Vec::new();
+        };
+        state
+            .of_resource(&rt.storage_group, &rt.storage_resource, namespace)
+            .map(|(_, obj)| store::present(&rt, &version, obj))
+            .collect()
     }
 
     /// Merges `status` into the object's .status (JSON merge patch), with a new resourceVersion

@@ -11,6 +11,7 @@ use super::RecordedRequest;
 use super::errors::{ApiError, FieldError};
 use super::fields::{self, PE, ShapeCtx, Writer};
 use super::patch;
+use super::pods;
 use super::resources::{self, ResourceType};
 use super::select::{FieldSelector, LabelSelector};
 use super::typed::{self, DecodeError};
@@ -69,6 +70,9 @@ pub struct State {
     pub failures: Vec<Failure>,
     next_ip: u32,
     next_node_port: u32,
+    /// Namespaces that may lack their `default` ServiceAccount (new ones, and those whose
+    /// `default` was deleted), for the serviceaccount controller.
+    accounts_due: BTreeSet<String>,
 }
 
 /// The answer of a write or a delete.
@@ -218,6 +222,7 @@ impl State {
             failures: Vec::new(),
             next_ip: 1,
             next_node_port: 0,
+            accounts_due: BTreeSet::new(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let now = now_time();
@@ -249,6 +254,7 @@ impl State {
             };
             s.commit(key, obj);
         }
+        s.reconcile();
         s
     }
 
@@ -355,6 +361,7 @@ impl State {
             self.unindex(&key, old);
         }
         self.index(&key, &obj);
+        self.note_change(&key, old.is_none());
         let etype = if old.is_some() { "MODIFIED" } else { "ADDED" };
         self.emit(key, etype, obj.clone(), old);
         obj
@@ -369,6 +376,10 @@ impl State {
         meta_mut(&mut last).insert("resourceVersion".into(), json!(self.rv.to_string()));
         self.deleted_uids.insert(uid_of(&last));
         self.collect.insert(uid_of(&last));
+        self.note_change(key, false);
+        if key.group.is_empty() && key.resource == "serviceaccounts" && key.name == "default" {
+            self.accounts_due.insert(key.namespace.clone());
+        }
         if key.group == "apiextensions.k8s.io"
             && let Some(rt) = typed::crd_type(&last)
         {
@@ -376,6 +387,13 @@ impl State {
         }
         self.emit(key.clone(), "DELETED", last.clone(), None);
         Some(last)
+    }
+
+    /// What the built-in controllers are to look at after a change of `key`.
+    fn note_change(&mut self, key: &Key, added: bool) {
+        if key.group.is_empty() && key.resource == "namespaces" && added {
+            self.accounts_due.insert(key.name.clone());
+        }
     }
 
     fn index(&mut self, key: &Key, obj: &Value) {
@@ -534,6 +552,19 @@ impl State {
             )),
             Some(_) => Ok(()),
         }
+    }
+
+    /// The validating admission of a create that depends on other objects: a Pod's
+    /// ServiceAccount must exist. A body that does not decode is left to fail decoding, as
+    /// admission runs after it.
+    fn admit(&self, w: &Write, body: &Value) -> Result<(), ApiError> {
+        if !w.sub.is_empty() || !pods::admitted(&w.rt.group, &w.rt.kind) {
+            return Ok(());
+        }
+        if let Err(DecodeError::BadRequest(_)) = typed::decode(w.rt, w.version, body.clone()) {
+            return Ok(());
+        }
+        pods::admit(self, w.namespace, body)
     }
 
     /// A custom resource cannot be created while its definition is being deleted.
@@ -744,6 +775,10 @@ impl State {
             let mut writer = Self::writer(w, &now);
             writer.api_version = &api_version;
             fields::record_update(Self::shape_ctx(w), &writer, old.as_ref(), &mut obj);
+        }
+        // Mutating admission, after the field manager: its changes are nobody's fields.
+        if old.is_none() && w.sub.is_empty() && pods::admitted(&rt.group, &rt.kind) {
+            pods::set_service_account(&mut obj);
         }
         match &old {
             None => self.prepare_create(rt, &mut obj, &now),
@@ -1118,27 +1153,32 @@ impl State {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        if name.is_empty() && !generate.is_empty() {
-            name = format!("{generate}{}", util::random_suffix());
-            m.insert("name".into(), json!(name));
-        }
-        if m.get("resourceVersion")
+        let rv_set = m
+            .get("resourceVersion")
             .and_then(Value::as_str)
-            .is_some_and(|s| !s.is_empty())
-        {
+            .is_some_and(|s| !s.is_empty());
+        if rv_set {
             return Err(ApiError::internal(
                 "resourceVersion should not be set on objects to be created",
             ));
         }
         self.check_definition(w.rt)?;
-        if !name.is_empty() {
-            self.check_namespace(w.rt, w.namespace, &name)?;
-            if self
+        // Admission sees the name asked for: a generated one comes after it.
+        let asked = if name.is_empty() { &generate } else { &name };
+        if !asked.is_empty() {
+            self.check_namespace(w.rt, w.namespace, asked)?;
+        }
+        self.admit(w, &body)?;
+        if name.is_empty() && !generate.is_empty() {
+            name = format!("{generate}{}", util::random_suffix());
+            meta_mut(&mut body).insert("name".into(), json!(name));
+        }
+        if !name.is_empty()
+            && self
                 .objects
                 .contains_key(&Self::key(w.rt, w.namespace, &name))
-            {
-                return Err(ApiError::already_exists(&w.rt.group, &w.rt.plural, &name));
-            }
+        {
+            return Err(ApiError::already_exists(&w.rt.group, &w.rt.plural, &name));
         }
         self.write(w, None, body, Op::Create)
     }
@@ -1313,6 +1353,7 @@ impl State {
             }
             self.check_definition(w.rt)?;
             self.check_namespace(w.rt, w.namespace, w.name)?;
+            self.admit(w, &body)?;
         }
         let now = now_time();
         let api_version = w.rt.api_version(w.version);
@@ -1813,7 +1854,47 @@ impl State {
             }
             return true;
         }
-        false
+        // The serviceaccount controller: every active namespace has a ServiceAccount `default`.
+        let mut created = false;
+        for namespace in std::mem::take(&mut self.accounts_due) {
+            created |= self.ensure_default_account(&namespace);
+        }
+        created
+    }
+
+    /// Creates the ServiceAccount `default` in `namespace` if the namespace is active and has
+    /// none, as kube-controller-manager does; whether it did.
+    fn ensure_default_account(&mut self, namespace: &str) -> bool {
+        let ns_key = Key {
+            group: String::new(),
+            resource: "namespaces".into(),
+            namespace: String::new(),
+            name: namespace.to_string(),
+        };
+        if self.objects.get(&ns_key).is_none_or(is_deleting) {
+            return false;
+        }
+        let key = Key {
+            group: String::new(),
+            resource: "serviceaccounts".into(),
+            namespace: namespace.to_string(),
+            name: "default".into(),
+        };
+        if self.objects.contains_key(&key) {
+            return false;
+        }
+        let account = json!({
+            "kind": "ServiceAccount",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": "default",
+                "namespace": namespace,
+                "uid": util::new_uid(),
+                "creationTimestamp": now_time(),
+            },
+        });
+        self.commit(key, account);
+        true
     }
 }
 
