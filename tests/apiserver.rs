@@ -2754,3 +2754,347 @@ async fn every_namespace_has_a_default_service_account_that_pods_run_as() {
     })
     .await;
 }
+
+async fn log_of(server: &TestApiServer, pod: &str, query: &str) -> Answer {
+    get(
+        server,
+        &format!("/api/v1/namespaces/default/pods/{pod}/log{query}"),
+    )
+    .await
+}
+
+/// The status code and message of a refusal answered as a Status.
+fn status_of(answer: &Answer) -> (u16, String) {
+    let body = answer.json();
+    assert_eq!(body["kind"], "Status", "{}", answer.text);
+    assert_eq!(body["code"], answer.status);
+    (answer.status, body["message"].as_str().unwrap().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_logs_are_served_as_the_kubelet_sends_them_through_the_api_server() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(server.client(), "default");
+        let pod = |name: &str, containers: &[&str], annotations: Value| {
+            let containers: Vec<Value> = containers.iter().map(|c| json!({"name": c, "image": "x"})).collect();
+            serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(json!({
+                "metadata": {"name": name, "annotations": annotations},
+                "spec": {"restartPolicy": "Never", "containers": containers}
+            }))
+            .unwrap()
+        };
+        let text = "one\ntwo\nthree\n";
+        pods.create(&PostParams::default(), &pod("p", &["c"], json!({"sequenced.test/log": text}))).await.unwrap();
+        pods.create(
+            &PostParams::default(),
+            &pod("multi", &["a", "b"], json!({"sequenced.test/log.b": "bee\n"})),
+        )
+        .await
+        .unwrap();
+
+        // Nothing ran the Pod yet: its container is being created.
+        assert_eq!(
+            status_of(&log_of(&server, "p", "").await),
+            (400, "container \"c\" in pod \"p\" is waiting to start: ContainerCreating".into())
+        );
+        assert_eq!(status_of(&log_of(&server, "nope", "").await), (404, "pods \"nope\" not found".into()));
+        assert_eq!(
+            status_of(&log_of(&server, "multi", "").await),
+            (400, "a container name must be specified for pod multi, choose one of: [a b]".into())
+        );
+        assert_eq!(
+            status_of(&log_of(&server, "multi", "?container=x").await),
+            (400, "container x is not valid for pod multi".into())
+        );
+        assert_eq!(
+            status_of(&log_of(&server, "p", "?tailLines=-1").await),
+            (422, "PodLogOptions \"p\" is invalid: tailLines: Invalid value: -1: must be greater than or equal to 0".into())
+        );
+        assert_eq!(
+            status_of(&log_of(&server, "nope", "?limitBytes=0").await),
+            (422, "PodLogOptions \"nope\" is invalid: limitBytes: Invalid value: 0: must be greater than 0".into())
+        );
+        assert_eq!(
+            status_of(&log_of(&server, "p", "?tailLines=x").await),
+            (400, "strconv.ParseInt: parsing \"x\": invalid syntax".into())
+        );
+        assert_eq!(
+            send_json(&server, "POST", "/api/v1/namespaces/default/pods/p/log", "application/json", &json!({})).await.status,
+            405
+        );
+
+        // The kubelet runs them: what the annotations say is what the containers printed.
+        let _kubelet = server.job_controller(Duration::from_millis(20));
+        assert!(
+            server
+                .wait_until(Duration::from_secs(10), |s| {
+                    ["p", "multi"].iter().all(|n| {
+                        s.object("v1", "Pod", Some("default"), n).is_some_and(|p| p["status"]["phase"] == "Succeeded")
+                    })
+                })
+                .await
+        );
+        let whole = log_of(&server, "p", "").await;
+        assert_eq!((whole.status, whole.text.as_str()), (200, text));
+        assert_eq!(whole.headers["content-type"], "text/plain");
+        for (query, want) in [
+            ("?tailLines=2", "two\nthree\n"),
+            ("?tailLines=0", ""),
+            ("?tailLines=9", text),
+            ("?limitBytes=5", "one\nt"),
+            ("?tailLines=1&limitBytes=3", "thr"),
+            ("?container=c&follow=true", text),
+            ("?container=a", ""),
+        ] {
+            let pod = if query.contains("=a") { "multi" } else { "p" };
+            let answer = log_of(&server, pod, query).await;
+            assert_eq!((answer.status, answer.text.as_str()), (200, want), "{query}");
+        }
+        assert_eq!(log_of(&server, "multi", "?container=b").await.text, "bee\n");
+        let stamped = log_of(&server, "p", "?timestamps=true&tailLines=2").await.text;
+        let lines: Vec<&str> = stamped.lines().collect();
+        assert_eq!(lines.len(), 2, "{stamped}");
+        for (line, want) in lines.iter().zip(["two", "three"]) {
+            let (at, rest) = line.split_once(' ').unwrap();
+            assert_eq!(rest, want);
+            assert!(at.parse::<k8s_openapi::jiff::Timestamp>().is_ok(), "{at}");
+        }
+        assert_eq!(
+            status_of(&log_of(&server, "p", "?previous=true").await),
+            (400, "previous terminated container \"c\" in pod \"p\" not found".into())
+        );
+        // kube's client reads it, and a test can give a log of its own.
+        let tail = kube::api::LogParams { tail_lines: Some(1), ..Default::default() };
+        assert_eq!(pods.logs("p", &tail).await.unwrap(), "three\n");
+        assert!(server.set_log("default", "p", "c", "replaced\n"));
+        assert!(!server.set_log("default", "absent", "c", "x"));
+        assert_eq!(log_of(&server, "p", "").await.text, "replaced\n");
+
+        // RBAC: the log is the subresource pods/log.
+        role_for(
+            &server,
+            "default",
+            "reader",
+            json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]),
+            json!({"kind": "ServiceAccount", "name": "reader", "namespace": "default"}),
+        )
+        .await;
+        let reader = server.client_as_user("reader", "system:serviceaccount:default:reader", &[]);
+        let reader_pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(reader, "default");
+        reader_pods.get("p").await.unwrap();
+        let (code, _, message) = refused(reader_pods.logs("p", &Default::default()).await);
+        assert_eq!(code, 403);
+        assert!(message.contains("cannot get resource \"pods/log\""), "{message}");
+
+        // The log goes with its Pod.
+        pods.delete("p", &DeleteParams::default()).await.unwrap();
+        assert_eq!(log_of(&server, "p", "").await.status, 404);
+    })
+    .await;
+}
+
+/// The recorded Job, created as a chart would (without what the server adds).
+fn recorded_job(recorded: &Value) -> Value {
+    let mut job = recorded["job-without-its-serviceaccount"].clone();
+    let meta = job["metadata"].as_object_mut().unwrap();
+    for k in ["creationTimestamp", "generation", "resourceVersion", "uid"] {
+        meta.remove(k);
+    }
+    let spec = job["spec"].as_object_mut().unwrap();
+    spec.remove("selector");
+    let labels = spec["template"]["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap();
+    for k in [
+        "batch.kubernetes.io/controller-uid",
+        "batch.kubernetes.io/job-name",
+        "controller-uid",
+        "job-name",
+    ] {
+        labels.remove(k);
+    }
+    job.as_object_mut().unwrap().remove("status");
+    job
+}
+
+/// An event or object without what differs between two runs (names, uids, times, counts).
+fn event_shape(event: &Value) -> Value {
+    let mut e = event.clone();
+    let e_map = e.as_object_mut().unwrap();
+    for k in ["count", "firstTimestamp", "lastTimestamp", "metadata"] {
+        e_map.remove(k);
+    }
+    normalize(&e)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_service_account_is_missing_records_failed_create_and_runs_once_it_exists() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let recorded = recorded_json("serviceaccount-missing.json");
+        let ns = "rc-s-xecc-ingress-nginx";
+        namespace(&server, ns).await;
+        let mut job = recorded_job(&recorded);
+        job["spec"]["template"]["metadata"]["annotations"] =
+            json!({"sequenced.test/log": "certificate created\n"});
+        let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(server.client(), ns);
+        let job = jobs
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(job).unwrap(),
+            )
+            .await
+            .unwrap();
+        let name = job.metadata.name.clone().unwrap();
+        let _controller = server.job_controller(Duration::from_millis(50));
+
+        // FailedCreate, counted up as the controller tries again.
+        let recorded_event = &recorded["job-failedcreate-event"];
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(server.client(), ns);
+        let event = loop {
+            let list = get(&server, &format!("/api/v1/namespaces/{ns}/events"))
+                .await
+                .json();
+            let found = list["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["reason"] == "FailedCreate" && e["count"].as_i64() >= Some(3))
+                .cloned();
+            if let Some(e) = found {
+                let name = e["metadata"]["name"].as_str().unwrap();
+                break get(&server, &format!("/api/v1/namespaces/{ns}/events/{name}"))
+                    .await
+                    .json();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(event_shape(&event), event_shape(recorded_event));
+        assert!(
+            event["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{name}."))
+        );
+        assert_eq!(
+            event["involvedObject"]["uid"].as_str(),
+            job.metadata.uid.as_deref()
+        );
+        assert!(event["lastTimestamp"].as_str() >= event["firstTimestamp"].as_str());
+        // No Pod, and a status that says started, nothing active, no condition: forever.
+        let mut status =
+            server.object("batch/v1", "Job", Some(ns), &name).unwrap()["status"].clone();
+        let mut want = recorded["job-without-its-serviceaccount"]["status"].clone();
+        for s in [&mut status, &mut want] {
+            let started = s.as_object_mut().unwrap().remove("startTime");
+            assert!(started.unwrap().is_string());
+        }
+        assert_eq!(status, want);
+        assert!(server.objects("v1", "Pod", Some(ns)).is_empty());
+
+        // The ServiceAccount appears: the Pod is created, runs and the Job completes.
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(server.client(), ns);
+        let account = json!({"metadata": {"name": "sxecc552-ingress-nginx-admission"}});
+        accounts
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(account).unwrap(),
+            )
+            .await
+            .unwrap();
+        assert!(
+            server
+                .wait_until(Duration::from_secs(10), |s| {
+                    s.object("batch/v1", "Job", Some(ns), &name)
+                        .is_some_and(|j| {
+                            j["status"]["conditions"]
+                                .as_array()
+                                .is_some_and(|c| c.iter().any(|c| c["type"] == "Complete"))
+                        })
+                })
+                .await,
+            "the Job never completed"
+        );
+        let pods = server.objects("v1", "Pod", Some(ns));
+        assert_eq!(pods.len(), 1);
+        let pod = &pods[0];
+        let uid = job.metadata.uid.clone().unwrap();
+        assert_eq!(pod["metadata"]["generateName"], format!("{name}-"));
+        for (label, value) in [
+            ("batch.kubernetes.io/controller-uid", uid.as_str()),
+            ("controller-uid", uid.as_str()),
+            ("batch.kubernetes.io/job-name", name.as_str()),
+            ("job-name", name.as_str()),
+            ("app.kubernetes.io/component", "admission-webhook"),
+        ] {
+            assert_eq!(pod["metadata"]["labels"][label], value, "{label}");
+        }
+        assert_eq!(
+            pod["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid,
+                    "controller": true, "blockOwnerDeletion": true}])
+        );
+        assert_eq!(
+            pod["spec"]["serviceAccountName"],
+            "sxecc552-ingress-nginx-admission"
+        );
+        assert_eq!(pod["status"]["phase"], "Succeeded");
+        let pod_name = pod["metadata"]["name"].as_str().unwrap();
+        let log = get(
+            &server,
+            &format!("/api/v1/namespaces/{ns}/pods/{pod_name}/log"),
+        )
+        .await;
+        assert_eq!(
+            (log.status, log.text.as_str()),
+            (200, "certificate created\n")
+        );
+        let reasons: Vec<String> = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect();
+        assert_eq!(reasons, ["FailedCreate", "SuccessfulCreate", "Completed"]);
+
+        // The Job's Pod goes with it.
+        jobs.delete(&name, &DeleteParams::background())
+            .await
+            .unwrap();
+        assert!(server.objects("v1", "Pod", Some(ns)).is_empty());
+    })
+    .await;
+}
+
+/// A Job labelled to fail gets a new Pod for each failure its backoffLimit allows, then fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_job_is_given_backoff_limit_more_pods_then_fails() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(server.client(), "default");
+        let job = json!({"metadata": {"name": "flaky", "labels": {"sequenced.test/outcome": "fail"}},
+            "spec": {"backoffLimit": 2, "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "x"}]}}}});
+        jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.unwrap();
+        let _controller = server.job_controller(Duration::from_millis(20));
+        assert!(
+            server
+                .wait_until(Duration::from_secs(10), |s| {
+                    s.object("batch/v1", "Job", Some("default"), "flaky")
+                        .is_some_and(|j| j["status"]["conditions"].is_array())
+                })
+                .await
+        );
+        let job = server.object("batch/v1", "Job", Some("default"), "flaky").unwrap();
+        assert_eq!(job["status"]["failed"], 3);
+        assert_eq!(job["status"]["conditions"][1]["type"], "Failed");
+        let pods = server.objects("v1", "Pod", Some("default"));
+        assert_eq!(pods.len(), 3);
+        assert!(pods.iter().all(|p| p["status"]["phase"] == "Failed"));
+    })
+    .await;
+}

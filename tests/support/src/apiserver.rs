@@ -385,6 +385,31 @@ impl TestApiServer {
         done
     }
 
+    /// Plays the kubelet: container `container` of Pod `namespace/name` has written `text`
+    /// (all of it so far), which `GET .../pods/NAME/log` then serves. False when the Pod does
+    /// not exist. The log goes with the Pod.
+    pub fn set_log(&self, namespace: &str, name: &str, container: &str, text: &str) -> bool {
+        let mut state = self.inner.lock();
+        let key = store::Key {
+            group: String::new(),
+            resource: "pods".into(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        if !state.objects.contains_key(&key) {
+            return false;
+        }
+        let at = k8s_openapi::jiff::Timestamp::now().to_string();
+        state.logs.insert(
+            (namespace.into(), name.into(), container.into()),
+            pods::Log {
+                text: text.to_string(),
+                at,
+            },
+        );
+        true
+    }
+
     /// Makes the next `count` requests with `method` whose path (with query) contains
     /// `path_contains` fail with `status` and a Status body (429 and 503 with Retry-After: 1).
     pub fn fail_next(&self, method: &str, path_contains: &str, status: u16, count: usize) {
@@ -473,6 +498,12 @@ enum Reply {
         retry_after: Option<u32>,
     },
     Text(u16, String),
+    /// A body sent as it is, with its media type (a container's log).
+    Raw {
+        status: u16,
+        content_type: &'static str,
+        body: Vec<u8>,
+    },
     Watch(Box<WatchPlan>),
 }
 
@@ -497,7 +528,9 @@ impl Reply {
 
     fn status(&self) -> u16 {
         match self {
-            Reply::Json { status, .. } | Reply::Text(status, _) => *status,
+            Reply::Json { status, .. } | Reply::Text(status, _) | Reply::Raw { status, .. } => {
+                *status
+            }
             Reply::Watch(_) => 200,
         }
     }
@@ -556,6 +589,15 @@ async fn serve(inner: Arc<Inner>, req: http::Request<Incoming>) -> Response<Body
             .status(status)
             .header("content-type", "text/plain; charset=utf-8")
             .body(Full::new(Bytes::from(text)).boxed())
+            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())),
+        Reply::Raw {
+            status,
+            content_type,
+            body,
+        } => Response::builder()
+            .status(status)
+            .header("content-type", content_type)
+            .body(Full::new(Bytes::from(body)).boxed())
             .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())),
         Reply::Watch(plan) => watch_response(inner, *plan),
     }
@@ -648,7 +690,11 @@ fn resource_route(
     if rt.namespaced && namespace.is_empty() && !name.is_empty() {
         return Err(ApiError::no_such_resource());
     }
-    if !(sub.is_empty() || (sub == "status" && rt.status) || (sub == "scale" && scale::serves(&rt)))
+    let log = sub == "log" && rt.serves_log();
+    if !(sub.is_empty()
+        || (sub == "status" && rt.status)
+        || (sub == "scale" && scale::serves(&rt))
+        || log)
     {
         return Err(ApiError::no_such_resource());
     }
@@ -1029,6 +1075,17 @@ fn resource(
             &util::now_time(),
         )?;
         return Ok(Reply::json(201, review));
+    }
+    if t.sub == "log" {
+        if req.method != Method::GET {
+            return Err(ApiError::method_not_allowed());
+        }
+        let body = pods::log(state, &t.namespace, &t.name, &req.params)?;
+        return Ok(Reply::Raw {
+            status: 200,
+            content_type: "text/plain",
+            body,
+        });
     }
     if !user.is_admin() && t.sub.is_empty() {
         authorize_write(state, req, t, &body, user)?;

@@ -73,6 +73,8 @@ pub struct State {
     /// Namespaces that may lack their `default` ServiceAccount (new ones, and those whose
     /// `default` was deleted), for the serviceaccount controller.
     accounts_due: BTreeSet<String>,
+    /// What containers wrote.
+    pub logs: pods::Logs,
 }
 
 /// The answer of a write or a delete.
@@ -223,6 +225,7 @@ impl State {
             next_ip: 1,
             next_node_port: 0,
             accounts_due: BTreeSet::new(),
+            logs: pods::Logs::new(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let now = now_time();
@@ -379,6 +382,18 @@ impl State {
         self.note_change(key, false);
         if key.group.is_empty() && key.resource == "serviceaccounts" && key.name == "default" {
             self.accounts_due.insert(key.namespace.clone());
+        }
+        if key.group.is_empty() && key.resource == "pods" {
+            let from = (key.namespace.clone(), key.name.clone(), String::new());
+            let gone: Vec<_> = self
+                .logs
+                .range(from..)
+                .take_while(|((ns, pod, _), _)| *ns == key.namespace && *pod == key.name)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in gone {
+                self.logs.remove(&k);
+            }
         }
         if key.group == "apiextensions.k8s.io"
             && let Some(rt) = typed::crd_type(&last)
