@@ -62,6 +62,7 @@
 //! - Watches never time out on their own without `timeoutSeconds`; bookmarks come every
 //!   minute and two seconds before the timeout, as from the watch cache.
 
+mod aggregator;
 mod convert;
 mod errors;
 mod fields;
@@ -410,6 +411,43 @@ impl TestApiServer {
         true
     }
 
+    /// Starts an extension API server for `group`/`version` serving `resources` (plural,
+    /// kind, namespaced), each a collection with nothing in it to list or get. An APIService
+    /// for that group version whose Service exists (listening on its port) is then available
+    /// and requests under `/apis/GROUP/VERSION` reach it; without the Service, or with
+    /// [`TestApiServer::stop_aggregated`], they get 503 as from a real aggregator.
+    pub fn serve_aggregated(&self, group: &str, version: &str, resources: &[(&str, &str, bool)]) {
+        let resources = resources
+            .iter()
+            .map(|(plural, kind, namespaced)| aggregator::Resource {
+                plural: plural.to_string(),
+                kind: kind.to_string(),
+                namespaced: *namespaced,
+            })
+            .collect();
+        self.with_backends(|b| {
+            b.insert((group.into(), version.into()), resources);
+        });
+    }
+
+    /// Stops the extension API server of `group`/`version`: its APIService becomes
+    /// unavailable (its Service has no endpoints left).
+    pub fn stop_aggregated(&self, group: &str, version: &str) {
+        self.with_backends(|b| {
+            b.remove(&(group.to_string(), version.to_string()));
+        });
+    }
+
+    fn with_backends(&self, change: impl FnOnce(&mut aggregator::Backends)) {
+        let mut state = self.inner.lock();
+        change(&mut state.backends);
+        state.apiservices_due = true;
+        state.reconcile();
+        let rv = state.rv;
+        drop(state);
+        self.inner.notify(rv);
+    }
+
     /// Makes the next `count` requests with `method` whose path (with query) contains
     /// `path_contains` fail with `status` and a Status body (429 and 503 with Retry-After: 1).
     pub fn fail_next(&self, method: &str, path_contains: &str, status: u16, count: usize) {
@@ -585,9 +623,11 @@ async fn serve(inner: Arc<Inner>, req: http::Request<Incoming>) -> Response<Body
             content_type,
             retry_after,
         } => json_response(status, &body, &content_type, retry_after),
+        // What Go's http.Error and the health checks send.
         Reply::Text(status, text) => Response::builder()
             .status(status)
             .header("content-type", "text/plain; charset=utf-8")
+            .header("x-content-type-options", "nosniff")
             .body(Full::new(Bytes::from(text)).boxed())
             .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())),
         Reply::Raw {
@@ -630,6 +670,10 @@ enum Route {
     Group(String),
     ResourceList(String, String),
     Resource(Box<Target>),
+    /// Under `/apis/G/V` of an APIService that is not available.
+    Unavailable,
+    /// Under `/apis/G/V/` of a running extension API server: group, version, the path after.
+    Aggregated(String, String, Vec<String>),
 }
 
 struct Target {
@@ -653,6 +697,16 @@ fn route(state: &State, path: &str) -> Result<Route, ApiError> {
         ["apis", g] => served(g)
             .map(|_| Route::Group(g.to_string()))
             .ok_or_else(ApiError::no_such_resource),
+        ["apis", g, v, rest @ ..] if aggregator::remote(state, g, v).is_some() => {
+            Ok(match aggregator::remote(state, g, v) {
+                Some(true) => Route::Aggregated(
+                    g.to_string(),
+                    v.to_string(),
+                    rest.iter().map(|s| s.to_string()).collect(),
+                ),
+                _ => Route::Unavailable,
+            })
+        }
         ["apis", g, v] => served(g)
             .filter(|(_, vs)| vs.iter().any(|x| x == v))
             .map(|_| Route::ResourceList(g.to_string(), v.to_string()))
@@ -864,7 +918,15 @@ fn handle(
                     .map(|(g, versions)| {
                         let versions: Vec<Value> = versions
                             .iter()
-                            .map(|v| json!({"version": v, "resources": resources::aggregated_resources(&state.types_in(&g, v).iter().collect::<Vec<_>>(), v), "freshness": "Current"}))
+                            .map(|v| match aggregator::remote(state, &g, v) {
+                                // The aggregator could not fetch the backend's discovery.
+                                Some(false) => json!({"version": v, "freshness": "Stale"}),
+                                Some(true) => {
+                                    let served = state.backends.get(&(g.clone(), v.clone())).map(Vec::as_slice).unwrap_or_default();
+                                    json!({"version": v, "resources": aggregator::discovery_resources(&g, v, served), "freshness": "Current"})
+                                }
+                                None => json!({"version": v, "resources": resources::aggregated_resources(&state.types_in(&g, v).iter().collect::<Vec<_>>(), v), "freshness": "Current"}),
+                            })
                             .collect();
                         json!({"metadata": {"name": g, "creationTimestamp": null}, "versions": versions})
                     })
@@ -920,6 +982,18 @@ fn handle(
             Ok(r) => r,
             Err(e) => Reply::error(e),
         },
+        // The aggregator's proxy: http.Error, not a Status.
+        Route::Unavailable => Reply::Text(503, "service unavailable\n".into()),
+        Route::Aggregated(g, v, rest) => {
+            let Some(served) = state.backends.get(&(g.clone(), v.clone())) else {
+                return Reply::Text(503, "service unavailable\n".into());
+            };
+            let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+            match aggregator::serve(req.method == Method::GET, &g, &v, served, &rest) {
+                Ok(body) => Reply::json(200, body),
+                Err(e) => Reply::error(e),
+            }
+        }
     }
 }
 

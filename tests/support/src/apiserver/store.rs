@@ -8,6 +8,7 @@ use base64::Engine;
 use serde_json::{Map, Value, json};
 
 use super::RecordedRequest;
+use super::aggregator;
 use super::errors::{ApiError, FieldError};
 use super::fields::{self, PE, ShapeCtx, Writer};
 use super::patch;
@@ -73,6 +74,11 @@ pub struct State {
     /// Namespaces that may lack their `default` ServiceAccount (new ones, and those whose
     /// `default` was deleted), for the serviceaccount controller.
     accounts_due: BTreeSet<String>,
+    /// An APIService or a Service changed, or an extension API server started or stopped:
+    /// the availability of the APIServices is to be looked at again.
+    pub apiservices_due: bool,
+    /// The extension API servers that run.
+    pub backends: aggregator::Backends,
     /// What containers wrote.
     pub logs: pods::Logs,
 }
@@ -225,6 +231,8 @@ impl State {
             next_ip: 1,
             next_node_port: 0,
             accounts_due: BTreeSet::new(),
+            apiservices_due: false,
+            backends: aggregator::Backends::new(),
             logs: pods::Logs::new(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -311,6 +319,16 @@ impl State {
             vs.dedup();
             if !vs.is_empty() {
                 out.push((g.clone(), vs));
+            }
+        }
+        for r in aggregator::remotes(self) {
+            match out.iter_mut().find(|(g, _)| *g == r.group) {
+                Some((_, vs)) => {
+                    if !vs.contains(&r.version) {
+                        vs.push(r.version);
+                    }
+                }
+                None => out.push((r.group, vec![r.version])),
             }
         }
         out
@@ -408,6 +426,11 @@ impl State {
     fn note_change(&mut self, key: &Key, added: bool) {
         if key.group.is_empty() && key.resource == "namespaces" && added {
             self.accounts_due.insert(key.name.clone());
+        }
+        if (key.group.is_empty() && key.resource == "services")
+            || (key.group == "apiregistration.k8s.io" && key.resource == "apiservices")
+        {
+            self.apiservices_due = true;
         }
     }
 
@@ -1874,7 +1897,11 @@ impl State {
         for namespace in std::mem::take(&mut self.accounts_due) {
             created |= self.ensure_default_account(&namespace);
         }
-        created
+        if created {
+            return true;
+        }
+        // The aggregator's availability controllers.
+        std::mem::take(&mut self.apiservices_due) && self.refresh_apiservices()
     }
 
     /// Creates the ServiceAccount `default` in `namespace` if the namespace is active and has
@@ -1910,6 +1937,24 @@ impl State {
         });
         self.commit(key, account);
         true
+    }
+
+    /// Writes each APIService's `Available` condition where it changed; whether any did.
+    fn refresh_apiservices(&mut self) -> bool {
+        let mut changed = Vec::new();
+        for (key, obj) in self.of_resource("apiregistration.k8s.io", "apiservices", None) {
+            let (available, reason, message) = aggregator::availability(self, obj);
+            let mut next = obj.clone();
+            aggregator::set_available(&mut next, available, reason, &message);
+            if next != *obj {
+                changed.push((key.clone(), next));
+            }
+        }
+        let any = !changed.is_empty();
+        for (key, next) in changed {
+            self.commit(key, next);
+        }
+        any
     }
 }
 
