@@ -8,15 +8,47 @@
 //! NotFound, the invalid annotation key, server-side apply with its fieldManager and conflict
 //! errors, merge patch, deletion with finalizers, Lease MicroTime; watch-configmaps*.jsonl:
 //! watch events and bookmarks, full and PartialObjectMetadata; discovery-*.json; version.json;
-//! crd-established.json and crd-not-structural.txt).
+//! crd-established.json and crd-not-structural.txt; from v1.36: requests-lifecycle.json,
+//! serviceaccount-missing.json, aggregated-api-unavailable.json).
 //!
 //! What it keeps: every object in one map behind a mutex, one global resourceVersion counter and
 //! a log of watch events. What it does besides storing: validation (names, labels, annotations,
 //! MicroTime, a few kind checks, CRD schemas), defaults of built-in kinds, managed fields and
-//! server-side apply, `/status` subresources, generation, finalizers, and the work a few
-//! controllers would do (namespace deletion, CRD establishment and cleanup, garbage collection
-//! of dependents). It runs no workload controllers: a Deployment keeps the status that the test
-//! gives it with [`TestApiServer::set_status`], as on a cluster without kube-controller-manager.
+//! server-side apply, `/status` subresources, generation, finalizers, ServiceAccount admission
+//! of Pods, and the work a few controllers would do (namespace deletion, CRD establishment and
+//! cleanup, garbage collection of dependents, a ServiceAccount `default` in every active
+//! namespace, the aggregator's APIService availability). It runs no workload controllers: a
+//! Deployment keeps the status that the test gives it with [`TestApiServer::set_status`], as on
+//! a cluster without kube-controller-manager. The Job controller and the kubelet are played by
+//! [`TestApiServer::job_controller`] (workloads.rs) while a test holds its guard.
+//!
+//! Pods (apiserver/pods.rs):
+//! - A Pod create (POST, or a server-side apply that creates) whose ServiceAccount
+//!   (`spec.serviceAccountName`, `default` when unset) does not exist in its namespace is
+//!   refused with the recorded 403 (`error looking up service account NS/SA: ...`), naming the
+//!   Pod's `generateName` when it has no name yet; an admitted Pod gets the name written into
+//!   `serviceAccountName` and `serviceAccount`.
+//! - `GET .../pods/NAME/log` (RBAC resource `pods/log`) answers `text/plain` with what the
+//!   container wrote: set by [`TestApiServer::set_log`], or by the played kubelet from the
+//!   Pod's annotations (`sequenced.test/log`, `sequenced.test/log.CONTAINER`; a Job's template
+//!   annotations are its Pod's), empty when nothing was. `container`, `tailLines` (the last
+//!   lines), `limitBytes` (the first bytes of what would be sent), `timestamps` (each line
+//!   prefixed with the time of the write) and `previous` are read; the errors are the real
+//!   ones: 422 for invalid options, 404 for an absent Pod, 400 when a Pod of several containers
+//!   is not told which, for an unknown container, and the kubelet's for a container that has
+//!   not started (a Pod no kubelet ran: `is waiting to start: ContainerCreating`) or whose
+//!   previous instance is asked for.
+//!
+//! Aggregated APIs (apiserver/aggregator.rs): an `APIService` with `spec.service` hands its
+//! group version to an extension API server. The server writes its `Available` condition as
+//! the aggregator does (ServiceNotFound, ServicePortError, MissingEndpoints, Passed; a local
+//! APIService is always available), lists its group in `/apis` whatever its availability, marks
+//! the version `Stale` without resources in aggregated discovery while it is unavailable, and
+//! answers every request under `/apis/G/V` with 503 `service unavailable\n` in plain text (not a
+//! Status) meanwhile. A test brings it up by registering the backend with
+//! [`TestApiServer::serve_aggregated`] and creating the Service the APIService names (with the
+//! port it names); deleting that Service or [`TestApiServer::stop_aggregated`] takes it down
+//! again. A running backend answers list (empty) and get (404) of the resources registered.
 //!
 //! Who may do what (apiserver/rbac.rs), as a kube-apiserver with `--authorization-mode=RBAC`
 //! decides it (requests-lifecycle.json records its 403 and a SelfSubjectAccessReview):
@@ -40,9 +72,23 @@
 //! - SelfSubjectAccessReview is answered (allowed, with RBAC's reason) and never stored.
 //!
 //! Known differences from a real server:
-//! - Only JSON and YAML bodies (no protobuf, no Table output); a few aggregated/virtual APIs
+//! - Only JSON and YAML bodies (no protobuf, no Table output: a client-go typed client that
+//!   sends protobuf, such as helm's Secret storage driver, gets 415); a few virtual APIs
 //!   (SubjectAccessReview and the other reviews besides SelfSubjectAccessReview, token
-//!   requests, exec/logs) are not served.
+//!   requests, exec, attach, port-forward, proxy) are not served.
+//! - ServiceAccount admission mounts no token volume and copies no imagePullSecrets into the
+//!   Pod. kube-controller-manager's other per-namespace object, the `kube-root-ca.crt`
+//!   ConfigMap, is not created.
+//! - Pods are never scheduled (no `nodeName`): a Pod no kubelet reported on answers its log as
+//!   a scheduled Pod whose container is being created (400), where a real server answers an
+//!   unscheduled Pod's log with 200 and an empty body. `follow` sends what was written and
+//!   ends; `sinceSeconds`, `sinceTime` and `stream` are not applied; no previous instance's log
+//!   is kept.
+//! - There is no network behind Services: an extension API server is up when registered, not
+//!   when Pods serve it; its Service's endpoints and the discovery check are one test switch,
+//!   a non-ClusterIP Service without a backend fails the discovery check with a made-up dial
+//!   error, and an unavailable version shows no resources even if it served some before. The
+//!   built-in group versions have no APIService objects.
 //! - Authorization is RBAC only (no Node, ABAC or webhook authorizers, no anonymous requests);
 //!   ClusterRole aggregationRules are not evaluated; the bootstrap ClusterRoles other than
 //!   cluster-admin (view, edit, admin, system:*) are not there to be bound or read, and the
