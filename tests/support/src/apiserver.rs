@@ -8,15 +8,47 @@
 //! NotFound, the invalid annotation key, server-side apply with its fieldManager and conflict
 //! errors, merge patch, deletion with finalizers, Lease MicroTime; watch-configmaps*.jsonl:
 //! watch events and bookmarks, full and PartialObjectMetadata; discovery-*.json; version.json;
-//! crd-established.json and crd-not-structural.txt).
+//! crd-established.json and crd-not-structural.txt; from v1.36: requests-lifecycle.json,
+//! serviceaccount-missing.json, aggregated-api-unavailable.json).
 //!
 //! What it keeps: every object in one map behind a mutex, one global resourceVersion counter and
 //! a log of watch events. What it does besides storing: validation (names, labels, annotations,
 //! MicroTime, a few kind checks, CRD schemas), defaults of built-in kinds, managed fields and
-//! server-side apply, `/status` subresources, generation, finalizers, and the work a few
-//! controllers would do (namespace deletion, CRD establishment and cleanup, garbage collection
-//! of dependents). It runs no workload controllers: a Deployment keeps the status that the test
-//! gives it with [`TestApiServer::set_status`], as on a cluster without kube-controller-manager.
+//! server-side apply, `/status` subresources, generation, finalizers, ServiceAccount admission
+//! of Pods, and the work a few controllers would do (namespace deletion, CRD establishment and
+//! cleanup, garbage collection of dependents, a ServiceAccount `default` in every active
+//! namespace, the aggregator's APIService availability). It runs no workload controllers: a
+//! Deployment keeps the status that the test gives it with [`TestApiServer::set_status`], as on
+//! a cluster without kube-controller-manager. The Job controller and the kubelet are played by
+//! [`TestApiServer::job_controller`] (workloads.rs) while a test holds its guard.
+//!
+//! Pods (apiserver/pods.rs):
+//! - A Pod create (POST, or a server-side apply that creates) whose ServiceAccount
+//!   (`spec.serviceAccountName`, `default` when unset) does not exist in its namespace is
+//!   refused with the recorded 403 (`error looking up service account NS/SA: ...`), naming the
+//!   Pod's `generateName` when it has no name yet; an admitted Pod gets the name written into
+//!   `serviceAccountName` and `serviceAccount`.
+//! - `GET .../pods/NAME/log` (RBAC resource `pods/log`) answers `text/plain` with what the
+//!   container wrote: set by [`TestApiServer::set_log`], or by the played kubelet from the
+//!   Pod's annotations (`sequenced.test/log`, `sequenced.test/log.CONTAINER`; a Job's template
+//!   annotations are its Pod's), empty when nothing was. `container`, `tailLines` (the last
+//!   lines), `limitBytes` (the first bytes of what would be sent), `timestamps` (each line
+//!   prefixed with the time of the write) and `previous` are read; the errors are the real
+//!   ones: 422 for invalid options, 404 for an absent Pod, 400 when a Pod of several containers
+//!   is not told which, for an unknown container, and the kubelet's for a container that has
+//!   not started (a Pod no kubelet ran: `is waiting to start: ContainerCreating`) or whose
+//!   previous instance is asked for.
+//!
+//! Aggregated APIs (apiserver/aggregator.rs): an `APIService` with `spec.service` hands its
+//! group version to an extension API server. The server writes its `Available` condition as
+//! the aggregator does (ServiceNotFound, ServicePortError, MissingEndpoints, Passed; a local
+//! APIService is always available), lists its group in `/apis` whatever its availability, marks
+//! the version `Stale` without resources in aggregated discovery while it is unavailable, and
+//! answers every request under `/apis/G/V` with 503 `service unavailable\n` in plain text (not a
+//! Status) meanwhile. A test brings it up by registering the backend with
+//! [`TestApiServer::serve_aggregated`] and creating the Service the APIService names (with the
+//! port it names); deleting that Service or [`TestApiServer::stop_aggregated`] takes it down
+//! again. A running backend answers list (empty) and get (404) of the resources registered.
 //!
 //! Who may do what (apiserver/rbac.rs), as a kube-apiserver with `--authorization-mode=RBAC`
 //! decides it (requests-lifecycle.json records its 403 and a SelfSubjectAccessReview):
@@ -47,10 +79,24 @@
 //! Known differences from a real server:
 //! - JSON and YAML bodies; protobuf only for the kinds client-go's generated clients send to
 //!   it (Secret, DeleteOptions: Helm's release records, apiserver/protobuf.rs); no protobuf or
-//!   Table output. A few aggregated/virtual APIs (SubjectAccessReview and the other reviews
-//!   besides SelfSubjectAccessReview, token requests, exec/logs) are not served.
+//!   Table output. A few virtual APIs (SubjectAccessReview and the other reviews besides
+//!   SelfSubjectAccessReview, token requests, exec, attach, port-forward, proxy) are not
+//!   served.
 //! - OpenAPI v3 documents carry no schemas, and OpenAPI v2 is not served; strict field
 //!   validation does not name unknown fields sent as null, nor duplicate fields in JSON.
+//! - ServiceAccount admission mounts no token volume and copies no imagePullSecrets into the
+//!   Pod. kube-controller-manager's other per-namespace object, the `kube-root-ca.crt`
+//!   ConfigMap, is not created.
+//! - Pods are never scheduled (no `nodeName`): a Pod no kubelet reported on answers its log as
+//!   a scheduled Pod whose container is being created (400), where a real server answers an
+//!   unscheduled Pod's log with 200 and an empty body. `follow` sends what was written and
+//!   ends; `sinceSeconds`, `sinceTime` and `stream` are not applied; no previous instance's log
+//!   is kept.
+//! - There is no network behind Services: an extension API server is up when registered, not
+//!   when Pods serve it; its Service's endpoints and the discovery check are one test switch,
+//!   a non-ClusterIP Service without a backend fails the discovery check with a made-up dial
+//!   error, and an unavailable version shows no resources even if it served some before. The
+//!   built-in group versions have no APIService objects.
 //! - Authorization is RBAC only (no Node, ABAC or webhook authorizers, no anonymous requests);
 //!   ClusterRole aggregationRules are not evaluated; the bootstrap ClusterRoles other than
 //!   cluster-admin (view, edit, admin, system:*) are not there to be bound or read, and the
@@ -70,11 +116,13 @@
 //! - Watches never time out on their own without `timeoutSeconds`; bookmarks come every
 //!   minute and two seconds before the timeout, as from the watch cache.
 
+mod aggregator;
 mod convert;
 mod errors;
 mod fields;
 mod openapi;
 mod patch;
+mod pods;
 mod protobuf;
 mod rbac;
 mod resources;
@@ -339,6 +387,19 @@ impl TestApiServer {
         Some(store::present(&rt, &version, obj))
     }
 
+    /// The stored objects of `kind` (as served at `api_version`) in `namespace`, or in every
+    /// namespace for None, in name order.
+    pub fn objects(&self, api_version: &str, kind: &str, namespace: Option<&str>) -> Vec<Value> {
+        let state = self.inner.lock();
+        let Some((rt, version)) = state.type_for_kind(api_version, kind) else {
+            return Vec::new();
+        };
+        state
+            .of_resource(&rt.storage_group, &rt.storage_resource, namespace)
+            .map(|(_, obj)| store::present(&rt, &version, obj))
+            .collect()
+    }
+
     /// Merges `status` into the object's .status (JSON merge patch), with a new resourceVersion
     /// and a MODIFIED watch event, as the kubelet or a built-in controller would. False when
     /// the object does not exist.
@@ -379,6 +440,68 @@ impl TestApiServer {
         drop(state);
         self.inner.notify(rv);
         done
+    }
+
+    /// Plays the kubelet: container `container` of Pod `namespace/name` has written `text`
+    /// (all of it so far), which `GET .../pods/NAME/log` then serves. False when the Pod does
+    /// not exist. The log goes with the Pod.
+    pub fn set_log(&self, namespace: &str, name: &str, container: &str, text: &str) -> bool {
+        let mut state = self.inner.lock();
+        let key = store::Key {
+            group: String::new(),
+            resource: "pods".into(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        if !state.objects.contains_key(&key) {
+            return false;
+        }
+        let at = k8s_openapi::jiff::Timestamp::now().to_string();
+        state.logs.insert(
+            (namespace.into(), name.into(), container.into()),
+            pods::Log {
+                text: text.to_string(),
+                at,
+            },
+        );
+        true
+    }
+
+    /// Starts an extension API server for `group`/`version` serving `resources` (plural,
+    /// kind, namespaced), each a collection with nothing in it to list or get. An APIService
+    /// for that group version whose Service exists (listening on its port) is then available
+    /// and requests under `/apis/GROUP/VERSION` reach it; without the Service, or with
+    /// [`TestApiServer::stop_aggregated`], they get 503 as from a real aggregator.
+    pub fn serve_aggregated(&self, group: &str, version: &str, resources: &[(&str, &str, bool)]) {
+        let resources = resources
+            .iter()
+            .map(|(plural, kind, namespaced)| aggregator::Resource {
+                plural: plural.to_string(),
+                kind: kind.to_string(),
+                namespaced: *namespaced,
+            })
+            .collect();
+        self.with_backends(|b| {
+            b.insert((group.into(), version.into()), resources);
+        });
+    }
+
+    /// Stops the extension API server of `group`/`version`: its APIService becomes
+    /// unavailable (its Service has no endpoints left).
+    pub fn stop_aggregated(&self, group: &str, version: &str) {
+        self.with_backends(|b| {
+            b.remove(&(group.to_string(), version.to_string()));
+        });
+    }
+
+    fn with_backends(&self, change: impl FnOnce(&mut aggregator::Backends)) {
+        let mut state = self.inner.lock();
+        change(&mut state.backends);
+        state.apiservices_due = true;
+        state.reconcile();
+        let rv = state.rv;
+        drop(state);
+        self.inner.notify(rv);
     }
 
     /// Makes the next `count` requests with `method` whose path (with query) contains
@@ -469,6 +592,12 @@ enum Reply {
         retry_after: Option<u32>,
     },
     Text(u16, String),
+    /// A body sent as it is, with its media type (a container's log).
+    Raw {
+        status: u16,
+        content_type: &'static str,
+        body: Vec<u8>,
+    },
     Watch(Box<WatchPlan>),
 }
 
@@ -493,7 +622,9 @@ impl Reply {
 
     fn status(&self) -> u16 {
         match self {
-            Reply::Json { status, .. } | Reply::Text(status, _) => *status,
+            Reply::Json { status, .. } | Reply::Text(status, _) | Reply::Raw { status, .. } => {
+                *status
+            }
             Reply::Watch(_) => 200,
         }
     }
@@ -548,10 +679,21 @@ async fn serve(inner: Arc<Inner>, req: http::Request<Incoming>) -> Response<Body
             content_type,
             retry_after,
         } => json_response(status, &body, &content_type, retry_after),
+        // What Go's http.Error and the health checks send.
         Reply::Text(status, text) => Response::builder()
             .status(status)
             .header("content-type", "text/plain; charset=utf-8")
+            .header("x-content-type-options", "nosniff")
             .body(Full::new(Bytes::from(text)).boxed())
+            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())),
+        Reply::Raw {
+            status,
+            content_type,
+            body,
+        } => Response::builder()
+            .status(status)
+            .header("content-type", content_type)
+            .body(Full::new(Bytes::from(body)).boxed())
             .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())),
         Reply::Watch(plan) => watch_response(inner, *plan),
     }
@@ -588,6 +730,10 @@ enum Route {
     /// `/openapi/v3/api/v1`, `/openapi/v3/apis/GROUP/VERSION`.
     OpenApi(String, String),
     Resource(Box<Target>),
+    /// Under `/apis/G/V` of an APIService that is not available.
+    Unavailable,
+    /// Under `/apis/G/V/` of a running extension API server: group, version, the path after.
+    Aggregated(String, String, Vec<String>),
 }
 
 struct Target {
@@ -611,6 +757,16 @@ fn route(state: &State, path: &str) -> Result<Route, ApiError> {
         ["apis", g] => served(g)
             .map(|_| Route::Group(g.to_string()))
             .ok_or_else(ApiError::no_such_resource),
+        ["apis", g, v, rest @ ..] if aggregator::remote(state, g, v).is_some() => {
+            Ok(match aggregator::remote(state, g, v) {
+                Some(true) => Route::Aggregated(
+                    g.to_string(),
+                    v.to_string(),
+                    rest.iter().map(|s| s.to_string()).collect(),
+                ),
+                _ => Route::Unavailable,
+            })
+        }
         ["apis", g, v] => served(g)
             .filter(|(_, vs)| vs.iter().any(|x| x == v))
             .map(|_| Route::ResourceList(g.to_string(), v.to_string()))
@@ -665,7 +821,11 @@ fn resource_route(
     if rt.namespaced && namespace.is_empty() && !name.is_empty() {
         return Err(ApiError::no_such_resource());
     }
-    if !(sub.is_empty() || (sub == "status" && rt.status) || (sub == "scale" && scale::serves(&rt)))
+    let log = sub == "log" && rt.serves_log();
+    if !(sub.is_empty()
+        || (sub == "status" && rt.status)
+        || (sub == "scale" && scale::serves(&rt))
+        || log)
     {
         return Err(ApiError::no_such_resource());
     }
@@ -843,7 +1003,15 @@ fn handle(
                     .map(|(g, versions)| {
                         let versions: Vec<Value> = versions
                             .iter()
-                            .map(|v| json!({"version": v, "resources": resources::aggregated_resources(&state.types_in(&g, v).iter().collect::<Vec<_>>(), v), "freshness": "Current"}))
+                            .map(|v| match aggregator::remote(state, &g, v) {
+                                // The aggregator could not fetch the backend's discovery.
+                                Some(false) => json!({"version": v, "freshness": "Stale"}),
+                                Some(true) => {
+                                    let served = state.backends.get(&(g.clone(), v.clone())).map(Vec::as_slice).unwrap_or_default();
+                                    json!({"version": v, "resources": aggregator::discovery_resources(&g, v, served), "freshness": "Current"})
+                                }
+                                None => json!({"version": v, "resources": resources::aggregated_resources(&state.types_in(&g, v).iter().collect::<Vec<_>>(), v), "freshness": "Current"}),
+                            })
                             .collect();
                         json!({"metadata": {"name": g, "creationTimestamp": null}, "versions": versions})
                     })
@@ -918,6 +1086,18 @@ fn handle(
             Ok(r) => r,
             Err(e) => Reply::error(e),
         },
+        // The aggregator's proxy: http.Error, not a Status.
+        Route::Unavailable => Reply::Text(503, "service unavailable\n".into()),
+        Route::Aggregated(g, v, rest) => {
+            let Some(served) = state.backends.get(&(g.clone(), v.clone())) else {
+                return Reply::Text(503, "service unavailable\n".into());
+            };
+            let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+            match aggregator::serve(req.method == Method::GET, &g, &v, served, &rest) {
+                Ok(body) => Reply::json(200, body),
+                Err(e) => Reply::error(e),
+            }
+        }
     }
 }
 
@@ -1078,6 +1258,17 @@ fn resource(
             &util::now_time(),
         )?;
         return Ok(Reply::json(201, review));
+    }
+    if t.sub == "log" {
+        if req.method != Method::GET {
+            return Err(ApiError::method_not_allowed());
+        }
+        let body = pods::log(state, &t.namespace, &t.name, &req.params)?;
+        return Ok(Reply::Raw {
+            status: 200,
+            content_type: "text/plain",
+            body,
+        });
     }
     if !user.is_admin() && t.sub.is_empty() {
         authorize_write(state, req, t, &body, user)?;

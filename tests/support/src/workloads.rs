@@ -1,12 +1,34 @@
-//! kube-controller-manager's Job controller and the kubelet, played for hook Jobs and Pods:
-//! statuses written through the server's status subresource in the shape recorded from a real
-//! cluster (tests/apiserver-recordings/requests-lifecycle.json, `job-ok-status` and
-//! `job-bad-status`). Merge patches: a field a real controller drops is written as null.
+//! kube-controller-manager's Job controller and the kubelet, played for hook Jobs and Pods.
+//!
+//! [`TestApiServer::job_controller`] runs both until its guard drops, talking to the server as
+//! they would (requests recorded as client `job-controller`):
+//! - The Job controller creates each Job's Pod through the API, as kube-controller-manager
+//!   does (`generateName: JOB-`, the template's labels and annotations plus the Job's
+//!   controller-uid and job-name labels, a controller owner reference to the Job, the
+//!   template's spec). The server's admission may refuse it, e.g. with the 403 of a missing
+//!   ServiceAccount: the controller then records a Warning Event `FailedCreate` on the Job
+//!   (counted up on each retry), leaves the Job started with no active Pod and no condition,
+//!   and tries again with a backoff (10 ms, doubling, at most 200 ms) until the Pod is
+//!   created: recorded in tests/apiserver-recordings/serviceaccount-missing.json.
+//! - The kubelet runs each Pod that runs to completion (`restartPolicy` Never or OnFailure):
+//!   Running when first seen, then `delay` later Succeeded, or Failed when the Pod or its Job
+//!   is labelled [`OUTCOME_LABEL`]`: fail`. What a container writes comes from the Pod's
+//!   annotations ([`LOG_ANNOTATION`]), served by `GET .../pods/NAME/log`.
+//! - The Job controller writes the Job's status from its Pods, in the shape recorded from a
+//!   real cluster (requests-lifecycle.json, `job-ok-status` and `job-bad-status`): Complete
+//!   when its Pod succeeded, Failed (BackoffLimitExceeded) once more Pods failed than
+//!   `backoffLimit` allows, a new Pod after each failure until then. One Pod at a time and
+//!   one completion, whatever `parallelism` and `completions` say; suspended Jobs are left
+//!   alone; no `batch.kubernetes.io/job-tracking` finalizer on the Pods.
+//!
+//! Statuses are merge patches through the server's status writes (no request): a field a
+//! real controller drops is written as null.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use kube::api::Api;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::apiserver::TestApiServer;
@@ -14,6 +36,17 @@ use crate::operator::{Kubelet, Operator};
 
 /// The label that makes the emulated Job or Pod fail instead of succeed.
 pub const OUTCOME_LABEL: &str = "sequenced.test/outcome";
+
+/// The annotation whose text the played kubelet gives as the log of a Pod's first container
+/// (`sequenced.test/log.NAME`: of container NAME). A Job's template annotations are its Pod's.
+pub const LOG_ANNOTATION: &str = "sequenced.test/log";
+
+/// The first wait after a refused Pod create, doubled after each refusal up to the cap.
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Who records the Job's events, as in `job-failedcreate-event`.
+const COMPONENT: &str = "job-controller";
 
 /// Now, as the API server writes times: RFC 3339 in whole seconds.
 fn now() -> String {
@@ -48,8 +81,8 @@ fn job_succeeded_status(started: &str) -> Value {
     })
 }
 
-/// As `job-bad-status`: FailureTarget and Failed with BackoffLimitExceeded, one failed.
-fn job_failed_status(started: &str) -> Value {
+/// As `job-bad-status`: FailureTarget and Failed with BackoffLimitExceeded, `failed` failed.
+fn job_failed_after(started: &str, failed: usize) -> Value {
     let at = now();
     let limit = "Job has reached the specified backoff limit";
     json!({
@@ -57,29 +90,65 @@ fn job_failed_status(started: &str) -> Value {
             condition("FailureTarget", "BackoffLimitExceeded", limit, &at),
             condition("Failed", "BackoffLimitExceeded", limit, &at),
         ],
-        "startTime": started, "failed": 1, "active": null, "terminating": 0,
+        "startTime": started, "failed": failed, "active": null, "terminating": 0,
         "uncountedTerminatedPods": {}, "ready": 0
     })
+}
+
+fn job_failed_status(started: &str) -> Value {
+    job_failed_after(started, 1)
+}
+
+/// A hex container id for a container of a Pod, as the runtime would give it.
+fn container_id(pod_uid: &str, container: &str) -> String {
+    let state =
+        std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
+    let h = std::hash::BuildHasher::hash_one(&state, (pod_uid, container));
+    format!("containerd://{}{h:016x}", pod_uid.replace('-', ""))
+}
+
+fn container_names(pod: &Value) -> Vec<String> {
+    pod.pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.get("name").and_then(Value::as_str).map(String::from))
+        .collect()
 }
 
 /// A Pod's status as the kubelet writes it in `phase` (`Running`, `Succeeded`, `Failed`).
 fn pod_status(object: &Value, phase: &str) -> Value {
     let at = now();
-    let container = object
-        .pointer("/spec/containers/0/name")
+    let uid = object
+        .pointer("/metadata/uid")
         .and_then(Value::as_str)
-        .unwrap_or("main");
-    let (ready, state) = match phase {
-        "Running" => (true, json!({"running": {"startedAt": at}})),
-        "Succeeded" => (
-            false,
-            json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": at, "finishedAt": at}}),
-        ),
-        _ => (
-            false,
-            json!({"terminated": {"exitCode": 1, "reason": "Error", "startedAt": at, "finishedAt": at}}),
-        ),
+        .unwrap_or("");
+    let ready = phase == "Running";
+    let state = match phase {
+        "Running" => json!({"running": {"startedAt": at}}),
+        "Succeeded" => {
+            json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": at, "finishedAt": at}})
+        }
+        _ => {
+            json!({"terminated": {"exitCode": 1, "reason": "Error", "startedAt": at, "finishedAt": at}})
+        }
     };
+    let mut names = container_names(object);
+    if names.is_empty() {
+        names.push("main".into());
+    }
+    let statuses: Vec<Value> = names
+        .iter()
+        .map(|name| {
+            let id = container_id(uid, name);
+            let mut state = state.clone();
+            if let Some(t) = state.get_mut("terminated") {
+                t["containerID"] = json!(id);
+            }
+            json!({"name": name, "ready": ready, "restartCount": 0, "started": ready,
+                   "containerID": id, "state": state})
+        })
+        .collect();
     let ready_condition = if ready {
         json!({"type": "Ready", "status": "True", "lastTransitionTime": at})
     } else {
@@ -89,19 +158,19 @@ fn pod_status(object: &Value, phase: &str) -> Value {
         "phase": phase,
         "startTime": at,
         "conditions": [ready_condition],
-        "containerStatuses": [{"name": container, "ready": ready, "restartCount": 0,
-                               "started": ready, "state": state}]
+        "containerStatuses": statuses
     })
 }
 
 fn job_start(server: &TestApiServer, namespace: &str, name: &str) -> Option<String> {
     let object = server.object("batch/v1", "Job", Some(namespace), name)?;
-    Some(
-        object
-            .pointer("/status/startTime")
-            .and_then(Value::as_str)
-            .map_or_else(now, str::to_string),
-    )
+    Some(started(&object))
+}
+
+fn started(job: &Value) -> String {
+    job.pointer("/status/startTime")
+        .and_then(Value::as_str)
+        .map_or_else(now, str::to_string)
 }
 
 fn write_job(
@@ -150,11 +219,44 @@ fn finished(object: &Value) -> bool {
                 matches!(c["type"].as_str(), Some("Complete" | "Failed")) && c["status"] == "True"
             })
         });
-    let terminal_phase = matches!(
-        object.pointer("/status/phase").and_then(Value::as_str),
-        Some("Succeeded" | "Failed")
-    );
-    terminal_condition || terminal_phase
+    terminal_condition || matches!(phase(object), "Succeeded" | "Failed")
+}
+
+fn phase(pod: &Value) -> &str {
+    pod.pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+fn deleting(object: &Value) -> bool {
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+}
+
+fn meta<'a>(object: &'a Value, field: &str) -> &'a str {
+    object
+        .pointer(&format!("/metadata/{field}"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// The uid of the object's controller, from its owner references.
+fn controller_uid(object: &Value) -> Option<&str> {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|r| r["controller"] == true)
+        .and_then(|r| r["uid"].as_str())
+}
+
+/// Whether the Pod runs to completion, as a Job's Pods and hook Pods do.
+fn runs_to_completion(pod: &Value) -> bool {
+    matches!(
+        pod.pointer("/spec/restartPolicy").and_then(Value::as_str),
+        Some("Never" | "OnFailure")
+    )
 }
 
 impl Operator {
@@ -178,93 +280,363 @@ impl Operator {
         write_pod(&self.server, namespace, name, phase)
     }
 
-    /// Runs every Job, and every Pod that runs to completion (`restartPolicy` Never or
-    /// OnFailure), until the guard drops: running at once, then `delay` after it was first seen
-    /// (by uid, so an object created again starts over) succeeded, or failed when labelled
-    /// [`OUTCOME_LABEL`]`: fail`.
+    /// [`TestApiServer::job_controller`] on the operator's server.
     pub fn job_controller(&self, delay: Duration) -> Kubelet {
-        let server = self.server.clone();
-        let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::all(self.server.client());
-        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::all(self.server.client());
+        self.server.job_controller(delay)
+    }
+}
+
+impl TestApiServer {
+    /// Plays kube-controller-manager's Job controller and the kubelet (see the module's
+    /// documentation) until the guard drops: every Job gets a Pod, every Pod that runs to
+    /// completion runs, Running at once and finished `delay` after it was first seen (by uid,
+    /// so an object created again starts over), and each Job's status follows its Pods.
+    pub fn job_controller(&self, delay: Duration) -> Kubelet {
+        let mut played = Played {
+            server: self.clone(),
+            client: self.client_as(COMPONENT),
+            delay,
+            seen: HashMap::new(),
+            retries: HashMap::new(),
+        };
         let handle = tokio::spawn(async move {
-            let mut seen: HashMap<String, Instant> = HashMap::new();
             loop {
-                let mut found: Vec<(&str, String, String)> = Vec::new();
-                if let Ok(list) = jobs.list(&Default::default()).await {
-                    found.extend(list.items.iter().map(|j| {
-                        let m = &j.metadata;
-                        (
-                            "Job",
-                            m.namespace.clone().unwrap_or_default(),
-                            m.name.clone().unwrap_or_default(),
-                        )
-                    }));
-                }
-                if let Ok(list) = pods.list(&Default::default()).await {
-                    found.extend(
-                        list.items
-                            .iter()
-                            .filter(|p| {
-                                p.spec
-                                    .as_ref()
-                                    .and_then(|s| s.restart_policy.as_deref())
-                                    .is_some_and(|r| r == "Never" || r == "OnFailure")
-                            })
-                            .map(|p| {
-                                let m = &p.metadata;
-                                (
-                                    "Pod",
-                                    m.namespace.clone().unwrap_or_default(),
-                                    m.name.clone().unwrap_or_default(),
-                                )
-                            }),
-                    );
-                }
-                for (kind, namespace, name) in found {
-                    let api_version = if kind == "Job" { "batch/v1" } else { "v1" };
-                    let Some(object) = server.object(api_version, kind, Some(&namespace), &name)
-                    else {
-                        continue;
-                    };
-                    if finished(&object) {
-                        continue;
-                    }
-                    let uid = object["metadata"]["uid"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string();
-                    let first = *seen.entry(uid).or_insert_with(Instant::now);
-                    let done = first.elapsed() >= delay;
-                    match (kind, done, fails(&object)) {
-                        ("Job", false, _) => {
-                            if object.pointer("/status/startTime").is_none() {
-                                write_job(&server, &namespace, &name, job_running_status);
-                            }
-                        }
-                        ("Job", true, false) => {
-                            write_job(&server, &namespace, &name, job_succeeded_status);
-                        }
-                        ("Job", true, true) => {
-                            write_job(&server, &namespace, &name, job_failed_status);
-                        }
-                        (_, false, _) => {
-                            if object.pointer("/status/phase").and_then(Value::as_str)
-                                != Some("Running")
-                            {
-                                write_pod(&server, &namespace, &name, "Running");
-                            }
-                        }
-                        (_, true, false) => {
-                            write_pod(&server, &namespace, &name, "Succeeded");
-                        }
-                        (_, true, true) => {
-                            write_pod(&server, &namespace, &name, "Failed");
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                played.pass().await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });
         Kubelet::from(handle)
+    }
+}
+
+/// Why a Job has no Pod yet: when to try again, and the FailedCreate event recorded.
+struct Retry {
+    next: Instant,
+    backoff: Duration,
+    /// The event's name, count and message.
+    event: Option<(String, i64, String)>,
+}
+
+struct Played {
+    server: TestApiServer,
+    client: kube::Client,
+    delay: Duration,
+    /// When each Pod (by uid) was first seen by the kubelet.
+    seen: HashMap<String, Instant>,
+    /// By Job uid.
+    retries: HashMap<String, Retry>,
+}
+
+impl Played {
+    async fn list(&self, api_version: &str, kind: &str, plural: &str) -> Vec<Value> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let resource = ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        match api.list(&Default::default()).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    async fn pass(&mut self) {
+        let pods = self.list("v1", "Pod", "pods").await;
+        for pod in &pods {
+            self.kubelet(meta(pod, "namespace"), meta(pod, "name"));
+        }
+        let jobs = self.list("batch/v1", "Job", "jobs").await;
+        for job in &jobs {
+            self.job(meta(job, "namespace"), meta(job, "name")).await;
+        }
+    }
+
+    /// The kubelet's part for one Pod.
+    fn kubelet(&mut self, namespace: &str, name: &str) {
+        let server = &self.server;
+        let Some(pod) = server.object("v1", "Pod", Some(namespace), name) else {
+            return;
+        };
+        if !runs_to_completion(&pod) || finished(&pod) || deleting(&pod) {
+            return;
+        }
+        let uid = meta(&pod, "uid").to_string();
+        let first = match self.seen.get(&uid) {
+            Some(at) => *at,
+            None => {
+                self.seen.insert(uid, Instant::now());
+                write_logs(server, &pod);
+                Instant::now()
+            }
+        };
+        if first.elapsed() < self.delay {
+            if phase(&pod) != "Running" {
+                write_pod(server, namespace, name, "Running");
+            }
+            return;
+        }
+        let job_fails = pod
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|r| r["kind"] == "Job" && r["controller"] == true)
+            .filter_map(|r| r["name"].as_str())
+            .filter_map(|job| server.object("batch/v1", "Job", Some(namespace), job))
+            .any(|job| fails(&job));
+        let outcome = if fails(&pod) || job_fails {
+            "Failed"
+        } else {
+            "Succeeded"
+        };
+        write_pod(server, namespace, name, outcome);
+    }
+
+    /// The Job controller's part for one Job.
+    async fn job(&mut self, namespace: &str, name: &str) {
+        let Some(job) = self.server.object("batch/v1", "Job", Some(namespace), name) else {
+            return;
+        };
+        let suspended = job.pointer("/spec/suspend") == Some(&json!(true));
+        if finished(&job) || deleting(&job) || suspended {
+            return;
+        }
+        let uid = meta(&job, "uid").to_string();
+        let pods: Vec<Value> = self
+            .list_namespaced_pods(namespace)
+            .into_iter()
+            .filter(|p| controller_uid(p) == Some(uid.as_str()) && !deleting(p))
+            .collect();
+        let count = |p: &str| pods.iter().filter(|pod| phase(pod) == p).count();
+        let (succeeded, failed) = (count("Succeeded"), count("Failed"));
+        let active: Vec<&Value> = pods.iter().filter(|p| !finished(p)).collect();
+        let started = started(&job);
+        let limit = job
+            .pointer("/spec/backoffLimit")
+            .and_then(Value::as_u64)
+            .unwrap_or(6) as usize;
+        if succeeded > 0 {
+            self.retries.remove(&uid);
+            let mut status = job_succeeded_status(&started);
+            if failed > 0 {
+                status["failed"] = json!(failed);
+            }
+            self.status(&job, status);
+            self.event(&job, "Normal", "Completed", "Job completed")
+                .await;
+            return;
+        }
+        if failed > limit {
+            self.retries.remove(&uid);
+            self.status(&job, job_failed_after(&started, failed));
+            let message = "Job has reached the specified backoff limit";
+            self.event(&job, "Warning", "BackoffLimitExceeded", message)
+                .await;
+            return;
+        }
+        let failed_count = if failed > 0 {
+            json!(failed)
+        } else {
+            Value::Null
+        };
+        if !active.is_empty() {
+            let ready = active
+                .iter()
+                .filter(|p| {
+                    p.pointer("/status/conditions")
+                        .and_then(Value::as_array)
+                        .is_some_and(|c| {
+                            c.iter()
+                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                        })
+                })
+                .count();
+            let mut status = job_running_status(&started);
+            status["active"] = json!(active.len());
+            status["ready"] = json!(ready);
+            status["failed"] = failed_count;
+            self.status(&job, status);
+            return;
+        }
+        let retry = self.retries.entry(uid).or_insert_with(|| Retry {
+            next: Instant::now(),
+            backoff: FIRST_BACKOFF,
+            event: None,
+        });
+        if Instant::now() < retry.next {
+            return;
+        }
+        match self.create_pod(&job).await {
+            Ok(pod) => {
+                let mut status = job_running_status(&started);
+                status["failed"] = failed_count;
+                self.status(&job, status);
+                let message = format!("Created pod: {pod}");
+                self.event(&job, "Normal", "SuccessfulCreate", &message)
+                    .await;
+            }
+            Err(refusal) => {
+                let message = format!("Error creating: {refusal}");
+                self.failed_create(&job, &message).await;
+                // Started, nothing active, no condition: as `job-without-its-serviceaccount`.
+                let status = json!({"startTime": started, "active": null, "ready": 0,
+                                    "terminating": 0, "uncountedTerminatedPods": {},
+                                    "failed": failed_count});
+                self.status(&job, status);
+            }
+        }
+    }
+
+    fn list_namespaced_pods(&self, namespace: &str) -> Vec<Value> {
+        self.server.objects("v1", "Pod", Some(namespace))
+    }
+
+    /// Creates the Job's Pod as the Job controller does; its name, or why it was refused.
+    async fn create_pod(&self, job: &Value) -> Result<String, String> {
+        let (namespace, name, uid) = (meta(job, "namespace"), meta(job, "name"), meta(job, "uid"));
+        let template = job.pointer("/spec/template").cloned().unwrap_or(json!({}));
+        let mut labels = template
+            .pointer("/metadata/labels")
+            .cloned()
+            .unwrap_or(json!({}));
+        for (key, value) in [
+            ("batch.kubernetes.io/controller-uid", uid),
+            ("controller-uid", uid),
+            ("batch.kubernetes.io/job-name", name),
+            ("job-name", name),
+        ] {
+            labels[key] = json!(value);
+        }
+        let mut metadata = json!({
+            "generateName": format!("{name}-"),
+            "namespace": namespace,
+            "labels": labels,
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                 "uid": uid, "controller": true, "blockOwnerDeletion": true}],
+        });
+        if let Some(annotations) = template.pointer("/metadata/annotations") {
+            metadata["annotations"] = annotations.clone();
+        }
+        let pod = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata,
+            "spec": template.get("spec").cloned().unwrap_or(json!({})),
+        });
+        let pod: DynamicObject = serde_json::from_value(pod).map_err(|e| e.to_string())?;
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &ApiResource::erase::<Pod>(&()),
+        );
+        match api.create(&PostParams::default(), &pod).await {
+            Ok(created) => Ok(created.metadata.name.unwrap_or_default()),
+            Err(kube::Error::Api(status)) => Err(status.message.clone()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Merges `status` into the Job's when it would change something.
+    fn status(&self, job: &Value, status: Value) {
+        let current = job.get("status").cloned().unwrap_or(json!({}));
+        let changes = status.as_object().is_some_and(|m| {
+            m.iter().any(|(k, v)| match current.get(k) {
+                None => !v.is_null(),
+                Some(c) => c != v && !(k == "conditions" && c.is_array()),
+            })
+        });
+        if changes {
+            self.server.set_status(
+                "batch/v1",
+                "Job",
+                Some(meta(job, "namespace")),
+                meta(job, "name"),
+                status,
+            );
+        }
+    }
+
+    /// The Job's FailedCreate event: recorded once, then counted up on each retry with the
+    /// same message; the next try after a longer wait.
+    async fn failed_create(&mut self, job: &Value, message: &str) {
+        let uid = meta(job, "uid").to_string();
+        let previous = self.retries.get(&uid).and_then(|r| r.event.clone());
+        let event = match previous {
+            Some((event, count, last)) if last == message => {
+                let patch = json!({"count": count + 1, "lastTimestamp": now()});
+                let api: Api<k8s_openapi::api::core::v1::Event> =
+                    Api::namespaced(self.client.clone(), meta(job, "namespace"));
+                let patched = api
+                    .patch(&event, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+                match patched {
+                    Ok(_) => Some((event, count + 1, last)),
+                    Err(_) => None,
+                }
+            }
+            _ => self
+                .event(job, "Warning", "FailedCreate", message)
+                .await
+                .map(|name| (name, 1, message.to_string())),
+        };
+        if let Some(retry) = self.retries.get_mut(&uid) {
+            retry.event = event;
+            retry.next = Instant::now() + retry.backoff;
+            retry.backoff = (retry.backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// Records an Event about the Job as client-go's recorder does (core/v1, count 1); its
+    /// name.
+    async fn event(&self, job: &Value, type_: &str, reason: &str, message: &str) -> Option<String> {
+        let namespace = meta(job, "namespace");
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let name = format!("{}.{nanos:x}", meta(job, "name"));
+        let at = now();
+        let event = json!({
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": {"apiVersion": "batch/v1", "kind": "Job", "name": meta(job, "name"),
+                               "namespace": namespace, "resourceVersion": meta(job, "resourceVersion"),
+                               "uid": meta(job, "uid")},
+            "reason": reason, "message": message, "type": type_,
+            "source": {"component": COMPONENT},
+            "firstTimestamp": at, "lastTimestamp": at, "count": 1, "eventTime": null,
+            "reportingComponent": COMPONENT, "reportingInstance": "",
+        });
+        let event: k8s_openapi::api::core::v1::Event = serde_json::from_value(event).ok()?;
+        let api: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(self.client.clone(), namespace);
+        api.create(&PostParams::default(), &event).await.ok()?;
+        Some(name)
+    }
+}
+
+/// The played kubelet writes what the Pod's annotations say its containers print.
+fn write_logs(server: &TestApiServer, pod: &Value) {
+    let names = container_names(pod);
+    let annotations = pod
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object);
+    for (i, container) in names.iter().enumerate() {
+        let own = format!("{LOG_ANNOTATION}.{container}");
+        let text = annotations.and_then(|a| {
+            a.get(&own)
+                .or_else(|| a.get(LOG_ANNOTATION).filter(|_| i == 0))
+                .and_then(Value::as_str)
+        });
+        if let Some(text) = text {
+            server.set_log(meta(pod, "namespace"), meta(pod, "name"), container, text);
+        }
     }
 }

@@ -87,6 +87,11 @@ impl ResourceType {
         }
     }
 
+    /// Has a `log` subresource: Pods.
+    pub fn serves_log(&self) -> bool {
+        self.group.is_empty() && self.kind == "Pod"
+    }
+
     /// A review answered at once and never stored (SelfSubjectAccessReview).
     pub fn is_review(&self) -> bool {
         self.group == "authorization.k8s.io"
@@ -570,6 +575,15 @@ pub fn api_resources(types: &[&ResourceType]) -> Vec<Value> {
             r["categories"] = json!(rt.categories);
         }
         out.push(r);
+        if rt.serves_log() {
+            out.push(json!({
+                "name": format!("{}/log", rt.plural),
+                "singularName": "",
+                "namespaced": rt.namespaced,
+                "kind": rt.kind,
+                "verbs": ["get"],
+            }));
+        }
         if rt.status {
             out.push(json!({
                 "name": format!("{}/status", rt.plural),
@@ -604,12 +618,20 @@ pub fn aggregated_resources(types: &[&ResourceType], version: &str) -> Vec<Value
             if !rt.categories.is_empty() {
                 r["categories"] = json!(rt.categories);
             }
+            let mut subresources = Vec::new();
+            if rt.serves_log() {
+                subresources
+                    .push(json!({"subresource": "log", "responseKind": kind, "verbs": ["get"]}));
+            }
             if rt.status {
-                r["subresources"] = json!([{
+                subresources.push(json!({
                     "subresource": "status",
                     "responseKind": kind,
                     "verbs": ["get", "patch", "update"],
-                }]);
+                }));
+            }
+            if !subresources.is_empty() {
+                r["subresources"] = Value::Array(subresources);
             }
             r
         })

@@ -8,9 +8,11 @@ use base64::Engine;
 use serde_json::{Map, Value, json};
 
 use super::RecordedRequest;
+use super::aggregator;
 use super::errors::{ApiError, FieldError, quote};
 use super::fields::{self, PE, ShapeCtx, Writer};
 use super::patch;
+use super::pods;
 use super::resources::{self, ResourceType};
 use super::select::{FieldSelector, LabelSelector};
 use super::typed::{self, DecodeError};
@@ -69,6 +71,16 @@ pub struct State {
     pub failures: Vec<Failure>,
     next_ip: u32,
     next_node_port: u32,
+    /// Namespaces that may lack their `default` ServiceAccount (new ones, and those whose
+    /// `default` was deleted), for the serviceaccount controller.
+    accounts_due: BTreeSet<String>,
+    /// An APIService or a Service changed, or an extension API server started or stopped:
+    /// the availability of the APIServices is to be looked at again.
+    pub apiservices_due: bool,
+    /// The extension API servers that run.
+    pub backends: aggregator::Backends,
+    /// What containers wrote.
+    pub logs: pods::Logs,
 }
 
 /// The answer of a write or a delete.
@@ -231,6 +243,10 @@ impl State {
             failures: Vec::new(),
             next_ip: 1,
             next_node_port: 0,
+            accounts_due: BTreeSet::new(),
+            apiservices_due: false,
+            backends: aggregator::Backends::new(),
+            logs: pods::Logs::new(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let now = now_time();
@@ -262,6 +278,7 @@ impl State {
             };
             s.commit(key, obj);
         }
+        s.reconcile();
         s
     }
 
@@ -317,6 +334,16 @@ impl State {
                 out.push((g.clone(), vs));
             }
         }
+        for r in aggregator::remotes(self) {
+            match out.iter_mut().find(|(g, _)| *g == r.group) {
+                Some((_, vs)) => {
+                    if !vs.contains(&r.version) {
+                        vs.push(r.version);
+                    }
+                }
+                None => out.push((r.group, vec![r.version])),
+            }
+        }
         out
     }
 
@@ -368,6 +395,7 @@ impl State {
             self.unindex(&key, old);
         }
         self.index(&key, &obj);
+        self.note_change(&key, old.is_none());
         let etype = if old.is_some() { "MODIFIED" } else { "ADDED" };
         self.emit(key, etype, obj.clone(), old);
         obj
@@ -382,6 +410,22 @@ impl State {
         meta_mut(&mut last).insert("resourceVersion".into(), json!(self.rv.to_string()));
         self.deleted_uids.insert(uid_of(&last));
         self.collect.insert(uid_of(&last));
+        self.note_change(key, false);
+        if key.group.is_empty() && key.resource == "serviceaccounts" && key.name == "default" {
+            self.accounts_due.insert(key.namespace.clone());
+        }
+        if key.group.is_empty() && key.resource == "pods" {
+            let from = (key.namespace.clone(), key.name.clone(), String::new());
+            let gone: Vec<_> = self
+                .logs
+                .range(from..)
+                .take_while(|((ns, pod, _), _)| *ns == key.namespace && *pod == key.name)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in gone {
+                self.logs.remove(&k);
+            }
+        }
         if key.group == "apiextensions.k8s.io"
             && let Some(rt) = typed::crd_type(&last)
         {
@@ -389,6 +433,18 @@ impl State {
         }
         self.emit(key.clone(), "DELETED", last.clone(), None);
         Some(last)
+    }
+
+    /// What the built-in controllers are to look at after a change of `key`.
+    fn note_change(&mut self, key: &Key, added: bool) {
+        if key.group.is_empty() && key.resource == "namespaces" && added {
+            self.accounts_due.insert(key.name.clone());
+        }
+        if (key.group.is_empty() && key.resource == "services")
+            || (key.group == "apiregistration.k8s.io" && key.resource == "apiservices")
+        {
+            self.apiservices_due = true;
+        }
     }
 
     fn index(&mut self, key: &Key, obj: &Value) {
@@ -547,6 +603,19 @@ impl State {
             )),
             Some(_) => Ok(()),
         }
+    }
+
+    /// The validating admission of a create that depends on other objects: a Pod's
+    /// ServiceAccount must exist. A body that does not decode is left to fail decoding, as
+    /// admission runs after it.
+    fn admit(&self, w: &Write, body: &Value) -> Result<(), ApiError> {
+        if !w.sub.is_empty() || !pods::admitted(&w.rt.group, &w.rt.kind) {
+            return Ok(());
+        }
+        if let Err(DecodeError::BadRequest(_)) = typed::decode(w.rt, w.version, body.clone()) {
+            return Ok(());
+        }
+        pods::admit(self, w.namespace, body)
     }
 
     /// A custom resource cannot be created while its definition is being deleted.
@@ -760,6 +829,10 @@ impl State {
             let mut writer = Self::writer(w, &now);
             writer.api_version = &api_version;
             fields::record_update(Self::shape_ctx(w), &writer, old.as_ref(), &mut obj);
+        }
+        // Mutating admission, after the field manager: its changes are nobody's fields.
+        if old.is_none() && w.sub.is_empty() && pods::admitted(&rt.group, &rt.kind) {
+            pods::set_service_account(&mut obj);
         }
         match &old {
             None => self.prepare_create(rt, &mut obj, &now),
@@ -1134,27 +1207,32 @@ impl State {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        if name.is_empty() && !generate.is_empty() {
-            name = format!("{generate}{}", util::random_suffix());
-            m.insert("name".into(), json!(name));
-        }
-        if m.get("resourceVersion")
+        let rv_set = m
+            .get("resourceVersion")
             .and_then(Value::as_str)
-            .is_some_and(|s| !s.is_empty())
-        {
+            .is_some_and(|s| !s.is_empty());
+        if rv_set {
             return Err(ApiError::internal(
                 "resourceVersion should not be set on objects to be created",
             ));
         }
         self.check_definition(w.rt)?;
-        if !name.is_empty() {
-            self.check_namespace(w.rt, w.namespace, &name)?;
-            if self
+        // Admission sees the name asked for: a generated one comes after it.
+        let asked = if name.is_empty() { &generate } else { &name };
+        if !asked.is_empty() {
+            self.check_namespace(w.rt, w.namespace, asked)?;
+        }
+        self.admit(w, &body)?;
+        if name.is_empty() && !generate.is_empty() {
+            name = format!("{generate}{}", util::random_suffix());
+            meta_mut(&mut body).insert("name".into(), json!(name));
+        }
+        if !name.is_empty()
+            && self
                 .objects
                 .contains_key(&Self::key(w.rt, w.namespace, &name))
-            {
-                return Err(ApiError::already_exists(&w.rt.group, &w.rt.plural, &name));
-            }
+        {
+            return Err(ApiError::already_exists(&w.rt.group, &w.rt.plural, &name));
         }
         self.write(w, None, body, Op::Create)
     }
@@ -1329,6 +1407,7 @@ impl State {
             }
             self.check_definition(w.rt)?;
             self.check_namespace(w.rt, w.namespace, w.name)?;
+            self.admit(w, &body)?;
         }
         let now = now_time();
         let api_version = w.rt.api_version(w.version);
@@ -1863,7 +1942,69 @@ impl State {
             }
             return true;
         }
-        false
+        // The serviceaccount controller: every active namespace has a ServiceAccount `default`.
+        let mut created = false;
+        for namespace in std::mem::take(&mut self.accounts_due) {
+            created |= self.ensure_default_account(&namespace);
+        }
+        if created {
+            return true;
+        }
+        // The aggregator's availability controllers.
+        std::mem::take(&mut self.apiservices_due) && self.refresh_apiservices()
+    }
+
+    /// Creates the ServiceAccount `default` in `namespace` if the namespace is active and has
+    /// none, as kube-controller-manager does; whether it did.
+    fn ensure_default_account(&mut self, namespace: &str) -> bool {
+        let ns_key = Key {
+            group: String::new(),
+            resource: "namespaces".into(),
+            namespace: String::new(),
+            name: namespace.to_string(),
+        };
+        if self.objects.get(&ns_key).is_none_or(is_deleting) {
+            return false;
+        }
+        let key = Key {
+            group: String::new(),
+            resource: "serviceaccounts".into(),
+            namespace: namespace.to_string(),
+            name: "default".into(),
+        };
+        if self.objects.contains_key(&key) {
+            return false;
+        }
+        let account = json!({
+            "kind": "ServiceAccount",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": "default",
+                "namespace": namespace,
+                "uid": util::new_uid(),
+                "creationTimestamp": now_time(),
+            },
+        });
+        self.commit(key, account);
+        true
+    }
+
+    /// Writes each APIService's `Available` condition where it changed; whether any did.
+    fn refresh_apiservices(&mut self) -> bool {
+        let mut changed = Vec::new();
+        for (key, obj) in self.of_resource("apiregistration.k8s.io", "apiservices", None) {
+            let (available, reason, message) = aggregator::availability(self, obj);
+            let mut next = obj.clone();
+            aggregator::set_available(&mut next, available, reason, &message);
+            if next != *obj {
+                changed.push((key.clone(), next));
+            }
+        }
+        let any = !changed.is_empty();
+        for (key, next) in changed {
+            self.commit(key, next);
+        }
+        any
     }
 }
 

@@ -337,6 +337,10 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
             let m = obj_mut(obj, &[]);
             set_default(m, "type", json!("Opaque"));
         }
+        // A core Event's MicroTime is a struct, never left out: `null` when unset.
+        ("", "Event") => {
+            set_default(obj_mut(obj, &[]), "eventTime", Value::Null);
+        }
         ("", "Pod") => {
             if let Some(spec) = obj.get_mut("spec") {
                 default_pod_spec(spec, true);
