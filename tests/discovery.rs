@@ -299,3 +299,142 @@ async fn a_ready_release_that_fails_to_reconcile_stays_ready_and_says_so() {
     })
     .await;
 }
+
+/// Registers the APIService of `widgets.example.io/v1alpha1`, backed by Service
+/// `widgets-api` in namespace `widgets`, which does not exist: the API is down (its
+/// group-version answers 503, as recorded in aggregated-api-unavailable.json).
+async fn register_down_api(op: &Operator) {
+    let apiservice = json!({
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": "v1alpha1.widgets.example.io"},
+        "spec": {"group": "widgets.example.io", "version": "v1alpha1", "groupPriorityMinimum": 100,
+                 "versionPriority": 100, "insecureSkipTLSVerify": true,
+                 "service": {"name": "widgets-api", "namespace": "widgets", "port": 443}}
+    });
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        op.client.clone(),
+        &kube::core::ApiResource {
+            group: "apiregistration.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "apiregistration.k8s.io/v1".into(),
+            kind: "APIService".into(),
+            plural: "apiservices".into(),
+        },
+    );
+    api.create(
+        &Default::default(),
+        &serde_json::from_value(apiservice).unwrap(),
+    )
+    .await
+    .expect("create the APIService");
+}
+
+/// The API comes up: its backend serves Gizmos, and its Service exists.
+async fn bring_up_api(op: &Operator) {
+    op.server.serve_aggregated(
+        "widgets.example.io",
+        "v1alpha1",
+        &[("gizmos", "Gizmo", true)],
+    );
+    op.namespace("widgets").await;
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(op.client.clone(), "widgets");
+    let service = json!({"metadata": {"name": "widgets-api"},
+        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8443}]}});
+    services
+        .create(
+            &Default::default(),
+            &serde_json::from_value(service).unwrap(),
+        )
+        .await
+        .expect("create the Service");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_down_aggregated_api_holds_up_no_release_that_does_not_use_it() {
+    within(async {
+        // Down before the controller starts: its first discovery meets the 503.
+        let op = Operator::without_controller().await;
+        register_down_api(&op).await;
+        let controller = op.spawn("sequenced-1", 4);
+        let dir = chart(
+            "shop",
+            &[
+                (
+                    "templates/config.yaml",
+                    &config_map("{{ .Release.Name }}-settings", "helm.sh/layer: config"),
+                ),
+                (
+                    "templates/app.yaml",
+                    &config_map(
+                        "{{ .Release.Name }}-app",
+                        "helm.sh/layer: app\n    helm.sh/depends-on/layers: config",
+                    ),
+                ),
+            ],
+        );
+        for name in ["one", "two", "three"] {
+            op.create(
+                "default",
+                release(name, &dir.path().join("shop"), json!({"releaseName": name})),
+            )
+            .await;
+        }
+        for name in ["one", "two", "three"] {
+            op.wait_release("default", name, "Ready", is_ready).await;
+        }
+        // The down group-version was asked once by discovery, not retried in the client (a
+        // blanket retry of 503s held every release for minutes).
+        let asked = op
+            .server
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/apis/widgets.example.io/v1alpha1")
+            .map(|r| r.status)
+            .collect::<Vec<_>>();
+        assert!(!asked.is_empty() && asked.len() <= 2, "{asked:?}");
+        assert!(asked.iter().all(|s| *s == 503), "{asked:?}");
+        controller.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_needs_a_down_group_waits_naming_its_apiservice_and_goes_on_when_it_is_up() {
+    within(async {
+        let op = Operator::start(4).await;
+        register_down_api(&op).await;
+        // A layer that waits for a Gizmo (a werf external dependency): the release needs the
+        // down group to resolve it.
+        let waiting = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: uses-gizmo\n  annotations:\n    gizmo.external-dependency.werf.io/resource: gizmo.widgets.example.io/main\ndata:\n  a: b\n";
+        let dir = chart("gadgets", &[("templates/uses.yaml", waiting)]);
+        op.create("default", release("gadgets", &dir.path().join("gadgets"), json!({})))
+            .await;
+        let sr = op
+            .wait_release("default", "gadgets", "waiting for the group", |sr| {
+                condition(sr, "Ready").is_some_and(|c| c.1 == "GroupUnavailable")
+            })
+            .await;
+        let (_, _, text) = condition(&sr, "Ready").unwrap();
+        assert_eq!(
+            text,
+            "waiting: API group widgets.example.io/v1alpha1 is unavailable: APIService v1alpha1.widgets.example.io is not Available (ServiceNotFound: service/widgets-api in \"widgets\" is not present); GET /apis/widgets.example.io/v1alpha1: 503 service unavailable; asked again with backoff"
+        );
+        let (_, _, stalled) = condition(&sr, "Stalled").unwrap_or_default();
+        assert!(stalled.is_empty(), "waiting is not stalled: {stalled}");
+        let note = op.wait_event("default", "gadgets", "ReconcileFailed").await;
+        assert!(note.starts_with("API group widgets.example.io/v1alpha1 is unavailable"), "{note}");
+
+        // Up: the release goes on at once and now waits for the Gizmo itself.
+        bring_up_api(&op).await;
+        let sr = op
+            .wait_release("default", "gadgets", "waiting for the Gizmo", |sr| {
+                message(sr).contains("waiting for external dependency gizmo.widgets.example.io")
+            })
+            .await;
+        let (_, reason, _) = condition(&sr, "Ready").unwrap();
+        assert_eq!(reason, "Progressing");
+        op.stop().await;
+    })
+    .await;
+}

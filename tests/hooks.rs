@@ -30,6 +30,15 @@ fn job(name: &str, annotations: &str, labels: &str) -> String {
     )
 }
 
+/// [`job`] whose Pod runs as ServiceAccount `account` (ServiceAccount admission refuses the
+/// Pod while it does not exist, and the Job never starts).
+fn job_as(name: &str, annotations: &str, account: &str) -> String {
+    job(name, annotations, "").replace(
+        "      restartPolicy: Never\n",
+        &format!("      restartPolicy: Never\n      serviceAccountName: {account}\n"),
+    )
+}
+
 fn path(dir: &TempDir, name: &str) -> std::path::PathBuf {
     dir.path().join(name)
 }
@@ -447,11 +456,11 @@ async fn admission_webhook_hooks_with_cluster_scoped_rbac_install_like_helm_inst
                 ("templates/admission/rolebinding.yaml", &rbac_hook("RoleBinding", "-5", &binding("Role"))),
                 (
                     "templates/admission/create.yaml",
-                    &job("x-admission-create", &format!("helm.sh/hook: pre-install,pre-upgrade\n    {policy}"), ""),
+                    &job_as("x-admission-create", &format!("helm.sh/hook: pre-install,pre-upgrade\n    {policy}"), "x-admission"),
                 ),
                 (
                     "templates/admission/patch.yaml",
-                    &job("x-admission-patch", &format!("helm.sh/hook: post-install,post-upgrade\n    {policy}"), ""),
+                    &job_as("x-admission-patch", &format!("helm.sh/hook: post-install,post-upgrade\n    {policy}"), "x-admission"),
                 ),
                 ("templates/webhook.yaml", webhook),
                 ("templates/operator.yaml", &deployment("x-operator", "app: x")),
@@ -483,7 +492,135 @@ async fn admission_webhook_hooks_with_cluster_scoped_rbac_install_like_helm_inst
             .server
             .object("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", None, "x-admission")
             .is_some());
+        // The Jobs' Pods ran as the hook ServiceAccount: none was refused for want of it (the
+        // account outlived the Jobs, as with Helm).
+        let refused = op
+            .server
+            .requests()
+            .into_iter()
+            .filter(|r| r.verb == "create" && r.kind.as_deref() == Some("Pod") && r.status == 403)
+            .count();
+        assert_eq!(refused, 0);
+        // Deleted after the stage's last hook, in reverse order: the Job first, the account last.
+        let deletes: Vec<String> = op
+            .server
+            .requests()
+            .into_iter()
+            .filter(|r| r.verb == "delete" && r.status < 300)
+            .take(6)
+            .map(|r| format!("{}/{}", r.kind.unwrap_or_default(), r.name.unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            deletes,
+            [
+                "Job/x-admission-create",
+                "RoleBinding/x-admission",
+                "Role/x-admission",
+                "ClusterRoleBinding/x-admission",
+                "ClusterRole/x-admission",
+                "ServiceAccount/x-admission"
+            ]
+        );
         op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_hook_job_tells_the_last_lines_of_its_pods_log() {
+    within(async {
+        let op = Operator::start(4).await;
+        let _jobs = op.job_controller(Duration::from_millis(50));
+        let log: String = (1..=30).map(|i| format!("applying migration {i}\n")).collect::<String>()
+            + "ERROR: column \"email\" of relation \"users\" already exists\n";
+        // What the migration's container prints, as the kubelet keeps it (the Job's template
+        // annotation is the test's way to say it).
+        let template_log = format!(
+            "  template:\n    metadata:\n      annotations:\n        {}: {}\n    spec:\n",
+            support::workloads::LOG_ANNOTATION,
+            serde_json::to_string(&log).unwrap()
+        );
+        let migrate = job("migrate", "helm.sh/hook: pre-install", "sequenced.test/outcome: fail")
+            .replace("  template:\n    spec:\n", &template_log);
+        let dir = chart(
+            "shop",
+            &[
+                ("templates/migrate.yaml", migrate.as_str()),
+                ("templates/config.yaml", &config_map("config", "helm.sh/layer: config")),
+            ],
+        );
+        op.create("default", release("shop", &path(&dir, "shop"), json!({}))).await;
+        let sr = op.wait_release("default", "shop", "Stalled", is_stalled).await;
+        let (_, reason, text) = condition(&sr, "Stalled").unwrap();
+        assert_eq!(reason, "HookFailed");
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next(),
+            Some("pre-install hook Job/migrate (chart shop, templates/migrate.yaml) failed: Job migrate: failed (BackoffLimitExceeded: Job has reached the specified backoff limit)")
+        );
+        let head = lines.next().unwrap();
+        assert!(head.starts_with("last 20 log lines of pod migrate-"), "{head}");
+        assert!(head.ends_with(" (container main):"), "{head}");
+        let tail: Vec<&str> = lines.collect();
+        assert_eq!(tail.len(), 20, "{text}");
+        assert_eq!(tail[0], "applying migration 12");
+        assert_eq!(tail[19], "ERROR: column \"email\" of relation \"users\" already exists");
+        let note = op.wait_event("default", "shop", "HookFailed").await;
+        assert!(note.len() <= 1024, "{}", note.len());
+        assert!(note.ends_with("ERROR: column \"email\" of relation \"users\" already exists"), "{note}");
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_that_takes_over_before_the_clean_up_deletes_each_hook_once() {
+    within(async {
+        let op = Operator::without_controller().await;
+        let policy = "helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded";
+        let account = format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: runner\n  annotations:\n    helm.sh/hook: pre-install\n    helm.sh/hook-weight: \"-1\"\n    {policy}\n"
+        );
+        let dir = chart(
+            "shop",
+            &[
+                ("templates/account.yaml", account.as_str()),
+                (
+                    "templates/migrate.yaml",
+                    &job_as("migrate", &format!("helm.sh/hook: pre-install\n    {policy}"), "runner"),
+                ),
+                ("templates/config.yaml", &config_map("config", "helm.sh/layer: config")),
+            ],
+        );
+        let a = op.spawn("controller-a", 4);
+        op.create("default", release("shop", &path(&dir, "shop"), json!({"timeout": "3s"})))
+            .await;
+        op.wait_object("batch/v1", "Job", "default", "migrate").await;
+        // Killed while the stage's last hook runs; it succeeds while no controller is alive.
+        a.kill().await;
+        assert!(op.job_succeeded("default", "migrate"));
+        let b = op.spawn("controller-b", 4);
+        op.wait_event("default", "shop", "LockTakenOver").await;
+        op.wait_release("default", "shop", "Ready", is_ready).await;
+        // The new holder did the clean-up, once: each hook deleted once, the Job before its
+        // account, and neither created again.
+        let writes: Vec<String> = op
+            .server
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                is_write(r)
+                    && r.status < 300
+                    && matches!(r.kind.as_deref(), Some("Job" | "ServiceAccount"))
+                    && r.name.as_deref() != Some("default")
+            })
+            .map(|r| format!("{} {}/{}", r.verb, r.kind.unwrap_or_default(), r.name.unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            writes,
+            ["apply ServiceAccount/runner", "apply Job/migrate", "delete Job/migrate", "delete ServiceAccount/runner"]
+        );
+        b.stop().await;
     })
     .await;
 }

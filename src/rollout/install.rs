@@ -797,6 +797,12 @@ pub fn step(
                     LayerPhase::Waiting | LayerPhase::Deleting | LayerPhase::CleaningUp
                 ) || (is_hook_stage(l) && l.phase == LayerPhase::Applying && l.message.is_some())
             })
+            // Nothing at work: a layer that cannot start says why (an external dependency).
+            .or_else(|| {
+                st.layers
+                    .iter()
+                    .find(|l| l.phase == LayerPhase::Pending && l.message.is_some())
+            })
             .map(|l| match &l.message {
                 Some(m) if is_hook_stage(l) => {
                     format!(
