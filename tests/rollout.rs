@@ -2076,3 +2076,99 @@ fn uninstall_runs_pre_delete_hooks_first_post_delete_last_and_retries_a_failed_o
     );
     assert!(!s8.finished);
 }
+
+#[test]
+fn a_hook_still_running_when_the_operation_times_out_has_failed_and_its_stage_cleans_up() {
+    let fx = webhook_certs();
+    let pre = run("pre-install");
+    // The ServiceAccount, Role and RoleBinding are done; the Job runs (its Pod never starts).
+    let mut status = fx.started();
+    let done = all_done(&fx, &pre);
+    for second in 1..=4 {
+        let mut seen = Observations::default();
+        for i in 0..(second - 1) {
+            seen.hooks.insert(i, done.hooks[&i].clone());
+        }
+        status = fx.step(&status, &seen, at(second as i64)).status;
+    }
+    let job = fx.hook("x-admission-create");
+    let mut running = done.clone();
+    running.hooks.insert(
+        job,
+        Some(hook_object("Job", "x-admission-create", Some(&pre), job_running())),
+    );
+    let step = fx.step(&status, &running, at(300));
+    assert!(!step.finished);
+    let step = install::time_out(&fx.revision(), step, Duration::from_secs(300), &at(300));
+    assert!(step.finished);
+    assert_eq!(step.status.phase, Some(ReleasePhase::Failed));
+    // Helm's order for a failed hook: it (no hook-failed here), then the hooks before it that
+    // have hook-succeeded, in run order.
+    let deleted: Vec<String> = step
+        .actions
+        .iter()
+        .map(|a| match a {
+            InstallAction::Hook {
+                action: HookAction::Delete { hook },
+                ..
+            } => format!("{}/{}", fx.hooks[*hook].key.kind, fx.hooks[*hook].key.name),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        deleted,
+        [
+            "ServiceAccount/x-admission",
+            "Role/x-admission",
+            "RoleBinding/x-admission"
+        ]
+    );
+    let (_, reason) = condition(&step.status, "Stalled");
+    assert_eq!(reason, "Timeout");
+}
+
+#[test]
+fn a_failed_pre_delete_stage_is_run_again_from_its_first_hook() {
+    let fx = layered_with_hooks(&[
+        (
+            "ServiceAccount",
+            "backup",
+            &[
+                ("helm.sh/hook", "pre-delete"),
+                ("helm.sh/hook-weight", "-1"),
+                ("helm.sh/hook-delete-policy", "hook-succeeded"),
+            ],
+        ),
+        ("Job", "backup", &[("helm.sh/hook", "pre-delete")]),
+    ]);
+    let inventory = Inventory::from_plan(&fx.plan, |_| Some("shop".into()));
+    let u = rollout::Uninstall {
+        inventory: &inventory,
+        sequenced: true,
+        hooks: &fx.hooks,
+        run: "uid-shop/1",
+        timeout: Duration::from_secs(300),
+    };
+    let first = "uid-shop/1/0/pre-delete";
+    let account = fx.hooks.iter().position(|h| h.key.kind == "ServiceAccount").unwrap();
+    let job = fx.hooks.iter().position(|h| h.key.kind == "Job").unwrap();
+    let s1 = uninstall_with(&u, &SequencedReleaseStatus::default(), &Observations::default(), at(1));
+    assert_eq!(s1.hooks_before, [HookAction::Create { hook: account, run: first.into() }]);
+    let mut seen = Observations::default();
+    seen.hooks.insert(account, Some(hook_object("ServiceAccount", "backup", Some(first), json!({}))));
+    let s2 = uninstall_with(&u, &s1.status, &seen, at(2));
+    assert_eq!(s2.hooks_before, [HookAction::Create { hook: job, run: first.into() }]);
+    // The Job fails: its ServiceAccount goes (hook-succeeded), then the stage is Failed.
+    seen.hooks.insert(job, Some(hook_object("Job", "backup", Some(first), job_failed())));
+    seen.present.insert(fx.hooks[account].key.clone(), claim("shop/shop"));
+    let s3 = uninstall_with(&u, &s2.status, &seen, at(3));
+    let s4 = uninstall_with(&u, &s3.status, &seen, at(3));
+    assert_eq!(s4.hooks_before, [HookAction::Delete { hook: account }]);
+    seen.present.insert(fx.hooks[account].key.clone(), None);
+    let s5 = uninstall_with(&u, &s4.status, &seen, at(4));
+    assert_eq!(s5.status.layers[0].phase, LayerPhase::Failed);
+    // Tried again: from the ServiceAccount, which the Job needs, not from the Job.
+    let second = "uid-shop/1/1/pre-delete";
+    let s6 = uninstall_with(&u, &s5.status, &Observations::default(), at(20));
+    assert_eq!(s6.hooks_before, [HookAction::Create { hook: account, run: second.into() }]);
+}

@@ -189,7 +189,11 @@ pub fn format_status(release: &SequencedRelease, style: Style) -> String {
         .map_or_else(|| "-".to_string(), |p| format!("{p} layers ready"));
     field(&mut out, "PROGRESS", &progress);
     if let Some(message) = status.message.as_deref().filter(|m| !m.is_empty()) {
-        field(&mut out, "MESSAGE", &one_line(message));
+        let (first, rest) = split_message(message);
+        field(&mut out, "MESSAGE", &first);
+        for line in rest {
+            field(&mut out, "", &format!("  {line}"));
+        }
     }
     if let Some(lock) = &status.lock {
         if let Some(holder) = lock.holder.as_deref().filter(|h| !h.is_empty()) {
@@ -312,7 +316,11 @@ fn draw_layers(out: &mut String, layers: &[LayerStatus], style: Style) {
                     paint(layer_phase(layer.phase), layer_colour(layer.phase), style),
                 );
                 if let Some(message) = layer.message.as_deref().filter(|m| !m.is_empty()) {
-                    let _ = writeln!(out, "{note_prefix}{}", one_line(message));
+                    let (first, rest) = split_message(message);
+                    let _ = writeln!(out, "{note_prefix}{first}");
+                    for line in rest {
+                        let _ = writeln!(out, "{note_prefix}  {line}");
+                    }
                 }
             }
         }
@@ -388,6 +396,23 @@ fn count(layer: &LayerStatus) -> String {
 /// Messages are shown on one line each.
 pub(super) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A status message as it is shown: its first line on one line, and when it goes on with the
+/// last lines of a hook's log (`last N log lines of pod ...:`), those lines as they are, each on
+/// its own (without control characters). Other messages are shown on one line.
+fn split_message(message: &str) -> (String, Vec<String>) {
+    let mut lines = message.lines();
+    let first = lines.next().unwrap_or_default();
+    let rest: Vec<&str> = lines.collect();
+    let is_log = rest
+        .first()
+        .is_some_and(|l| l.starts_with("last ") && l.contains(" log line") && l.ends_with(':'));
+    if !is_log {
+        return (one_line(message), Vec::new());
+    }
+    let clean = |line: &str| line.chars().filter(|c| !c.is_control()).collect::<String>();
+    (one_line(first), rest.into_iter().map(clean).collect())
 }
 
 pub(super) fn release_phase(phase: ReleasePhase) -> &'static str {
@@ -971,11 +996,37 @@ shop
     }
 
     #[test]
-    fn messages_stay_on_one_line() {
+    fn messages_stay_on_one_line_but_a_hooks_log_keeps_its_lines() {
         let mut status = deploying();
         status.message = Some("two\nlines".to_string());
-        let text = format_status(&release(2, Some(status)), Style::default());
+        let text = format_status(&release(2, Some(status.clone())), Style::default());
         assert!(text.contains("MESSAGE      two lines\n"), "{text}");
+        let failed = "pre-install hook Job/migrate (chart shop, templates/migrate.yaml) failed: Job migrate: failed\nlast 2 log lines of pod migrate-x1 (container main):\nmigrating\nERROR: \u{1b}[31mno\u{1b}[0m table";
+        status.message = Some(failed.to_string());
+        status.layers[0].message = Some(failed.to_string());
+        let text = format_status(&release(2, Some(status)), Style::default());
+        assert!(
+            text.contains("MESSAGE      pre-install hook Job/migrate (chart shop, templates/migrate.yaml) failed: Job migrate: failed\n               last 2 log lines of pod migrate-x1 (container main):\n               migrating\n               ERROR: [31mno[0m table\n"),
+            "{text}"
+        );
+        assert!(text.contains("      last 2 log lines of pod migrate-x1 (container main):\n"), "{text}");
+    }
+
+    #[test]
+    fn a_hook_stage_cleaning_up_says_what_it_deletes() {
+        let mut status = deploying();
+        status.layers[0].name = "(pre-install)".into();
+        status.layers[0].phase = LayerPhase::CleaningUp;
+        status.layers[0].ready = status.layers[0].resources;
+        status.layers[0].message = Some(
+            "all 2 hooks succeeded; deleting Job/migrate (hook-succeeded, 1 of 2)".into(),
+        );
+        let text = format_status(&release(2, Some(status)), Style::default());
+        assert!(text.contains(" CleaningUp\n"), "{text}");
+        assert!(
+            text.contains("all 2 hooks succeeded; deleting Job/migrate (hook-succeeded, 1 of 2)\n"),
+            "{text}"
+        );
     }
 
     #[test]

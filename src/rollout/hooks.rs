@@ -129,7 +129,7 @@ impl<'a> Stage<'a> {
     /// hooks): with every hook done, those with `hook-succeeded` in reverse run order; when the
     /// `ready`-th failed, it if it has `hook-failed`, then the earlier ones with
     /// `hook-succeeded` in run order. Never a CustomResourceDefinition.
-    fn clean_up(&self, entry: &LayerStatus) -> Vec<usize> {
+    pub(super) fn clean_up(&self, entry: &LayerStatus) -> Vec<usize> {
         let done = usize::try_from(entry.ready)
             .unwrap_or(0)
             .min(self.order.len());

@@ -952,7 +952,10 @@ pub fn fail_action(
 
 /// The operation ran past `spec.timeout` (`timeout`) without finishing: the step's actions are
 /// dropped, the stages still at work are Failed, and the revision fails with reason `Timeout`,
-/// naming what it still waited for. A step that finished (Ready or Failed) is kept as it is.
+/// naming what it still waited for. A hook still running has failed, as Helm's hook timeout
+/// fails it: the delete policies of its stage are carried out (`hook-failed` on it, then
+/// `hook-succeeded` on the hooks before it), at once. A step that finished (Ready or Failed) is
+/// kept as it is.
 pub fn time_out(
     revision: &Revision,
     step: InstallStep,
@@ -971,6 +974,20 @@ pub fn time_out(
         "timed out after {} (spec.timeout), still waiting for {waiting}",
         readiness::format_duration(timeout)
     );
+    let mut actions = Vec::new();
+    let (pre, post) = stages(revision);
+    let s = slots(revision);
+    for (stage, slot, post) in [(pre, s.pre, false), (post, s.post, true)] {
+        if let (Some(stage), Some(slot)) = (stage, slot)
+            && let Some(entry) = st.layers.get(slot)
+            && entry.phase == LayerPhase::Waiting
+        {
+            actions.extend(stage.clean_up(entry).into_iter().map(|hook| InstallAction::Hook {
+                post,
+                action: HookAction::Delete { hook },
+            }));
+        }
+    }
     for layer in &mut st.layers {
         if matches!(
             layer.phase,
@@ -993,7 +1010,7 @@ pub fn time_out(
         now,
     );
     InstallStep {
-        actions: Vec::new(),
+        actions,
         status: st,
         events: vec![Note::warning(EventReason::LayerFailed, message)],
         requeue_after: retry,
