@@ -34,6 +34,119 @@ struct E2e {
     config: Config,
     namespace: String,
     controller: Option<Running>,
+    /// The kubelet played for the test's namespace, on a cluster without Nodes.
+    kubelet: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Plays the kubelet for the Pods of `namespace` when the cluster has no Node (a bare
+/// kube-apiserver with kube-controller-manager, as built on a developer's machine): a Pod that
+/// runs to completion (restartPolicy Never or OnFailure: a Job's) Succeeded a moment after it
+/// appears, or Failed when labelled `sequenced.test/outcome: fail`; any other Pod is Running and
+/// Ready. kube-controller-manager does the rest (Jobs complete, Deployments become available).
+/// None on a cluster with Nodes: its kubelets run the Pods.
+async fn play_kubelet(client: &Client, namespace: &str) -> Option<tokio::task::JoinHandle<()>> {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::runtime::watcher;
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .ok()?;
+    if !nodes.items.is_empty() {
+        return None;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    Some(tokio::spawn(async move {
+        let mut events = watcher::watcher(pods.clone(), watcher::Config::default()).boxed();
+        while let Some(event) = events.next().await {
+            let pod = match event {
+                Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => pod,
+                Ok(_) => continue,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+            if pod.metadata.deletion_timestamp.is_some()
+                || matches!(phase.as_deref(), Some("Running" | "Succeeded" | "Failed"))
+            {
+                continue;
+            }
+            let Some(spec) = pod.spec.as_ref() else {
+                continue;
+            };
+            let completes = matches!(spec.restart_policy.as_deref(), Some("Never" | "OnFailure"));
+            // What a kubelet would make of the containers: `sh -c '... exit 1'` fails (or the
+            // test label says so); an image of a reserved `.invalid` host is never pulled.
+            let exits_non_zero = |c: &k8s_openapi::api::core::v1::Container| {
+                let script: Vec<String> = c
+                    .command
+                    .iter()
+                    .flatten()
+                    .chain(c.args.iter().flatten())
+                    .cloned()
+                    .collect();
+                let script = script.join(" ");
+                let last = script.rsplit([';', '\n']).next().unwrap_or("").trim();
+                last.strip_prefix("exit ")
+                    .and_then(|code| code.trim().parse::<i32>().ok())
+                    .is_some_and(|code| code != 0)
+            };
+            let fails = spec.containers.iter().any(exits_non_zero)
+                || pod
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("sequenced.test/outcome"))
+                    .is_some_and(|v| v == "fail");
+            let unpullable = spec.containers.iter().any(|c| {
+                c.image
+                    .as_deref()
+                    .and_then(|i| i.split('/').next())
+                    .is_some_and(|host| host.ends_with(".invalid"))
+            });
+            if unpullable {
+                continue;
+            }
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            let now = format!("{}Z", &now[..19]);
+            let containers: Vec<Value> = spec
+                .containers
+                .iter()
+                .map(|c| {
+                    let state = match (completes, fails) {
+                        (false, _) => json!({"running": {"startedAt": now}}),
+                        (true, false) => json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}),
+                        (true, true) => json!({"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now}}),
+                    };
+                    json!({"name": c.name, "image": c.image.clone().unwrap_or_default(), "imageID": "",
+                           "ready": !completes, "started": !completes, "restartCount": 0, "state": state})
+                })
+                .collect();
+            let ready = if completes { "False" } else { "True" };
+            let phase = match (completes, fails) {
+                (false, _) => "Running",
+                (true, false) => "Succeeded",
+                (true, true) => "Failed",
+            };
+            let condition = |type_: &str, status: &str| json!({"type": type_, "status": status, "lastTransitionTime": now});
+            let status = json!({"status": {
+                "phase": phase, "startTime": now, "hostIP": "10.0.0.10", "podIP": "10.0.0.11",
+                "conditions": [condition("PodScheduled", "True"), condition("Initialized", "True"),
+                               condition("ContainersReady", ready), condition("Ready", ready)],
+                "containerStatuses": containers,
+            }});
+            if completes {
+                // A Job's Pod runs a moment before it ends.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let _ = pods
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                .await;
+        }
+    }))
 }
 
 /// A controller running in-process.
@@ -111,11 +224,13 @@ async fn setup() -> Option<E2e> {
         .await
         .expect("namespace");
     let controller = Running::start(&config, format!("e2e-{namespace}"));
+    let kubelet = play_kubelet(&client, &namespace).await;
     Some(E2e {
         client,
         config,
         namespace,
         controller: Some(controller),
+        kubelet,
     })
 }
 
@@ -155,6 +270,9 @@ impl E2e {
     async fn finish(mut self) {
         if let Some(controller) = self.controller.take() {
             controller.stop().await;
+        }
+        if let Some(kubelet) = self.kubelet.take() {
+            kubelet.abort();
         }
         let _ = Api::<Namespace>::all(self.client.clone())
             .delete(&self.namespace, &DeleteParams::default())
@@ -705,5 +823,237 @@ async fn e2e_a_release_acts_as_its_service_account_and_a_layer_it_may_not_write_
     );
     let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(e2e.client.clone());
     assert!(roles.get_opt(&role).await.unwrap().is_none());
+    e2e.finish().await;
+}
+
+/// A name no other test uses, for cluster-scoped objects.
+fn unique(prefix: &str) -> String {
+    format!("{prefix}{:06x}", fastrand::u32(..) & 0xff_ffff)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_the_admission_webhook_pattern_runs_its_jobs_as_their_hook_service_account() {
+    let Some(e2e) = setup().await else { return };
+    let name = unique("web");
+    e2e.create(release(
+        &name,
+        &support::charts::repo().join("tests/charts/hook-patterns/webhook-certs"),
+        json!({}),
+    ))
+    .await;
+    let sr = e2e.wait(&name, "Ready", is_ready).await;
+    assert_eq!(layer(&sr, "(pre-install)").phase, LayerPhase::Ready);
+    assert_eq!(layer(&sr, "(post-install)").phase, LayerPhase::Ready);
+    // The Jobs ran (their Pods admitted: their ServiceAccount outlived them), and every hook
+    // went by its hook-succeeded policy once its stage was over.
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> =
+        Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    assert!(
+        jobs.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    assert!(
+        accounts
+            .get_opt(&format!("{name}-admission"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(e2e.client.clone());
+    assert!(
+        roles
+            .get_opt(&format!("{name}-admission"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    e2e.releases()
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while e2e.releases().get_opt(&name).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "never uninstalled");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_failed_hook_deletes_itself_and_the_hooks_before_it() {
+    let Some(e2e) = setup().await else { return };
+    let name = unique("broken");
+    e2e.create(release(
+        &name,
+        &support::charts::repo().join("tests/charts/hook-patterns/failing-hook"),
+        json!({}),
+    ))
+    .await;
+    let sr = e2e
+        .wait(&name, "Stalled HookFailed", |sr| {
+            condition(sr, "Stalled").is_some_and(|(s, r, _)| s == "True" && r == "HookFailed")
+        })
+        .await;
+    assert!(message(&sr).contains("failed: Job"), "{}", message(&sr));
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> =
+        Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    assert!(
+        jobs.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    let left: Vec<String> = accounts
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|a| a.metadata.name)
+        .filter(|n| n != "default")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    e2e.finish().await;
+}
+
+/// A namespaced CRD of kind `kind` in `group`, any fields allowed.
+fn crd(group: &str, kind: &str, plural: &str) -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_kind_no_server_serves_is_refused_and_goes_on_once_its_crd_is_installed() {
+    let Some(e2e) = setup().await else { return };
+    let group = format!("{}.example.com", unique("g"));
+    let widget = format!(
+        "apiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: gadget\n  annotations:\n    helm.sh/layer: app\n    helm.sh/depends-on/layers: config\nspec:\n  size: 3\n"
+    );
+    let dir = chart(
+        "gadgets",
+        &[
+            (
+                "templates/config.yaml",
+                &config_map("settings", "helm.sh/layer: config"),
+            ),
+            ("templates/widget.yaml", widget.as_str()),
+        ],
+    );
+    e2e.create(release("gadgets", &dir.path().join("gadgets"), json!({})))
+        .await;
+    let sr = e2e.wait("gadgets", "Stalled", is_stalled).await;
+    let (_, reason, text) = condition(&sr, "Stalled").unwrap();
+    assert_eq!(reason, "UnknownKind");
+    assert!(
+        text.starts_with(&format!(
+            "no matches for kind \"Widget\" in version \"{group}/v1\" (Widget/gadget of chart gadgets, templates/widget.yaml)"
+        )),
+        "{text}"
+    );
+    let config_maps: Api<ConfigMap> = Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    assert!(config_maps.get_opt("settings").await.unwrap().is_none());
+    let crds: Api<CustomResourceDefinition> = Api::all(e2e.client.clone());
+    crds.create(&PostParams::default(), &crd(&group, "Widget", "widgets"))
+        .await
+        .unwrap();
+    let installed = Instant::now();
+    e2e.wait("gadgets", "Ready", is_ready).await;
+    assert!(
+        installed.elapsed() < Duration::from_secs(60),
+        "went on only after {:?}",
+        installed.elapsed()
+    );
+    e2e.releases()
+        .delete("gadgets", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while e2e.releases().get_opt("gadgets").await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "never uninstalled");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let _ = crds
+        .delete(&format!("widgets.{group}"), &DeleteParams::default())
+        .await;
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_down_aggregated_api_holds_up_only_the_release_that_needs_it() {
+    let Some(e2e) = setup().await else { return };
+    // An APIService whose Service does not exist: its group-version answers 503.
+    let group = format!("{}.example.io", unique("agg"));
+    let name = format!("v1alpha1.{group}");
+    let apiservices: Api<kube::api::DynamicObject> = Api::all_with(
+        e2e.client.clone(),
+        &kube::core::ApiResource {
+            group: "apiregistration.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "apiregistration.k8s.io/v1".into(),
+            kind: "APIService".into(),
+            plural: "apiservices".into(),
+        },
+    );
+    let apiservice = json!({
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": name},
+        "spec": {"group": group, "version": "v1alpha1", "groupPriorityMinimum": 100,
+                 "versionPriority": 100, "insecureSkipTLSVerify": true,
+                 "service": {"name": "absent", "namespace": e2e.namespace, "port": 443}}
+    });
+    apiservices
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(apiservice).unwrap(),
+        )
+        .await
+        .unwrap();
+    // A release that does not use it: Ready as ever.
+    let plain = chart(
+        "plain",
+        &[(
+            "templates/config.yaml",
+            &config_map("settings", "helm.sh/layer: config"),
+        )],
+    );
+    e2e.create(release("plain", &plain.path().join("plain"), json!({})))
+        .await;
+    e2e.wait("plain", "Ready", is_ready).await;
+    // One that needs a kind of the group (an external dependency) waits, naming the APIService.
+    let needs = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: uses-gizmo\n  annotations:\n    gizmo.external-dependency.werf.io/resource: gizmo.{group}/main\ndata:\n  a: b\n"
+    );
+    let dir = chart("needs", &[("templates/uses.yaml", needs.as_str())]);
+    e2e.create(release("needs", &dir.path().join("needs"), json!({})))
+        .await;
+    let sr = e2e
+        .wait("needs", "waiting for the group", |sr| {
+            condition(sr, "Ready").is_some_and(|c| c.1 == "GroupUnavailable")
+        })
+        .await;
+    let (_, _, text) = condition(&sr, "Ready").unwrap();
+    assert!(
+        text.contains(&format!(
+            "APIService {name} is not Available (ServiceNotFound:"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("503"), "{text}");
+    let _ = apiservices.delete(&name, &DeleteParams::default()).await;
     e2e.finish().await;
 }

@@ -1,10 +1,14 @@
 //! The controller: kube-runtime wiring that executes, for each SequencedRelease, the one step the
 //! pure lifecycle ([`crate::rollout::lifecycle`]) chooses. It decides nothing itself.
 //!
-//! Split by job:
-//! - [`run`]: wiring (the controller, its watches, the lease watch) and shutdown;
-//! - [`reconcile`]: one reconcile: gather the facts the lifecycle asks for, execute its step,
-//!   write the status it is handed, under the release's lock;
+//! Split by job (no file imports one that imports it back):
+//! - [`run`]: wiring (the controller, its watches, the lease and discovery watches), the error
+//!   policy and shutdown;
+//! - [`context`]: what every reconcile shares (clients, caches, the lock table, what is kept per
+//!   release between reconciles);
+//! - [`reconcile`]: one reconcile: gather the facts the lifecycle asks for, then execute its
+//!   step (`reconcile/execute.rs`) and write the status it is handed, under the release's lock
+//!   (`reconcile/writes.rs`, also where a failed reconcile is told);
 //! - [`source`]: the spec's inputs (chart source, `valuesFrom`), resolved, and their digest;
 //! - [`plans`]: the plan cache, rendering through the chart pipeline;
 //! - [`records`]: the release records in the cluster;
@@ -12,6 +16,7 @@
 //! - [`watches`]: what wakes a release besides its own object; [`stats`]: CPU time;
 //! - [`events`]: the Events recorded on a release, one per distinct note.
 
+mod context;
 mod events;
 mod objects;
 mod plans;

@@ -6,7 +6,7 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
 use super::Error;
-use super::run::Context;
+use super::context::Context;
 use crate::api::{
     Claim, HOOK_RUN_ANNOTATION, Identity, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION,
     ObjectKey, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, Reason, SequencedRelease,

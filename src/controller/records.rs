@@ -21,8 +21,8 @@ use crate::api::{
 use crate::history::helm::{HELM_RECORD_KEY, HELM_RECORD_TYPE, HelmRelease, helm_record_name};
 use crate::history::{HelmStatus, Record, RecordError};
 use crate::rollout::Deployable;
+use crate::rollout::RecordUpdate;
 use crate::rollout::lifecycle::Revisions;
-use crate::rollout::recovery::RecordUpdate;
 
 type Release = ObjectRef<SequencedRelease>;
 /// What records stored, ready to apply, by release and revision.

@@ -358,7 +358,7 @@ pub fn step(
                 };
                 // The log a Job or Pod leaves is read before anything deletes it.
                 let log_wanted = hook.runs_to_completion()
-                    && matches!(seen, Some(_))
+                    && seen.is_some()
                     && match &verdict {
                         Verdict::Failed(_) => true,
                         Verdict::Ready => hook.has_output_log_policy(HOOK_SUCCEEDED),

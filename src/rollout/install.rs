@@ -9,9 +9,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use super::hooks::{self, HookAction, Stage};
-use super::recovery::RecordUpdate;
 use super::status::{elapsed, failed, progressing, set_conditions};
-use super::{ActionFailure, Note, Observations, Outcome, Revision, Wanted, external_blocker};
+use super::{
+    ActionFailure, Note, Observations, Outcome, RecordUpdate, Revision, Wanted, external_blocker,
+};
 use crate::api::{
     CRD_LAYER, Claim, EventReason, HistoryEntry, Identity, LayerPhase, LayerStatus, ObjectKey,
     Owner, PRUNE_LAYER, Reason, ReleasePhase, SequencedReleaseStatus,
@@ -982,10 +983,15 @@ pub fn time_out(
             && let Some(entry) = st.layers.get(slot)
             && entry.phase == LayerPhase::Waiting
         {
-            actions.extend(stage.clean_up(entry).into_iter().map(|hook| InstallAction::Hook {
-                post,
-                action: HookAction::Delete { hook },
-            }));
+            actions.extend(
+                stage
+                    .clean_up(entry)
+                    .into_iter()
+                    .map(|hook| InstallAction::Hook {
+                        post,
+                        action: HookAction::Delete { hook },
+                    }),
+            );
         }
     }
     for layer in &mut st.layers {

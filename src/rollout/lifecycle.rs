@@ -18,10 +18,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::dependencies::{self, DependencyFacts};
 use super::drift::{self, DriftReport};
 use super::install::{self, InstallStep};
-use super::recovery::{self, Cause, RecordUpdate, Requests, RollbackRequest};
+use super::recovery::{self, Cause, Requests, RollbackRequest};
 use super::status::{holds_lock, pending, retry_due, stalled};
 use super::uninstall::{self, Uninstall, UninstallStep, uninstall_step};
-use super::{Deployable, Note, Observations, Outcome, Revision, Settings, Wanted};
+use super::{Deployable, Note, Observations, Outcome, RecordUpdate, Revision, Settings, Wanted};
 use crate::api::{
     DriftDetection, EventReason, FINALIZER, Identity, OnFailure, Reason, ReleasePhase,
     RemediationAction, RemediationStatus, SequencedRelease, SequencedReleaseStatus,

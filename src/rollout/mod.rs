@@ -36,7 +36,7 @@ use crate::api::{
     Claim, DriftDetection, EventReason, Identity, ObjectKey, OnFailure, SequencedReleaseSpec,
     Sequencing,
 };
-use crate::history::{Content, HookRecord, Inventory, Record, StoredPlan};
+use crate::history::{Content, HelmStatus, HookRecord, Inventory, Record, StoredPlan};
 use crate::plan::{ExternalDependency, Plan};
 use crate::readiness::parse_duration;
 use crate::readiness::{self, Rules, Verdict};
@@ -510,6 +510,27 @@ pub fn fold_ready(events: Vec<Note>) -> Vec<Note> {
         folded.extend(ready);
     }
     folded
+}
+
+/// A change of one release record's status, as Helm spells it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordUpdate {
+    pub revision: i64,
+    pub status: HelmStatus,
+    pub description: String,
+    /// Only when the record has this status now (a `deployed` one becomes `superseded`).
+    pub only_from: Option<HelmStatus>,
+}
+
+impl RecordUpdate {
+    pub(crate) fn new(revision: i64, status: HelmStatus, description: String) -> RecordUpdate {
+        RecordUpdate {
+            revision,
+            status,
+            description,
+            only_from: None,
+        }
+    }
 }
 
 /// How a failed action failed: a refusal a retry does not change, or a transient error.

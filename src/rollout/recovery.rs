@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::install::{self};
 use super::status::{progressing, set_conditions, set_stalled};
-use super::{Note, Revision, Settings};
+use super::{Note, RecordUpdate, Revision, Settings};
 use crate::api::{
     EventReason, FORCE_REQUEST_ANNOTATION, OnFailure, RECONCILE_REQUEST_ANNOTATION,
     ROLLBACK_REQUEST_ANNOTATION, ROLLBACK_REVISION_ANNOTATION, Reason, ReleasePhase,
@@ -72,27 +72,6 @@ pub fn requests(sr: &SequencedRelease, status: &SequencedReleaseStatus) -> Reque
         reconcile: reconcile.map(str::to_string),
         force,
         rollback,
-    }
-}
-
-/// A change of one release record's status, as Helm spells it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RecordUpdate {
-    pub revision: i64,
-    pub status: HelmStatus,
-    pub description: String,
-    /// Only when the record has this status now (a `deployed` one becomes `superseded`).
-    pub only_from: Option<HelmStatus>,
-}
-
-impl RecordUpdate {
-    fn new(revision: i64, status: HelmStatus, description: String) -> RecordUpdate {
-        RecordUpdate {
-            revision,
-            status,
-            description,
-            only_from: None,
-        }
     }
 }
 

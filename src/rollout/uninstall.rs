@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use super::hooks::{self, HookAction, Stage};
 use super::install::{layer_label, settle_deletion};
-use super::recovery::RecordUpdate;
 use super::status::{elapsed, progressing, retry_delay, set_stalled};
-use super::{Note, Observations, Outcome, Wanted};
+use super::{Note, Observations, Outcome, RecordUpdate, Wanted};
 use crate::api::{
     EventReason, Identity, LayerPhase, LayerStatus, ObjectKey, Reason, ReleasePhase,
     SequencedReleaseStatus,

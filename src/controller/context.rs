@@ -1,0 +1,265 @@
+//! What every reconcile of this controller shares: the clients, the caches, the watches, the
+//! lock table, and what it keeps per release between reconciles (its own writes the cache may
+//! not show yet, errors in a row, when each operation was first seen and each release's objects
+//! last compared).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use super::Options;
+use super::events::Events;
+use super::plans::Plans;
+use super::records::Records;
+use super::source::Sources;
+use super::watches::Watches;
+use crate::api::{ReleasePhase, SequencedRelease};
+use crate::cluster::{Account, Cluster};
+use crate::lock::Locks;
+use crate::rollout;
+
+/// What every reconcile shares.
+pub(crate) struct Context {
+    pub client: Client,
+    /// The controller's own configuration, from which the clients that impersonate service
+    /// accounts are made.
+    pub config: kube::Config,
+    /// The API server as the controller itself.
+    pub cluster: Arc<Cluster>,
+    /// The API server as each service account a release acts as.
+    accounts: Mutex<HashMap<Account, Arc<Cluster>>>,
+    pub options: Options,
+    pub store: Store<SequencedRelease>,
+    pub watches: Watches,
+    pub events: Events,
+    pub sources: Sources,
+    pub plans: Plans,
+    pub records: Records,
+    pub locks: Arc<Locks>,
+    /// When this controller first saw each operation in progress (`spec.timeout`).
+    pub operations: Operations,
+    /// When each release's objects were last compared with what it applied.
+    drift_checks: Mutex<HashMap<ObjectRef<SequencedRelease>, Instant>>,
+    /// The releases this controller wrote and its cache may not show yet.
+    written: Mutex<HashMap<ObjectRef<SequencedRelease>, Written>>,
+    /// Errors in a row per release, for the backoff.
+    failures: Mutex<HashMap<ObjectRef<SequencedRelease>, u32>>,
+    /// Set on SIGTERM: no new step starts.
+    stopping: AtomicBool,
+}
+
+/// A release as this controller last wrote it, and the resourceVersions its writes replaced.
+struct Written {
+    replaced: Vec<String>,
+    object: Arc<SequencedRelease>,
+}
+
+impl Context {
+    /// The context of a controller with these clients, caches and options; nothing kept yet.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Client,
+        config: kube::Config,
+        options: Options,
+        store: Store<SequencedRelease>,
+        watches: Watches,
+        events: Events,
+        locks: Arc<Locks>,
+    ) -> Context {
+        Context {
+            cluster: Arc::new(Cluster::new(client.clone())),
+            accounts: Mutex::new(HashMap::new()),
+            config,
+            watches,
+            events,
+            sources: Sources::default(),
+            plans: Plans::default(),
+            records: Records::new(client.clone()),
+            client,
+            options,
+            store,
+            failures: Mutex::new(HashMap::new()),
+            operations: Operations::default(),
+            drift_checks: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
+            locks,
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    /// SIGTERM: no new step starts from now on.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// A reconcile of `release` failed: how many did in a row, this one included.
+    pub fn failed(&self, release: ObjectRef<SequencedRelease>) -> u32 {
+        let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(release).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// A reconcile of `release` went through: the errors in a row start again from none.
+    pub fn succeeded(&self, release: &ObjectRef<SequencedRelease>) {
+        if let Ok(mut failures) = self.failures.lock() {
+            failures.remove(release);
+        }
+    }
+
+    /// `sr` as the cache holds it, or what this controller wrote over it when the cache has not
+    /// caught up with that write yet: a reconcile woken before the watch brings its own write
+    /// back goes on from it, instead of writing again over a stale resourceVersion (a 409) and
+    /// repeating the step.
+    pub fn newest(&self, sr: Arc<SequencedRelease>) -> Arc<SequencedRelease> {
+        let key = ObjectRef::from_obj(&*sr);
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(entry) = written.get(&key) else {
+            return sr;
+        };
+        let rv = sr.metadata.resource_version.clone().unwrap_or_default();
+        if entry.replaced.contains(&rv) && entry.object.metadata.uid == sr.metadata.uid {
+            return Arc::clone(&entry.object);
+        }
+        // The cache caught up, or someone else changed the release since: the cache decides.
+        written.remove(&key);
+        sr
+    }
+
+    /// This controller wrote the release at resourceVersion `from`, which made `object`.
+    pub fn wrote(&self, from: Option<&str>, object: SequencedRelease) {
+        let key = ObjectRef::from_obj(&object);
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let from = from.unwrap_or_default().to_string();
+        let mut replaced = match written.remove(&key) {
+            Some(entry) if entry.object.metadata.resource_version.as_deref() == Some(&from) => {
+                entry.replaced
+            }
+            _ => Vec::new(),
+        };
+        replaced.push(from);
+        written.insert(
+            key,
+            Written {
+                replaced,
+                object: Arc::new(object),
+            },
+        );
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// How many reconciles of the release failed in a row before this one.
+    pub fn failures_of(&self, release: &ObjectRef<SequencedRelease>) -> u32 {
+        self.failures
+            .lock()
+            .map(|failures| failures.get(release).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    /// The API server as `account` sees it (impersonated), or as the controller itself.
+    pub fn cluster_for(&self, account: Option<&Account>) -> Result<Arc<Cluster>, kube::Error> {
+        let Some(account) = account else {
+            return Ok(Arc::clone(&self.cluster));
+        };
+        let mut accounts = self.accounts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(cluster) = accounts.get(account) {
+            return Ok(Arc::clone(cluster));
+        }
+        let cluster = Arc::new(self.cluster.acting_as(&self.config, account.clone())?);
+        accounts.insert(account.clone(), Arc::clone(&cluster));
+        Ok(cluster)
+    }
+
+    /// Forgets what the caches keep of a release that is gone.
+    pub fn forget(&self, release: &ObjectRef<SequencedRelease>) {
+        self.sources.forget(release);
+        self.watches.forget_reads(release);
+        self.plans.forget(release);
+        self.records.forget(release);
+        self.operations.forget(release);
+        if let Ok(mut checks) = self.drift_checks.lock() {
+            checks.remove(release);
+        }
+        if let Ok(mut written) = self.written.lock() {
+            written.remove(release);
+        }
+    }
+
+    /// Whether the release's objects are due for a full comparison with what it applied: once
+    /// every `interval`, and once when this controller first sees the release Ready.
+    pub fn drift_check_due(
+        &self,
+        release: &ObjectRef<SequencedRelease>,
+        interval: Duration,
+    ) -> bool {
+        self.drift_checks
+            .lock()
+            .ok()
+            .and_then(|checks| {
+                checks
+                    .get(release)
+                    .map(|at| at.elapsed() >= interval.mul_f64(0.9))
+            })
+            .unwrap_or(true)
+    }
+
+    /// The release's objects were just compared in full.
+    pub fn drift_checked(&self, release: &ObjectRef<SequencedRelease>) {
+        if let Ok(mut checks) = self.drift_checks.lock() {
+            checks.insert(release.clone(), Instant::now());
+        }
+    }
+}
+
+/// An operation in progress: the release's uid, its revision, and whether it uninstalls.
+type Operation = (String, i64, bool);
+
+/// When this controller first saw each operation in progress, on its own monotonic clock:
+/// `spec.timeout` is measured from there, never from a time another replica wrote.
+#[derive(Default)]
+pub(crate) struct Operations {
+    seen: Mutex<HashMap<ObjectRef<SequencedRelease>, (Operation, Instant)>>,
+}
+
+impl Operations {
+    /// How long ago this controller first saw the release's current operation while no other
+    /// session held its lock; None when none is in progress (or another session runs it: a
+    /// controller that takes an operation over gives it a whole timeout).
+    pub fn running_for(&self, sr: &SequencedRelease, blocked: bool) -> Option<Duration> {
+        let key = ObjectRef::from_obj(sr);
+        let status = sr.status.as_ref();
+        let phase = status.and_then(|s| s.phase);
+        let Ok(mut seen) = self.seen.lock() else {
+            return None;
+        };
+        if blocked || !rollout::holds_lock(phase) {
+            seen.remove(&key);
+            return None;
+        }
+        let operation = (
+            sr.metadata.uid.clone().unwrap_or_default(),
+            status.and_then(|s| s.revision).unwrap_or(0),
+            phase == Some(ReleasePhase::Uninstalling) || sr.metadata.deletion_timestamp.is_some(),
+        );
+        let entry = seen
+            .entry(key)
+            .or_insert_with(|| (operation.clone(), Instant::now()));
+        if entry.0 != operation {
+            *entry = (operation, Instant::now());
+        }
+        Some(entry.1.elapsed())
+    }
+
+    fn forget(&self, release: &ObjectRef<SequencedRelease>) {
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.remove(release);
+        }
+    }
+}
