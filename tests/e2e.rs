@@ -88,9 +88,12 @@ async fn play_kubelet(client: &Client, namespace: &str) -> Option<tokio::task::J
                     .cloned()
                     .collect();
                 let script = script.join(" ");
-                let last = script.rsplit([';', '\n']).next().unwrap_or("").trim();
-                last.strip_prefix("exit ")
-                    .and_then(|code| code.trim().parse::<i32>().ok())
+                let code = script.rsplit_once("exit ").map(|(_, code)| {
+                    code.chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect::<String>()
+                });
+                code.and_then(|code| code.parse::<i32>().ok())
                     .is_some_and(|code| code != 0)
             };
             let fails = spec.containers.iter().any(exits_non_zero)
@@ -109,6 +112,14 @@ async fn play_kubelet(client: &Client, namespace: &str) -> Option<tokio::task::J
             if unpullable {
                 continue;
             }
+            // Nothing listens in a pause container: a probe of a port there never succeeds.
+            let never_ready = spec.containers.iter().any(|c| {
+                let probed = c
+                    .readiness_probe
+                    .as_ref()
+                    .is_some_and(|p| p.tcp_socket.is_some() || p.http_get.is_some());
+                probed && c.image.as_deref().is_some_and(|i| i.contains("/pause:"))
+            });
             let now = k8s_openapi::jiff::Timestamp::now().to_string();
             let now = format!("{}Z", &now[..19]);
             let containers: Vec<Value> = spec
@@ -121,10 +132,14 @@ async fn play_kubelet(client: &Client, namespace: &str) -> Option<tokio::task::J
                         (true, true) => json!({"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now}}),
                     };
                     json!({"name": c.name, "image": c.image.clone().unwrap_or_default(), "imageID": "",
-                           "ready": !completes, "started": !completes, "restartCount": 0, "state": state})
+                           "ready": !completes && !never_ready, "started": !completes, "restartCount": 0, "state": state})
                 })
                 .collect();
-            let ready = if completes { "False" } else { "True" };
+            let ready = if completes || never_ready {
+                "False"
+            } else {
+                "True"
+            };
             let phase = match (completes, fails) {
                 (false, _) => "Running",
                 (true, false) => "Succeeded",
