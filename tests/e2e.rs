@@ -282,6 +282,32 @@ impl E2e {
         panic!("{name} never got {what}: {:?}", last.and_then(|s| s.status));
     }
 
+    /// Deletes the release and waits until it is gone (uninstalled, its finalizer removed).
+    async fn uninstall(&self, name: &str) {
+        self.releases()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.releases().get_opt(name).await.unwrap().is_some() {
+            assert!(Instant::now() < deadline, "{name} never uninstalled");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    /// The names of the Jobs in the test's namespace.
+    async fn jobs(&self) -> Vec<String> {
+        let jobs: Api<k8s_openapi::api::batch::v1::Job> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        jobs.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|j| j.metadata.name)
+            .collect()
+    }
+
     async fn finish(mut self) {
         if let Some(controller) = self.controller.take() {
             controller.stop().await;
@@ -342,15 +368,7 @@ async fn e2e_shop_installs_in_order_upgrades_and_uninstalls() {
     })
     .await;
     // Uninstall.
-    e2e.releases()
-        .delete("shop", &DeleteParams::default())
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while e2e.releases().get_opt("shop").await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "never uninstalled");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    e2e.uninstall("shop").await;
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(e2e.client.clone(), &e2e.namespace);
     assert!(
@@ -861,15 +879,7 @@ async fn e2e_the_admission_webhook_pattern_runs_its_jobs_as_their_hook_service_a
     assert_eq!(layer(&sr, "(post-install)").phase, LayerPhase::Ready);
     // The Jobs ran (their Pods admitted: their ServiceAccount outlived them), and every hook
     // went by its hook-succeeded policy once its stage was over.
-    let jobs: Api<k8s_openapi::api::batch::v1::Job> =
-        Api::namespaced(e2e.client.clone(), &e2e.namespace);
-    assert!(
-        jobs.list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
+    assert_eq!(e2e.jobs().await, Vec::<String>::new());
     let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
         Api::namespaced(e2e.client.clone(), &e2e.namespace);
     assert!(
@@ -887,15 +897,7 @@ async fn e2e_the_admission_webhook_pattern_runs_its_jobs_as_their_hook_service_a
             .unwrap()
             .is_none()
     );
-    e2e.releases()
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while e2e.releases().get_opt(&name).await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "never uninstalled");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    e2e.uninstall(&name).await;
     e2e.finish().await;
 }
 
@@ -915,15 +917,7 @@ async fn e2e_a_failed_hook_deletes_itself_and_the_hooks_before_it() {
         })
         .await;
     assert!(message(&sr).contains("failed: Job"), "{}", message(&sr));
-    let jobs: Api<k8s_openapi::api::batch::v1::Job> =
-        Api::namespaced(e2e.client.clone(), &e2e.namespace);
-    assert!(
-        jobs.list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
+    assert_eq!(e2e.jobs().await, Vec::<String>::new());
     let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
         Api::namespaced(e2e.client.clone(), &e2e.namespace);
     let left: Vec<String> = accounts
@@ -993,15 +987,7 @@ async fn e2e_a_kind_no_server_serves_is_refused_and_goes_on_once_its_crd_is_inst
         "went on only after {:?}",
         installed.elapsed()
     );
-    e2e.releases()
-        .delete("gadgets", &DeleteParams::default())
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while e2e.releases().get_opt("gadgets").await.unwrap().is_some() {
-        assert!(Instant::now() < deadline, "never uninstalled");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    e2e.uninstall("gadgets").await;
     let _ = crds
         .delete(&format!("widgets.{group}"), &DeleteParams::default())
         .await;
