@@ -92,14 +92,17 @@ fn appliers(op: &Operator, kind: &str, namespace: &str, name: &str) -> BTreeSet<
         .collect()
 }
 
-/// The write requests `client` sent about release `namespace/name` (its object, its status, its
-/// record and the objects of its chart).
+/// The write requests of `client` that the server carried out about release `namespace/name`
+/// (its object, its status, its record and the objects of its chart).
 fn writes_by(op: &Operator, client: &str, namespace: &str) -> Vec<String> {
     op.server
         .requests()
         .iter()
         .filter(|r| {
+            // A write the server refused changed nothing: a Lease create that meets the other
+            // controller's Lease (409) when this one's lease watch has not shown it yet.
             is_write(r)
+                && r.status < 300
                 && r.client.as_deref() == Some(client)
                 && r.namespace.as_deref() == Some(namespace)
                 && r.kind.as_deref() != Some("Event")
