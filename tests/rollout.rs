@@ -2095,7 +2095,12 @@ fn a_hook_still_running_when_the_operation_times_out_has_failed_and_its_stage_cl
     let mut running = done.clone();
     running.hooks.insert(
         job,
-        Some(hook_object("Job", "x-admission-create", Some(&pre), job_running())),
+        Some(hook_object(
+            "Job",
+            "x-admission-create",
+            Some(&pre),
+            job_running(),
+        )),
     );
     let step = fx.step(&status, &running, at(300));
     assert!(!step.finished);
@@ -2150,17 +2155,50 @@ fn a_failed_pre_delete_stage_is_run_again_from_its_first_hook() {
         timeout: Duration::from_secs(300),
     };
     let first = "uid-shop/1/0/pre-delete";
-    let account = fx.hooks.iter().position(|h| h.key.kind == "ServiceAccount").unwrap();
+    let account = fx
+        .hooks
+        .iter()
+        .position(|h| h.key.kind == "ServiceAccount")
+        .unwrap();
     let job = fx.hooks.iter().position(|h| h.key.kind == "Job").unwrap();
-    let s1 = uninstall_with(&u, &SequencedReleaseStatus::default(), &Observations::default(), at(1));
-    assert_eq!(s1.hooks_before, [HookAction::Create { hook: account, run: first.into() }]);
+    let s1 = uninstall_with(
+        &u,
+        &SequencedReleaseStatus::default(),
+        &Observations::default(),
+        at(1),
+    );
+    assert_eq!(
+        s1.hooks_before,
+        [HookAction::Create {
+            hook: account,
+            run: first.into()
+        }]
+    );
     let mut seen = Observations::default();
-    seen.hooks.insert(account, Some(hook_object("ServiceAccount", "backup", Some(first), json!({}))));
+    seen.hooks.insert(
+        account,
+        Some(hook_object(
+            "ServiceAccount",
+            "backup",
+            Some(first),
+            json!({}),
+        )),
+    );
     let s2 = uninstall_with(&u, &s1.status, &seen, at(2));
-    assert_eq!(s2.hooks_before, [HookAction::Create { hook: job, run: first.into() }]);
+    assert_eq!(
+        s2.hooks_before,
+        [HookAction::Create {
+            hook: job,
+            run: first.into()
+        }]
+    );
     // The Job fails: its ServiceAccount goes (hook-succeeded), then the stage is Failed.
-    seen.hooks.insert(job, Some(hook_object("Job", "backup", Some(first), job_failed())));
-    seen.present.insert(fx.hooks[account].key.clone(), claim("shop/shop"));
+    seen.hooks.insert(
+        job,
+        Some(hook_object("Job", "backup", Some(first), job_failed())),
+    );
+    seen.present
+        .insert(fx.hooks[account].key.clone(), claim("shop/shop"));
     let s3 = uninstall_with(&u, &s2.status, &seen, at(3));
     let s4 = uninstall_with(&u, &s3.status, &seen, at(3));
     assert_eq!(s4.hooks_before, [HookAction::Delete { hook: account }]);
@@ -2170,5 +2208,11 @@ fn a_failed_pre_delete_stage_is_run_again_from_its_first_hook() {
     // Tried again: from the ServiceAccount, which the Job needs, not from the Job.
     let second = "uid-shop/1/1/pre-delete";
     let s6 = uninstall_with(&u, &s5.status, &Observations::default(), at(20));
-    assert_eq!(s6.hooks_before, [HookAction::Create { hook: account, run: second.into() }]);
+    assert_eq!(
+        s6.hooks_before,
+        [HookAction::Create {
+            hook: account,
+            run: second.into()
+        }]
+    );
 }

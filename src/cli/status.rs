@@ -1009,7 +1009,10 @@ shop
             text.contains("MESSAGE      pre-install hook Job/migrate (chart shop, templates/migrate.yaml) failed: Job migrate: failed\n               last 2 log lines of pod migrate-x1 (container main):\n               migrating\n               ERROR: [31mno[0m table\n"),
             "{text}"
         );
-        assert!(text.contains("      last 2 log lines of pod migrate-x1 (container main):\n"), "{text}");
+        assert!(
+            text.contains("      last 2 log lines of pod migrate-x1 (container main):\n"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -1018,9 +1021,8 @@ shop
         status.layers[0].name = "(pre-install)".into();
         status.layers[0].phase = LayerPhase::CleaningUp;
         status.layers[0].ready = status.layers[0].resources;
-        status.layers[0].message = Some(
-            "all 2 hooks succeeded; deleting Job/migrate (hook-succeeded, 1 of 2)".into(),
-        );
+        status.layers[0].message =
+            Some("all 2 hooks succeeded; deleting Job/migrate (hook-succeeded, 1 of 2)".into());
         let text = format_status(&release(2, Some(status)), Style::default());
         assert!(text.contains(" CleaningUp\n"), "{text}");
         assert!(
