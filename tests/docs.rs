@@ -557,3 +557,22 @@ async fn the_readme_first_release_deploys_in_layer_order() {
     })
     .await;
 }
+
+/// The status tree of the README (checked against the binary by tests/status_cli.rs) is the
+/// one the book's `sequenced status` page shows.
+#[test]
+fn the_book_shows_the_readme_status_tree() {
+    let tree = |file: &Path| -> Vec<String> {
+        parse(&read(file))
+            .code
+            .into_iter()
+            .filter(|(info, text)| {
+                info == "text" && text.starts_with("SequencedRelease apps/shop\n")
+            })
+            .map(|(_, text)| text)
+            .collect()
+    };
+    let readme = tree(&repo().join("README.md"));
+    assert_eq!(readme.len(), 1, "the README's status tree");
+    assert_eq!(tree(&book().join("cli/status.md")), readme);
+}
