@@ -232,23 +232,3 @@ fn unreadable_input_is_one_line_and_exits_2() {
         assert!(stdout(&output).is_empty());
     }
 }
-
-#[test]
-fn the_readme_sample_is_what_the_command_prints() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("README.md");
-    let command = "$ sequenced ready -f examples/readiness/shop.yaml\n";
-    let start = readme.find(command).expect("the sample in README.md") + command.len();
-    let sample = &readme[start..];
-    let end = sample
-        .find("$ echo $?\n")
-        .expect("the exit code in the sample");
-    let code: i32 = sample[end..]
-        .lines()
-        .nth(1)
-        .and_then(|line| line.trim().parse().ok())
-        .expect("an exit code after echo $?");
-    let output = ready(&["-f", "examples/readiness/shop.yaml"], "");
-    assert_eq!(stdout(&output), &sample[..end]);
-    assert_eq!(output.status.code(), Some(code));
-}

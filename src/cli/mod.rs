@@ -3,6 +3,7 @@
 mod graph;
 mod lint;
 mod ready;
+pub mod reference;
 mod request;
 mod run;
 pub mod status;
@@ -73,9 +74,11 @@ pub enum Command {
     #[command(
         long_about = "Print the SequencedRelease CustomResourceDefinition generated from the Rust types, \
                       as committed in crds/sequencedrelease.yaml. Apply it with \
-                      `sequenced crd | kubectl apply --server-side -f -`."
+                      `sequenced crd | kubectl apply --server-side -f -`. With --format markdown, print \
+                      its API reference instead: every field of spec and status with its type, default, \
+                      allowed values and description (the book's docs/src/reference/api.md)."
     )]
-    Crd,
+    Crd(CrdArgs),
     /// Show the layer progress of a SequencedRelease in the cluster.
     #[command(
         long_about = "Show a live SequencedRelease: its layers with progress, the object that blocks, and \
@@ -112,6 +115,22 @@ pub enum Command {
                       when it failed or was refused."
     )]
     Rollback(RollbackArgs),
+    /// Print the help of every command as Markdown (the book's docs/src/reference/cli.md).
+    #[command(hide = true)]
+    CliReference,
+}
+
+#[derive(Debug, Args)]
+pub struct CrdArgs {
+    /// Output format: the CRD as YAML, or its API reference as Markdown.
+    #[arg(long, value_enum, default_value = "yaml")]
+    pub format: CrdFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CrdFormat {
+    Yaml,
+    Markdown,
 }
 
 /// What `reconcile` and `rollback` share.
@@ -369,13 +388,28 @@ pub fn main() -> ExitCode {
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Crd => match crate::api::crd_yaml() {
-            Ok(yaml) => {
-                print!("{yaml}");
-                ExitCode::SUCCESS
+        Command::Crd(args) => {
+            let printed = match args.format {
+                CrdFormat::Yaml => crate::api::crd_yaml().map_err(|e| e.to_string()),
+                CrdFormat::Markdown => {
+                    use kube::CustomResourceExt as _;
+                    serde_json::to_value(crate::api::SequencedRelease::crd())
+                        .map(|crd| reference::api_markdown(&crd))
+                        .map_err(|e| e.to_string())
+                }
+            };
+            match printed {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&format!("cannot generate the CRD: {e}")),
             }
-            Err(e) => fail(&format!("cannot generate the CRD: {e}")),
-        },
+        }
+        Command::CliReference => {
+            print!("{}", reference::cli_markdown());
+            ExitCode::SUCCESS
+        }
         Command::Template(args) => match template::run(&args) {
             Ok(output) => {
                 print!("{output}");
