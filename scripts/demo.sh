@@ -44,7 +44,7 @@ case "$mode" in
     ;;
 esac
 
-target="$(cargo metadata --format-version 1 --no-deps --offline 2>/dev/null |
+target="$( (cargo metadata --format-version 1 --no-deps --offline 2>/dev/null || true) |
   sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
 target="${target:-$repo/target}"
 case "$profile" in
@@ -69,7 +69,11 @@ rm -f "$dir"/{kubeconfig,server.url,server.log,operator.log,watch.log,watch.err,
 log="$dir/watch.log"
 
 # Each step starts with one line that says what to look at.
-step() { printf '\n==== %s\n' "$*"; }
+current_step=
+step() {
+  current_step="$*"
+  printf '\n==== %s\n' "$*"
+}
 say() { printf '%s\n' "$*"; }
 fail() {
   say "demo: $*" >&2
@@ -135,7 +139,7 @@ if [ "$mode" != embedded ]; then
   elif [ "$mode" = kubeconfig ]; then
     fail "SEQUENCED_DEMO_CLUSTER=kubeconfig, but $answer"
   else
-    say "The current kubeconfig names no cluster that answers ($answer)."
+    say "No cluster to deploy to: $answer."
     mode=embedded
   fi
 fi
@@ -184,22 +188,35 @@ for ((i = 0; i < 300; i++)); do
   sleep 0.1
 done
 
-"$bin" run --metrics-addr 127.0.0.1:0 --identity "sequenced-demo-$$" 2>"$dir/operator.log" &
+# Whether the operator's /readyz on 127.0.0.1:$1 answers 200 (its caches are synced).
+readyz() {
+  local answer=
+  { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
+  printf 'GET /readyz HTTP/1.0\r\n\r\n' >&3
+  read -r answer <&3 || true
+  exec 3>&-
+  case "$answer" in *" 200"*) return 0 ;; *) return 1 ;; esac
+}
+: >"$dir/operator.log"
+"$bin" run --metrics-addr 127.0.0.1:0 --identity "sequenced-demo-$$" 2>>"$dir/operator.log" &
 operator_pid=$!
-# Ready once its /readyz answers 200 (its caches are synced): its first log line names the port.
+# Its first log line names the port of /readyz.
 port=
 for ((i = 0; i < 600; i++)); do
   kill -0 "$operator_pid" 2>/dev/null || fail "the operator exited: $(tail -3 "$dir/operator.log")"
-  port="${port:-$(sed -n 's/.*"metrics":"127\.0\.0\.1:\([0-9]*\)".*/\1/p' "$dir/operator.log")}"
-  if [ -n "$port" ] && exec 3<>"/dev/tcp/127.0.0.1/$port"; then
-    printf 'GET /readyz HTTP/1.0\r\n\r\n' >&3
-    read -r answer <&3 || answer=
-    exec 3>&-
-    case "$answer" in *" 200"*) break ;; esac
+  if [ -z "$port" ]; then
+    port="$(sed -n 's/.*"metrics":"127\.0\.0\.1:\([0-9]*\)".*/\1/p' "$dir/operator.log")"
   fi
+  if [ -n "$port" ] && readyz "$port"; then break; fi
   sleep 0.1
-done 2>/dev/null
+done
 say "The operator runs: $bin run (pid $operator_pid, its log: $dir/operator.log)."
+
+# On a terminal `sequenced status --watch` clears the screen: the step's line is given time to be
+# read before, and repeated under the release's last state after.
+pause() {
+  if [ -n "$terminal" ]; then sleep 2; fi
+}
 
 # Follows release $1 until it is Ready (ready) or Failed (failed): on a terminal `sequenced status
 # --watch` draws it as it goes; otherwise its status is printed once it got there.
@@ -207,6 +224,7 @@ follow() {
   local name="$1" wanted="$2" code=0
   if [ -n "$terminal" ]; then
     "$bin" status "$name" -n "$namespace" --watch || true
+    printf '==== %s\n' "$current_step"
   fi
   "$demo" wait "$namespace" "$name" "$wanted" "$timeout" "$operator_pid" || code=$?
   if [ -z "$terminal" ]; then
@@ -216,23 +234,27 @@ follow() {
 }
 
 step "Install shop: database and queue start together; app starts only once both are Ready"
+pause
 "$demo" mark "$log" "install shop"
 "$demo" apply "$namespace" shop examples/shop '{}'
 follow shop ready
 "$demo" timings "$log" "$namespace" shop 1 "install shop" >>"$dir/timings.txt"
 
 step "Upgrade shop to 2 replicas: revision 2 rolls out in the same order, app once database and queue are Ready again"
+pause
 "$demo" mark "$log" "upgrade shop"
 "$demo" apply "$namespace" shop examples/shop '{"replicas": 2}'
 follow shop ready
 "$demo" timings "$log" "$namespace" shop 2 "upgrade shop" >>"$dir/timings.txt"
 
 step "Install migrate: its migration Job runs as a pre-install hook, before the layers config and app"
+pause
 "$demo" mark "$log" "install migrate"
 "$demo" apply "$namespace" migrate examples/migrate '{}'
 follow migrate ready
 
 step "Upgrade migrate with a migration that fails: look at the (pre-upgrade) stage, the end of the Job's log, and the HookFailed event"
+pause
 "$demo" mark "$log" "upgrade migrate"
 "$demo" apply "$namespace" migrate examples/migrate \
   '{"migrationError": "column email of relation users already exists"}'

@@ -23,12 +23,13 @@ const MANAGER: &str = "sequenced-demo";
 pub async fn probe() -> Result<u8> {
     let config = match kube::Config::infer().await {
         Ok(config) => config,
-        Err(e) => {
-            println!("no kubeconfig ({e})");
+        Err(_) => {
+            println!("no kubeconfig, and not inside a cluster");
             return Ok(1);
         }
     };
     let url = config.cluster_url.to_string();
+    let url = url.trim_end_matches('/');
     let context = kube::config::Kubeconfig::read()
         .ok()
         .and_then(|k| k.current_context)
@@ -43,11 +44,7 @@ pub async fn probe() -> Result<u8> {
     };
     match tokio::time::timeout(Duration::from_secs(8), answer).await {
         Ok(Ok(version)) => {
-            println!(
-                "{context}{} ({})",
-                url.trim_end_matches('/'),
-                version.git_version
-            );
+            println!("{context}{url} ({})", version.git_version);
             Ok(0)
         }
         Ok(Err(e)) => {
