@@ -3478,3 +3478,181 @@ async fn helm_discovers_the_cluster_while_an_aggregated_api_is_down() {
     })
     .await;
 }
+
+/// What the played kubelet makes of a container's command when it reads scripts
+/// (`job_controller_running_scripts`, the demo's embedded cluster): `sh -c` with `echo` lines and
+/// an `exit`, and nothing it would have to guess about.
+#[test]
+fn the_played_kubelet_reads_echo_and_exit_scripts_and_nothing_else() {
+    use support::workloads::{Script, script};
+    let ran = |log: &str, exit_code: i32| {
+        Some(Script {
+            log: log.to_string(),
+            exit_code,
+        })
+    };
+    for (command, want) in [
+        (
+            &["sh", "-c", "echo migrating to 1.0.0"][..],
+            ran("migrating to 1.0.0\n", 0),
+        ),
+        (
+            &[
+                "/bin/sh",
+                "-c",
+                "echo a;  echo 'b  c' >&2; exit 3; echo never",
+            ],
+            ran("a\nb  c\n", 3),
+        ),
+        (
+            &["bash", "-c", "echo \"x;y\"\ntrue\n:\nexit 0"],
+            ran("x;y\n", 0),
+        ),
+        (&["sh", "-c", ""], ran("", 0)),
+        (&["sh", "-c", "echo $HOME"], None),
+        (&["sh", "-c", "echo a | grep a"], None),
+        (&["sh", "-c", "echo a > /tmp/x"], None),
+        (&["sh", "-c", "echo *"], None),
+        (&["sh", "-c", "echo -n a"], None),
+        (&["sh", "-c", "migrate --to 3"], None),
+        (&["sh", "-c", "exit 300"], None),
+        (&["sh", "-c", "echo 'unclosed"], None),
+        (&["sh", "-c"], None),
+        (&["python", "-c", "print(1)"], None),
+        (&["echo", "a"], None),
+    ] {
+        assert_eq!(script(command), want, "{command:?}");
+    }
+}
+
+/// With scripts read, a Job's Pod logs what its script echoes and fails with its exit code; a
+/// command it does not understand succeeds without a log; the test label still wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_controller_running_scripts_runs_echo_and_exit() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let jobs: Api<k8s_openapi::api::batch::v1::Job> =
+            Api::namespaced(server.client(), "default");
+        let job = |name: &str, labels: Value, command: Value| {
+            serde_json::from_value::<k8s_openapi::api::batch::v1::Job>(json!({
+                "metadata": {"name": name},
+                "spec": {"backoffLimit": 0, "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "busybox", "command": command}]}}}
+            }))
+            .unwrap()
+        };
+        for (name, labels, command) in [
+            (
+                "fails",
+                json!({}),
+                json!([
+                    "sh",
+                    "-c",
+                    "echo step 1; echo 'ERROR: no table' >&2; exit 2"
+                ]),
+            ),
+            ("passes", json!({}), json!(["sh", "-c", "echo done"])),
+            ("unknown", json!({}), json!(["sh", "-c", "migrate \"$DB\""])),
+            (
+                "labelled",
+                json!({"sequenced.test/outcome": "fail"}),
+                json!(["sh", "-c", "echo fine"]),
+            ),
+        ] {
+            jobs.create(&PostParams::default(), &job(name, labels, command))
+                .await
+                .unwrap();
+        }
+        let _controller = server.job_controller_running_scripts(Duration::from_millis(20));
+        let pod_of = |s: &TestApiServer, job: &str| {
+            s.objects("v1", "Pod", Some("default"))
+                .into_iter()
+                .find(|p| p["metadata"]["labels"]["job-name"] == job)
+        };
+        let finished = |s: &TestApiServer| {
+            ["fails", "passes", "unknown", "labelled"].iter().all(|j| {
+                pod_of(s, j).is_some_and(|p| {
+                    matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+                })
+            })
+        };
+        assert!(server.wait_until(Duration::from_secs(10), finished).await);
+        for (job, phase, exit_code, log) in [
+            ("fails", "Failed", 2, "step 1\nERROR: no table\n"),
+            ("passes", "Succeeded", 0, "done\n"),
+            ("unknown", "Succeeded", 0, ""),
+            ("labelled", "Failed", 1, "fine\n"),
+        ] {
+            let pod = pod_of(&server, job).unwrap();
+            assert_eq!(pod["status"]["phase"], phase, "{job}");
+            assert_eq!(
+                pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], exit_code,
+                "{job}"
+            );
+            let name = pod["metadata"]["name"].as_str().unwrap();
+            let answer = log_of(&server, name, "").await;
+            assert_eq!((answer.status, answer.text.as_str()), (200, log), "{job}");
+        }
+    })
+    .await;
+}
+
+/// The played Deployment controller marks a Deployment available only once it has been seen at
+/// its generation for the delay given, and again after each spec change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_played_deployment_controller_waits_its_delay_at_each_generation() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let deployments: Api<Deployment> = Api::namespaced(server.client(), "default");
+        let deployment = |name: &str, replicas: i32| {
+            serde_json::from_value::<Deployment>(json!({
+                "metadata": {"name": name},
+                "spec": {"replicas": replicas,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "c", "image": "pause"}]}}}
+            }))
+            .unwrap()
+        };
+        deployments
+            .create(&PostParams::default(), &deployment("slow", 1))
+            .await
+            .unwrap();
+        deployments
+            .create(&PostParams::default(), &deployment("quick", 1))
+            .await
+            .unwrap();
+        let _slow = server.deployment_controller(Duration::from_secs(600));
+        let available = |s: &TestApiServer, name: &str, generation: i64| {
+            s.object("apps/v1", "Deployment", Some("default"), name)
+                .is_some_and(|d| {
+                    d["status"]["observedGeneration"] == generation
+                        && d["status"]["availableReplicas"] == d["spec"]["replicas"]
+                })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!available(&server, "slow", 1));
+        let _quick = server.deployment_controller(Duration::from_millis(50));
+        assert!(
+            server
+                .wait_until(Duration::from_secs(10), |s| available(s, "quick", 1))
+                .await
+        );
+        deployments
+            .replace("quick", &PostParams::default(), &{
+                let mut d = deployments.get("quick").await.unwrap();
+                d.spec.as_mut().unwrap().replicas = Some(3);
+                d
+            })
+            .await
+            .unwrap();
+        assert!(
+            server
+                .wait_until(Duration::from_secs(10), |s| available(s, "quick", 2))
+                .await
+        );
+    })
+    .await;
+}

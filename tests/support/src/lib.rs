@@ -22,6 +22,7 @@ pub fn helm() -> PathBuf {
 }
 
 pub mod charts;
+pub mod demo;
 pub mod http;
 pub mod operator;
 pub mod process;

@@ -306,40 +306,7 @@ impl Operator {
 
     /// Marks every Deployment the server holds ready, every 20 ms, until the returned guard drops.
     pub fn kubelet(&self) -> Kubelet {
-        let server = self.server.clone();
-        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
-            Api::all(self.server.client());
-        let handle = tokio::spawn(async move {
-            loop {
-                let names: Vec<(String, String)> = match deployments.list(&Default::default()).await
-                {
-                    Ok(list) => list
-                        .items
-                        .iter()
-                        .map(|d| {
-                            (
-                                d.metadata.namespace.clone().unwrap_or_default(),
-                                d.metadata.name.clone().unwrap_or_default(),
-                            )
-                        })
-                        .collect(),
-                    Err(_) => Vec::new(),
-                };
-                for (namespace, name) in names {
-                    let Some(object) =
-                        server.object("apps/v1", "Deployment", Some(&namespace), &name)
-                    else {
-                        continue;
-                    };
-                    let generation = object.pointer("/metadata/generation");
-                    if generation != object.pointer("/status/observedGeneration") {
-                        mark_deployment_ready(&server, &namespace, &name);
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        });
-        Kubelet(handle)
+        self.server.deployment_controller(Duration::ZERO)
     }
 
     /// The write requests (apply, create, update, patch, delete) the controller sent for `kind`,
@@ -375,6 +342,68 @@ impl Operator {
                     && r.status < 300
             })
             .map(|r| r.at)
+    }
+}
+
+impl TestApiServer {
+    /// Plays the Deployment controller and the kubelet until the returned guard drops: looks
+    /// every 20 ms, and marks a Deployment whose status is not of its current generation ready
+    /// (all its replicas available) once it has been seen at that generation for `delay`.
+    pub fn deployment_controller(&self, delay: Duration) -> Kubelet {
+        let server = self.clone();
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::all(self.client());
+        let handle = tokio::spawn(async move {
+            // When each Deployment (by uid) was first seen at its current generation.
+            let mut seen: std::collections::HashMap<String, (Value, Instant)> =
+                std::collections::HashMap::new();
+            loop {
+                let names: Vec<(String, String)> = match deployments.list(&Default::default()).await
+                {
+                    Ok(list) => list
+                        .items
+                        .iter()
+                        .map(|d| {
+                            (
+                                d.metadata.namespace.clone().unwrap_or_default(),
+                                d.metadata.name.clone().unwrap_or_default(),
+                            )
+                        })
+                        .collect(),
+                    Err(_) => Vec::new(),
+                };
+                for (namespace, name) in names {
+                    let Some(object) =
+                        server.object("apps/v1", "Deployment", Some(&namespace), &name)
+                    else {
+                        continue;
+                    };
+                    let generation = object
+                        .pointer("/metadata/generation")
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                    if Some(&generation) == object.pointer("/status/observedGeneration") {
+                        continue;
+                    }
+                    let uid = object
+                        .pointer("/metadata/uid")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string();
+                    let since = match seen.get(&uid) {
+                        Some((at_generation, since)) if *at_generation == generation => *since,
+                        _ => {
+                            seen.insert(uid, (generation, Instant::now()));
+                            Instant::now()
+                        }
+                    };
+                    if since.elapsed() >= delay {
+                        mark_deployment_ready(&server, &namespace, &name);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        Kubelet(handle)
     }
 }
 

@@ -14,6 +14,11 @@
 //!   Running when first seen, then `delay` later Succeeded, or Failed when the Pod or its Job
 //!   is labelled [`OUTCOME_LABEL`]`: fail`. What a container writes comes from the Pod's
 //!   annotations ([`LOG_ANNOTATION`]), served by `GET .../pods/NAME/log`.
+//!   [`TestApiServer::job_controller_running_scripts`] also reads what a container would do
+//!   from its command when it is a `sh -c` script of `echo` lines and an `exit N` (see
+//!   [`script`]): the echoed lines are its log and a non-zero exit fails the Pod, so a chart
+//!   written for a real cluster (a migration that prints an error and exits 1) behaves the same
+//!   here without test labels. The label and the annotation still win over the script.
 //! - The Job controller writes the Job's status from its Pods, in the shape recorded from a
 //!   real cluster (requests-lifecycle.json, `job-ok-status` and `job-bad-status`): Complete
 //!   when its Pod succeeded, Failed (BackoffLimitExceeded) once more Pods failed than
@@ -116,8 +121,10 @@ fn container_names(pod: &Value) -> Vec<String> {
         .collect()
 }
 
-/// A Pod's status as the kubelet writes it in `phase` (`Running`, `Succeeded`, `Failed`).
-fn pod_status(object: &Value, phase: &str) -> Value {
+/// A Pod's status as the kubelet writes it in `phase` (`Running`, `Succeeded`, `Failed`), where
+/// a failed container exited with `exit_code`. Public for the demo, which plays the kubelet on a
+/// cluster without Nodes.
+pub fn pod_status_exiting(object: &Value, phase: &str, exit_code: i32) -> Value {
     let at = now();
     let uid = object
         .pointer("/metadata/uid")
@@ -130,7 +137,7 @@ fn pod_status(object: &Value, phase: &str) -> Value {
             json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": at, "finishedAt": at}})
         }
         _ => {
-            json!({"terminated": {"exitCode": 1, "reason": "Error", "startedAt": at, "finishedAt": at}})
+            json!({"terminated": {"exitCode": exit_code, "reason": "Error", "startedAt": at, "finishedAt": at}})
         }
     };
     let mut names = container_names(object);
@@ -188,13 +195,23 @@ fn write_job(
 }
 
 fn write_pod(server: &TestApiServer, namespace: &str, name: &str, phase: &str) -> bool {
+    write_pod_exiting(server, namespace, name, phase, 1)
+}
+
+fn write_pod_exiting(
+    server: &TestApiServer,
+    namespace: &str,
+    name: &str,
+    phase: &str,
+    exit_code: i32,
+) -> bool {
     match server.object("v1", "Pod", Some(namespace), name) {
         Some(object) => server.set_status(
             "v1",
             "Pod",
             Some(namespace),
             name,
-            pod_status(&object, phase),
+            pod_status_exiting(&object, phase, exit_code),
         ),
         None => false,
     }
@@ -252,7 +269,7 @@ fn controller_uid(object: &Value) -> Option<&str> {
 }
 
 /// Whether the Pod runs to completion, as a Job's Pods and hook Pods do.
-fn runs_to_completion(pod: &Value) -> bool {
+pub fn runs_to_completion(pod: &Value) -> bool {
     matches!(
         pod.pointer("/spec/restartPolicy").and_then(Value::as_str),
         Some("Never" | "OnFailure")
@@ -292,10 +309,24 @@ impl TestApiServer {
     /// completion runs, Running at once and finished `delay` after it was first seen (by uid,
     /// so an object created again starts over), and each Job's status follows its Pods.
     pub fn job_controller(&self, delay: Duration) -> Kubelet {
+        self.played_job_controller(delay, false)
+    }
+
+    /// [`TestApiServer::job_controller`] whose kubelet also runs the `sh -c` scripts it
+    /// understands ([`script`]): their `echo` lines are the container's log and their `exit`
+    /// decides whether the Pod succeeds. A Pod labelled [`OUTCOME_LABEL`] or annotated
+    /// [`LOG_ANNOTATION`] is played by its label and annotation, as by `job_controller`; a
+    /// command it does not understand succeeds with no log.
+    pub fn job_controller_running_scripts(&self, delay: Duration) -> Kubelet {
+        self.played_job_controller(delay, true)
+    }
+
+    fn played_job_controller(&self, delay: Duration, scripts: bool) -> Kubelet {
         let mut played = Played {
             server: self.clone(),
             client: self.client_as(COMPONENT),
             delay,
+            scripts,
             seen: HashMap::new(),
             retries: HashMap::new(),
         };
@@ -321,6 +352,8 @@ struct Played {
     server: TestApiServer,
     client: kube::Client,
     delay: Duration,
+    /// Whether `sh -c` scripts decide the log and the outcome ([`script`]).
+    scripts: bool,
     /// When each Pod (by uid) was first seen by the kubelet.
     seen: HashMap<String, Instant>,
     /// By Job uid.
@@ -373,7 +406,7 @@ impl Played {
             Some(at) => *at,
             None => {
                 self.seen.insert(uid, Instant::now());
-                write_logs(server, &pod);
+                write_logs(server, &pod, self.scripts);
                 Instant::now()
             }
         };
@@ -392,12 +425,24 @@ impl Played {
             .filter_map(|r| r["name"].as_str())
             .filter_map(|job| server.object("batch/v1", "Job", Some(namespace), job))
             .any(|job| fails(&job));
-        let outcome = if fails(&pod) || job_fails {
-            "Failed"
+        if fails(&pod) || job_fails {
+            write_pod(server, namespace, name, "Failed");
+            return;
+        }
+        let exit_code = if self.scripts {
+            container_scripts(&pod)
+                .into_iter()
+                .filter_map(|(_, script)| script.map(|s| s.exit_code))
+                .find(|&code| code != 0)
+                .unwrap_or(0)
         } else {
-            "Succeeded"
+            0
         };
-        write_pod(server, namespace, name, outcome);
+        if exit_code == 0 {
+            write_pod(server, namespace, name, "Succeeded");
+        } else {
+            write_pod_exiting(server, namespace, name, "Failed", exit_code);
+        }
     }
 
     /// The Job controller's part for one Job.
@@ -622,21 +667,165 @@ impl Played {
     }
 }
 
-/// The played kubelet writes what the Pod's annotations say its containers print.
-fn write_logs(server: &TestApiServer, pod: &Value) {
+/// The played kubelet writes what the Pod's annotations say its containers print, else (with
+/// `scripts`) what their `sh -c` scripts echo.
+fn write_logs(server: &TestApiServer, pod: &Value, scripts: bool) {
     let names = container_names(pod);
     let annotations = pod
         .pointer("/metadata/annotations")
         .and_then(Value::as_object);
+    let mut scripted = if scripts {
+        container_scripts(pod).into_iter().collect()
+    } else {
+        HashMap::new()
+    };
     for (i, container) in names.iter().enumerate() {
         let own = format!("{LOG_ANNOTATION}.{container}");
-        let text = annotations.and_then(|a| {
+        let annotated = annotations.and_then(|a| {
             a.get(&own)
                 .or_else(|| a.get(LOG_ANNOTATION).filter(|_| i == 0))
                 .and_then(Value::as_str)
         });
+        let text = match annotated {
+            Some(text) => Some(text.to_string()),
+            None => scripted.remove(container).flatten().map(|s| s.log),
+        };
         if let Some(text) = text {
-            server.set_log(meta(pod, "namespace"), meta(pod, "name"), container, text);
+            server.set_log(meta(pod, "namespace"), meta(pod, "name"), container, &text);
         }
     }
+}
+
+/// What a container's `sh -c` script does, as far as [`script`] understands it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Script {
+    /// The lines it echoes, each ending with a newline.
+    pub log: String,
+    /// Its exit code: that of its `exit N`, else 0.
+    pub exit_code: i32,
+}
+
+/// Each container of the Pod, by name, with what its command does (None: not a script
+/// [`script`] understands).
+pub fn container_scripts(pod: &Value) -> Vec<(String, Option<Script>)> {
+    pod.pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            let name = c.get("name").and_then(Value::as_str)?;
+            let words: Vec<&str> = ["command", "args"]
+                .iter()
+                .filter_map(|field| c.get(*field).and_then(Value::as_array))
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            Some((name.to_string(), script(&words)))
+        })
+        .collect()
+}
+
+/// Reads a container's command (its `command` then its `args`) as a shell would run it, when it
+/// is `sh -c SCRIPT` (or `/bin/sh`, `bash`) and SCRIPT is statements separated by `;` or new
+/// lines, each `echo WORDS` (words plain or quoted, `>&2` allowed), `true`, `:` or `exit N`.
+/// Nothing else is understood (no variables, pipes, globs, conditions or other commands): such
+/// a command gives None, and the played kubelet does not pretend to know what it prints.
+pub fn script(command: &[&str]) -> Option<Script> {
+    let [shell, flag, text] = command else {
+        return None;
+    };
+    let shell = shell.rsplit('/').next().unwrap_or(shell);
+    if !matches!(shell, "sh" | "bash" | "ash" | "dash") || *flag != "-c" {
+        return None;
+    }
+    let mut log = String::new();
+    for statement in statements(text)? {
+        let words: Vec<&str> = statement
+            .iter()
+            .map(String::as_str)
+            .filter(|w| !matches!(*w, ">&2" | "1>&2"))
+            .collect();
+        match words.as_slice() {
+            [] | ["true"] | [":"] => {}
+            ["echo", rest @ ..] => {
+                if rest.first().is_some_and(|w| w.starts_with('-')) {
+                    return None;
+                }
+                log.push_str(&rest.join(" "));
+                log.push('\n');
+            }
+            ["exit"] => return Some(Script { log, exit_code: 0 }),
+            ["exit", code] => {
+                let exit_code = code.parse::<u8>().ok()?;
+                return Some(Script {
+                    log,
+                    exit_code: i32::from(exit_code),
+                });
+            }
+            _ => return None,
+        }
+    }
+    Some(Script { log, exit_code: 0 })
+}
+
+/// The script's statements as words, quotes removed; None for anything [`script`] does not
+/// understand.
+fn statements(text: &str) -> Option<Vec<Vec<String>>> {
+    let mut statements = vec![Vec::new()];
+    let mut word: Option<String> = None;
+    let mut chars = text.chars();
+    let end_word = |word: &mut Option<String>, statements: &mut Vec<Vec<String>>| {
+        if let (Some(w), Some(current)) = (word.take(), statements.last_mut()) {
+            current.push(w);
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' => end_word(&mut word, &mut statements),
+            ';' | '\n' => {
+                end_word(&mut word, &mut statements);
+                statements.push(Vec::new());
+            }
+            '\'' => {
+                let w = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next()? {
+                        '\'' => break,
+                        c => w.push(c),
+                    }
+                }
+            }
+            '"' => {
+                let w = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next()? {
+                        '"' => break,
+                        '$' | '`' | '\\' => return None,
+                        c => w.push(c),
+                    }
+                }
+            }
+            '$' | '`' | '\\' | '|' | '&' | '<' | '(' | ')' | '*' | '?' | '[' | ']' | '{' | '}'
+            | '~' | '#' => {
+                // `>&2` is a redirection to stderr, which the log shows too.
+                if c == '&' && word.as_deref().is_some_and(|w| w.ends_with('>')) {
+                    word.get_or_insert_with(String::new).push(c);
+                } else {
+                    return None;
+                }
+            }
+            '>' => word.get_or_insert_with(String::new).push(c),
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    end_word(&mut word, &mut statements);
+    // Any other redirection is not understood.
+    if statements
+        .iter()
+        .flatten()
+        .any(|w| w.contains('>') && !matches!(w.as_str(), ">&2" | "1>&2"))
+    {
+        return None;
+    }
+    Some(statements)
 }
