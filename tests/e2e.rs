@@ -308,6 +308,9 @@ impl E2e {
             .collect()
     }
 
+    /// Stops the controller and deletes the test's namespace; the finalizers of the releases
+    /// left in it are removed, so that nothing of the test stays behind (the namespace deletion
+    /// of releases is tested on the test API server, tests/convergence.rs).
     async fn finish(mut self) {
         if let Some(controller) = self.controller.take() {
             controller.stop().await;
@@ -315,9 +318,32 @@ impl E2e {
         if let Some(kubelet) = self.kubelet.take() {
             kubelet.abort();
         }
-        let _ = Api::<Namespace>::all(self.client.clone())
+        let namespaces = Api::<Namespace>::all(self.client.clone());
+        let _ = namespaces
             .delete(&self.namespace, &DeleteParams::default())
             .await;
+        let releases = self.releases();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline
+            && namespaces
+                .get_opt(&self.namespace)
+                .await
+                .is_ok_and(|ns| ns.is_some())
+        {
+            for sr in releases
+                .list(&Default::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
+                let name = sr.metadata.name.clone().unwrap_or_default();
+                let patch = json!({"metadata": {"finalizers": null}});
+                let _ = releases
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 }
 
