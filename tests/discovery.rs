@@ -42,6 +42,17 @@ fn widget_crd() -> serde_json::Value {
 
 const WIDGET: &str = "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: gadget\n  annotations:\n    helm.sh/layer: app\n    helm.sh/depends-on/layers: config\nspec:\n  size: 3\n";
 
+/// Chart `shop` of one layer: ConfigMap `settings`.
+fn settings_chart() -> tempfile::TempDir {
+    chart(
+        "shop",
+        &[(
+            "templates/config.yaml",
+            &config_map("settings", "helm.sh/layer: config"),
+        )],
+    )
+}
+
 /// The Warning events about release `name` with `reason`: their notes and counts.
 async fn warnings(op: &Operator, name: &str, reason: &str) -> Vec<(String, i32)> {
     let events: Api<Event> = Api::namespaced(op.client.clone(), "default");
@@ -146,13 +157,7 @@ async fn a_kind_a_crd_of_the_chart_defines_is_not_refused() {
 async fn a_failing_reconcile_is_told_from_its_second_failure_and_set_back_once_it_passes() {
     within(async {
         let op = Operator::start(4).await;
-        let dir = chart(
-            "shop",
-            &[(
-                "templates/config.yaml",
-                &config_map("settings", "helm.sh/layer: config"),
-            )],
-        );
+        let dir = settings_chart();
         // Every apply of the ConfigMap fails for a while (an API server in trouble).
         op.server.fail_next("PATCH", "/configmaps/settings", 500, 4);
         op.create(
@@ -221,13 +226,7 @@ async fn a_failing_reconcile_is_told_from_its_second_failure_and_set_back_once_i
 async fn a_release_whose_first_reconcile_fails_has_a_status_at_once() {
     within(async {
         let op = Operator::start(4).await;
-        let dir = chart(
-            "shop",
-            &[(
-                "templates/config.yaml",
-                &config_map("settings", "helm.sh/layer: config"),
-            )],
-        );
+        let dir = settings_chart();
         // Adding the finalizer, the first thing a reconcile writes, fails.
         op.server
             .fail_next("PATCH", "/sequencedreleases/shop", 500, 1);
@@ -260,13 +259,7 @@ async fn a_release_whose_first_reconcile_fails_has_a_status_at_once() {
 async fn a_ready_release_that_fails_to_reconcile_stays_ready_and_says_so() {
     within(async {
         let op = Operator::start(4).await;
-        let dir = chart(
-            "shop",
-            &[(
-                "templates/config.yaml",
-                &config_map("settings", "helm.sh/layer: config"),
-            )],
-        );
+        let dir = settings_chart();
         op.create(
             "default",
             release("shop", &dir.path().join("shop"), json!({"interval": "1s"})),
@@ -313,13 +306,7 @@ async fn register_down_api(op: &Operator) {
     });
     let api: Api<kube::api::DynamicObject> = Api::all_with(
         op.client.clone(),
-        &kube::core::ApiResource {
-            group: "apiregistration.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "apiregistration.k8s.io/v1".into(),
-            kind: "APIService".into(),
-            plural: "apiservices".into(),
-        },
+        &support::api_resource("apiregistration.k8s.io/v1", "APIService", "apiservices"),
     );
     api.create(
         &Default::default(),

@@ -1030,13 +1030,7 @@ async fn e2e_a_down_aggregated_api_holds_up_only_the_release_that_needs_it() {
     let name = format!("v1alpha1.{group}");
     let apiservices: Api<kube::api::DynamicObject> = Api::all_with(
         e2e.client.clone(),
-        &kube::core::ApiResource {
-            group: "apiregistration.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "apiregistration.k8s.io/v1".into(),
-            kind: "APIService".into(),
-            plural: "apiservices".into(),
-        },
+        &support::api_resource("apiregistration.k8s.io/v1", "APIService", "apiservices"),
     );
     let apiservice = json!({
         "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",

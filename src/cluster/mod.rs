@@ -10,7 +10,7 @@ use kube::Client;
 use kube::api::{
     Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, PropagationPolicy,
 };
-use kube::core::ApiResource;
+use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 use tokio::sync::RwLock;
 
@@ -466,13 +466,10 @@ impl Cluster {
     /// service/metrics-server in "monitoring" is not present)`. None when there is no such
     /// APIService or it cannot be read.
     async fn apiservice_condition(&self, group: &str, version: &str) -> Option<String> {
-        let resource = ApiResource {
-            group: "apiregistration.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "apiregistration.k8s.io/v1".into(),
-            kind: "APIService".into(),
-            plural: "apiservices".into(),
-        };
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiregistration.k8s.io", "v1", "APIService"),
+            "apiservices",
+        );
         let api: Api<DynamicObject> = Api::all_with(self.discovery.clone(), &resource);
         let name = format!("{version}.{group}");
         let found = tokio::time::timeout(GROUP_VERSION_TIMEOUT, api.get_opt(&name))

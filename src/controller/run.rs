@@ -165,14 +165,10 @@ fn watch_discovery(
     trigger: futures::channel::mpsc::UnboundedSender<ObjectRef<SequencedRelease>>,
 ) -> tokio::task::JoinHandle<()> {
     use kube::api::DynamicObject;
-    use kube::core::{ApiResource, PartialObjectMeta};
+    use kube::core::{ApiResource, GroupVersionKind, PartialObjectMeta};
     use kube::runtime::WatchStreamExt;
-    let resource = |group: &str, kind: &str, plural: &str| ApiResource {
-        group: group.into(),
-        version: "v1".into(),
-        api_version: format!("{group}/v1"),
-        kind: kind.into(),
-        plural: plural.into(),
+    let resource = |group: &str, kind: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural)
     };
     let kinds = [
         resource(

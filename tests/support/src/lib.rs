@@ -81,6 +81,15 @@ pub fn kubeconfig(dir: &tempfile::TempDir, url: &str, namespace: &str) -> PathBu
     path
 }
 
+/// The resource of `kind` at `api_version` (`v1`, `group/version`) whose plural is `plural`.
+pub fn api_resource(api_version: &str, kind: &str, plural: &str) -> kube::core::ApiResource {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk(group, version, kind),
+        plural,
+    )
+}
+
 /// Writes `content` to `dir/relative`, creating directories.
 pub fn write(dir: &Path, relative: &str, content: &str) {
     let path = dir.join(relative);

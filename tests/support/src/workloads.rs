@@ -362,14 +362,7 @@ struct Played {
 
 impl Played {
     async fn list(&self, api_version: &str, kind: &str, plural: &str) -> Vec<Value> {
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        let resource = ApiResource {
-            group: group.into(),
-            version: version.into(),
-            api_version: api_version.into(),
-            kind: kind.into(),
-            plural: plural.into(),
-        };
+        let resource = crate::api_resource(api_version, kind, plural);
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
         match api.list(&Default::default()).await {
             Ok(list) => list

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
@@ -75,14 +75,7 @@ pub async fn watch(namespace: &str, log: &str, pace: Option<Duration>) -> Result
     let mut tasks = Vec::new();
     let (listed, mut all_listed) = tokio::sync::mpsc::channel::<()>(KINDS.len());
     for (api_version, kind, plural) in KINDS {
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        let resource = ApiResource {
-            group: group.into(),
-            version: version.into(),
-            api_version: api_version.into(),
-            kind: kind.into(),
-            plural: plural.into(),
-        };
+        let resource = crate::api_resource(api_version, kind, plural);
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
         let log = log.to_string();
         let listed = listed.clone();
