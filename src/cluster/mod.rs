@@ -591,16 +591,24 @@ impl Cluster {
     }
 
     async fn ensure_discovered(&self) -> Result<(), ClusterError> {
-        let unread = |catalog: &Catalog| catalog.refreshed.is_none();
-        if unread(&*self.catalog.read().await) {
-            self.refresh_when(unread).await?;
+        self.read_if(|catalog| catalog.refreshed.is_none()).await
+    }
+
+    /// Reads discovery when the catalog is `wanting` it (and still is once no other reading
+    /// runs).
+    async fn read_if(&self, wanting: impl Fn(&Catalog) -> bool) -> Result<(), ClusterError> {
+        if wanting(&*self.catalog.read().await) {
+            self.refresh_when(wanting).await?;
         }
         Ok(())
     }
 
-    /// `--kube-version` and `--api-versions` for `helm template`.
+    /// `--kube-version` and `--api-versions` for `helm template`, read again first when discovery
+    /// changed since (a CRD or an APIService), so that a chart rendered after its CRD was
+    /// installed sees it in `.Capabilities.APIVersions`.
     pub async fn capabilities(&self) -> Result<(Option<String>, Vec<String>), ClusterError> {
-        self.ensure_discovered().await?;
+        self.read_if(|catalog| catalog.refreshed.is_none() || catalog.dirty)
+            .await?;
         let catalog = self.catalog.read().await;
         Ok((catalog.kube_version.clone(), catalog.api_versions.clone()))
     }
