@@ -1979,6 +1979,17 @@ fn a_hook_waits_for_its_external_dependency_before_it_is_created() {
     );
 }
 
+/// The uninstall of revision 1 of `fx`, sequenced, with its hooks.
+fn uninstalling<'a>(fx: &'a Fixture, inventory: &'a Inventory) -> rollout::Uninstall<'a> {
+    rollout::Uninstall {
+        inventory,
+        sequenced: true,
+        hooks: &fx.hooks,
+        run: "uid-shop/1",
+        timeout: Duration::from_secs(300),
+    }
+}
+
 #[test]
 fn uninstall_runs_pre_delete_hooks_first_post_delete_last_and_retries_a_failed_one() {
     let fx = layered_with_hooks(&[
@@ -1986,13 +1997,7 @@ fn uninstall_runs_pre_delete_hooks_first_post_delete_last_and_retries_a_failed_o
         ("Job", "cleanup", &[("helm.sh/hook", "post-delete")]),
     ]);
     let inventory = Inventory::from_plan(&fx.plan, |_| Some("shop".into()));
-    let u = rollout::Uninstall {
-        inventory: &inventory,
-        sequenced: true,
-        hooks: &fx.hooks,
-        run: "uid-shop/1",
-        timeout: Duration::from_secs(300),
-    };
+    let u = uninstalling(&fx, &inventory);
     let first = "uid-shop/1/0/pre-delete";
     let s1 = uninstall_with(
         &u,
@@ -2147,13 +2152,7 @@ fn a_failed_pre_delete_stage_is_run_again_from_its_first_hook() {
         ("Job", "backup", &[("helm.sh/hook", "pre-delete")]),
     ]);
     let inventory = Inventory::from_plan(&fx.plan, |_| Some("shop".into()));
-    let u = rollout::Uninstall {
-        inventory: &inventory,
-        sequenced: true,
-        hooks: &fx.hooks,
-        run: "uid-shop/1",
-        timeout: Duration::from_secs(300),
-    };
+    let u = uninstalling(&fx, &inventory);
     let first = "uid-shop/1/0/pre-delete";
     let account = fx
         .hooks

@@ -20,6 +20,17 @@ use crate::rollout::uninstall::{self, UninstallStep};
 use crate::rollout::{self, Deployable, RecordUpdate, recovery};
 
 impl Reconcile<'_> {
+    /// When to look at the release again after writing `status` (the lifecycle's requeue
+    /// policy, with the step's own `after`).
+    fn requeue(&self, status: &SequencedReleaseStatus, after: Option<Duration>) -> Action {
+        action(rollout::requeue(
+            &self.settings,
+            status,
+            after,
+            &self.facts.now,
+        ))
+    }
+
     pub(super) async fn begin(&mut self, begin: Begin) -> Result<(), Stop> {
         if begin.create_namespace {
             self.lock().await?;
@@ -123,13 +134,7 @@ impl Reconcile<'_> {
             self.ctx.drift_checked(&self.key);
         }
         self.publish(&step.events).await;
-        let requeue = rollout::requeue(
-            &self.settings,
-            &step.status,
-            step.requeue_after,
-            &self.facts.now,
-        );
-        Ok(action(requeue))
+        Ok(self.requeue(&step.status, step.requeue_after))
     }
 
     /// The controller is stopping (or lost the lock) before action `done` of the step: the
@@ -193,12 +198,7 @@ impl Reconcile<'_> {
         if failed.failure.transient {
             return Err(Stop::Failed(failed.error));
         }
-        Ok(action(rollout::requeue(
-            &self.settings,
-            &status,
-            retry,
-            &self.facts.now,
-        )))
+        Ok(self.requeue(&status, retry))
     }
 
     pub(super) async fn uninstall(&mut self, step: UninstallStep) -> Result<Action, Stop> {
@@ -242,13 +242,7 @@ impl Reconcile<'_> {
             // Done once the last hook's delete policy is carried out: finish at once.
             return Ok(Action::requeue(Duration::from_millis(100)));
         }
-        let requeue = rollout::requeue(
-            &self.settings,
-            &step.status,
-            step.requeue_after,
-            &self.facts.now,
-        );
-        Ok(action(requeue))
+        Ok(self.requeue(&step.status, step.requeue_after))
     }
 
     /// A deletion (or hook) of an uninstall step failed after the first `issued` of its deletes:
