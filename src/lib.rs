@@ -9,6 +9,7 @@ pub mod chart;
 pub mod cli;
 pub mod cluster;
 pub mod controller;
+pub mod digest;
 pub mod helm;
 pub mod history;
 pub mod lock;

@@ -9,7 +9,9 @@
 //! - [`plan`] is the pure planner.
 //!
 //! Helm merges the values, parses `--set`, decides which subcharts are enabled and resolves
-//! version ranges; nothing here computes any of that a second time.
+//! version ranges; nothing here computes any of that a second time, but for what Flux does
+//! itself: `valuesFrom[].targetPath` entries between values files are merged in their order
+//! ([`values_files`]: map by map, each path set by helm's own `--set` parser).
 
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
@@ -21,7 +23,7 @@ use sha2::{Digest as _, Sha256};
 use crate::api::Reason;
 use crate::chart::source::{ChartCache, ChartReference, Credentials, SourceError};
 use crate::chart::{ChartError, ChartTree};
-use crate::helm::Helm;
+use crate::helm::{Helm, HelmError};
 use crate::plan::{Plan, PlanError};
 use crate::render::{RenderError, RenderOptions};
 
@@ -40,6 +42,160 @@ pub enum ChartSource {
 pub struct ValuesFile {
     pub origin: String,
     pub text: String,
+}
+
+/// One entry of a release's values, in the order Helm merges them: a values file, or a key's
+/// value set at a values path (`valuesFrom[].targetPath`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ValuesEntry {
+    File(ValuesFile),
+    /// `origin` names the entry in errors; `value` is the key's text as it is.
+    TargetPath {
+        origin: String,
+        path: String,
+        value: String,
+    },
+}
+
+impl ValuesEntry {
+    /// What the digest reads of it.
+    pub fn digest_input(&self) -> crate::digest::ValuesInput<'_> {
+        match self {
+            ValuesEntry::File(file) => crate::digest::ValuesInput::File(&file.text),
+            ValuesEntry::TargetPath { path, value, .. } => {
+                crate::digest::ValuesInput::TargetPath { path, value }
+            }
+        }
+    }
+}
+
+/// The values files helm is given for these entries: the files as they are when no entry sets
+/// a path; else one file, the entries merged in order as Flux merges them (files map by map,
+/// later ones win; a path set with Helm's own `--set` parser, by helm itself, or with
+/// `--set-string` when the value is in single or double quotes, which are dropped).
+pub async fn values_files(helm: &Helm, entries: &[ValuesEntry]) -> Result<Vec<ValuesFile>, Error> {
+    if !entries
+        .iter()
+        .any(|e| matches!(e, ValuesEntry::TargetPath { .. }))
+    {
+        return Ok(entries
+            .iter()
+            .filter_map(|e| match e {
+                ValuesEntry::File(file) => Some(file.clone()),
+                ValuesEntry::TargetPath { .. } => None,
+            })
+            .collect());
+    }
+    let mut merged = serde_json::Map::new();
+    let mut origins = Vec::with_capacity(entries.len());
+    for entry in entries {
+        match entry {
+            ValuesEntry::File(file) => {
+                origins.push(file.origin.clone());
+                // Checked as helm checks a -f file, so that a bad one is named.
+                drop(values_file(file)?);
+                if let Ok(Value::Object(map)) = crate::yaml::parse(&file.text) {
+                    merge_values(&mut merged, map);
+                }
+            }
+            ValuesEntry::TargetPath {
+                origin,
+                path,
+                value,
+            } => {
+                origins.push(origin.clone());
+                merged = set_path(helm, merged, origin, path, value).await?;
+            }
+        }
+    }
+    Ok(vec![ValuesFile {
+        origin: origins.join(", "),
+        text: Value::Object(merged).to_string(),
+    }])
+}
+
+/// `values` with `value` set at `path`, by helm's own `--set` (or `--set-string`) parser: a
+/// chart of one template that prints `.Values` is rendered with them.
+async fn set_path(
+    helm: &Helm,
+    values: serde_json::Map<String, Value>,
+    origin: &str,
+    path: &str,
+    value: &str,
+) -> Result<serde_json::Map<String, Value>, Error> {
+    let io = |e: std::io::Error| Error::Io {
+        what: format!("{origin}: a chart to set the values path with"),
+        message: crate::chart::io_message(&e),
+    };
+    let chart = tempfile::Builder::new()
+        .prefix("sequenced-set-")
+        .tempdir()
+        .map_err(io)?;
+    std::fs::write(
+        chart.path().join("Chart.yaml"),
+        "apiVersion: v2\nname: values\nversion: 0.0.0\n",
+    )
+    .map_err(io)?;
+    std::fs::create_dir(chart.path().join("templates")).map_err(io)?;
+    std::fs::write(
+        chart.path().join("templates").join("values.yaml"),
+        "{{ toJson .Values }}\n",
+    )
+    .map_err(io)?;
+    let current = values_file(&ValuesFile {
+        origin: origin.to_string(),
+        text: Value::Object(values).to_string(),
+    })?;
+    let quoted = value.len() >= 2
+        && ((value.starts_with('"') && value.ends_with('"'))
+            || (value.starts_with('\'') && value.ends_with('\'')));
+    let assignment = if quoted {
+        format!("{path}={}", value.trim_matches(|c| c == '"' || c == '\''))
+    } else {
+        format!("{path}={value}")
+    };
+    let (set, set_string) = if quoted {
+        (vec![], vec![assignment])
+    } else {
+        (vec![assignment], vec![])
+    };
+    let options = RenderOptions {
+        release_name: "values".to_string(),
+        namespace: "default".to_string(),
+        values_files: vec![current.path().to_path_buf()],
+        set,
+        set_string,
+        ..RenderOptions::default()
+    };
+    let output = match crate::render::template(helm, chart.path(), &options).await {
+        Ok(output) => output,
+        Err(crate::render::RenderError::Helm {
+            source: HelmError::Failed { stderr, .. },
+            ..
+        }) => {
+            return Err(Error::Values {
+                origin: origin.to_string(),
+                message: format!(
+                    "cannot set values path {path}: {}",
+                    crate::helm::gist(&stderr)
+                ),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let printed = output
+        .lines()
+        .filter(|l| !l.starts_with("---") && !l.starts_with("# Source:"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    match serde_json::from_str::<Value>(printed.trim()) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(Value::Null) => Ok(serde_json::Map::new()),
+        _ => Err(Error::Io {
+            what: format!("{origin}: setting values path {path}"),
+            message: format!("helm printed no values object: {printed}"),
+        }),
+    }
 }
 
 /// `--set`, `--set-string`, `--set-json` and `--set-literal` flags, passed to helm as they are.

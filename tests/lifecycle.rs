@@ -69,6 +69,7 @@ fn facts(sr: SequencedRelease) -> Facts {
 fn source(digest: &str) -> Option<Result<Source, Refusal>> {
     Some(Ok(Source {
         digest: digest.to_string(),
+        v1_digest: None,
         chart_version: Some("1.2.0".to_string()),
     }))
 }

@@ -2,6 +2,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -117,6 +119,13 @@ pub struct SequencedReleaseSpec {
     /// Values taken from ConfigMaps and Secrets, merged in order before `values`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub values_from: Vec<ValuesReference>,
+
+    /// Labels and annotations stamped on every object the release applies, hooks included
+    /// (not the CRDs of `crds/` directories), as Flux's `commonMetadata`: they override the
+    /// chart's own, never the ownership labels and annotations sequenced sets. Changing them
+    /// starts a new revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub common_metadata: Option<CommonMetadata>,
 
     /// `ordered` applies the chart layer by layer; `none` applies everything at once, as plain Helm.
     #[serde(default)]
@@ -304,7 +313,7 @@ pub struct LocalReference {
 }
 
 /// Values from a key of a ConfigMap or Secret in the release's namespace.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ValuesReference {
     /// ConfigMap or Secret.
@@ -319,6 +328,41 @@ pub struct ValuesReference {
     /// A missing object or key is not an error; the reference is skipped.
     #[serde(default)]
     pub optional: bool,
+    /// Set the key's value (a string) at this values path instead of merging it as a values
+    /// file, with Helm's `--set` rules (`a.b[0].c`, `\.` for a dot in a key); a value in
+    /// single or double quotes is set as a string (`--set-string`), as Flux does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 250))]
+    #[x_kube(validation = Rule::new(TARGET_PATH_RULE).message(TARGET_PATH_MESSAGE))]
+    pub target_path: Option<String>,
+}
+
+/// CEL rule for `valuesFrom[].targetPath`: Flux's pattern, a `--set` path of keys, dots,
+/// escapes and list indices.
+const TARGET_PATH_RULE: &str = r"self.matches('^([a-zA-Z0-9_\\-.\\\\/]|\\[[0-9]{1,5}\\])+$')";
+/// What the API server answers when [`TARGET_PATH_RULE`] fails.
+const TARGET_PATH_MESSAGE: &str = "must be a values path as Helm's --set takes it, such as a.b[0].c: letters, digits, '_', '-', '.', '/', '\\' and list indices [N]";
+
+/// Labels and annotations for every object of a release (`spec.commonMetadata`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CommonMetadata {
+    /// Labels to stamp; `app.kubernetes.io/managed-by` is sequenced's own.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new("!('app.kubernetes.io/managed-by' in self)").message("app.kubernetes.io/managed-by is the label sequenced owns: it cannot be set by commonMetadata"))]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations to stamp; keys of `helm.sh/`, `meta.helm.sh/` and `sequenced.dev/` are
+    /// refused, as they would change how the chart is sequenced or whose its objects are.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('helm.sh/') && !k.startsWith('meta.helm.sh/') && !k.startsWith('sequenced.dev/'))").message("annotations of helm.sh/, meta.helm.sh/ and sequenced.dev/ change how the chart is sequenced or whose its objects are: commonMetadata cannot set them"))]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl CommonMetadata {
+    /// Whether it stamps nothing.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty()
+    }
 }
 
 fn default_values_key() -> String {

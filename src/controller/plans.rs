@@ -156,8 +156,12 @@ impl Plans {
         let permit = self.rendering.acquire().await;
         let rendering = std::time::Instant::now();
         let values = prepared.values.clone();
+        let common = prepared.common_metadata.clone();
         let planned = match pipeline::render(helm, &prepared.resolved, &request).await {
-            Ok(rendered) => tokio::task::spawn_blocking(move || {
+            Ok(mut rendered) => tokio::task::spawn_blocking(move || {
+                if let Some(common) = &common {
+                    rendered.documents.stamp(common);
+                }
                 let content = pipeline::content(&rendered, &values);
                 pipeline::plan(rendered).map(|plan| (plan, content))
             })

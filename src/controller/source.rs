@@ -11,25 +11,31 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
-use sha2::{Digest as _, Sha256};
 
 use super::Error;
 use super::watches::{Input, InputKind};
-use crate::api::{KeyReference, Reason, SequencedRelease, ValuesKind};
+use crate::api::{CommonMetadata, KeyReference, Reason, SequencedRelease, ValuesKind};
 use crate::chart::source::{ChartCache, ChartReference, Credentials};
+use crate::digest::{Asked, Digests};
 use crate::helm::Helm;
-use crate::pipeline::{self, ChartSource, Resolved, ValuesFile};
+use crate::pipeline::{self, ChartSource, Resolved, ValuesEntry, ValuesFile};
 use crate::rollout::lifecycle::{Refusal, Source};
 
 /// A spec made concrete: the chart resolved, the values files, and their digest.
 #[derive(Debug, Clone)]
 pub struct Prepared {
     pub resolved: Resolved,
+    /// The values files helm is given, in order.
     pub values: Vec<ValuesFile>,
     pub release_name: String,
     pub namespace: String,
-    /// `sha256:<hex>` over the resolved chart, the values, the release name and namespace.
+    /// `spec.commonMetadata`, stamped on what is rendered.
+    pub common_metadata: Option<CommonMetadata>,
+    /// The digest under the current scheme (see [`crate::digest`]): what the plan is cached
+    /// by and a new revision records.
     pub digest: String,
+    /// The digests under every scheme, to compare a stored one with.
+    pub digests: Digests,
 }
 
 impl Prepared {
@@ -37,6 +43,7 @@ impl Prepared {
     pub fn source(&self) -> Source {
         Source {
             digest: self.digest.clone(),
+            v1_digest: self.digests.v1.clone(),
             chart_version: self.resolved.version.clone(),
         }
     }
@@ -46,7 +53,7 @@ impl Prepared {
 struct Inputs {
     source: ChartSource,
     credentials: Option<Credentials>,
-    values: Vec<ValuesFile>,
+    values: Vec<ValuesEntry>,
 }
 
 /// The resolutions of remote charts, by release: a version range is resolved again once
@@ -54,12 +61,18 @@ struct Inputs {
 #[derive(Default)]
 pub(super) struct Sources {
     resolved: Mutex<HashMap<ObjectRef<SequencedRelease>, (ChartSource, Resolved, Instant)>>,
+    /// Values merged with `targetPath` entries (helm sets each path), by release, with the
+    /// digest they were merged for.
+    merged: Mutex<HashMap<ObjectRef<SequencedRelease>, (String, Vec<ValuesFile>)>>,
 }
 
 impl Sources {
     pub fn forget(&self, release: &ObjectRef<SequencedRelease>) {
         if let Ok(mut resolved) = self.resolved.lock() {
             resolved.remove(release);
+        }
+        if let Ok(mut merged) = self.merged.lock() {
+            merged.remove(release);
         }
     }
 
@@ -110,7 +123,7 @@ impl Sources {
                 };
                 if remote && let Ok(mut known) = self.resolved.lock() {
                     known.insert(
-                        key,
+                        key.clone(),
                         (inputs.source.clone(), resolved.clone(), Instant::now()),
                     );
                 }
@@ -124,13 +137,51 @@ impl Sources {
             .clone()
             .unwrap_or_else(|| sr.name_any());
         let target = sr.spec.target_namespace.clone().unwrap_or(namespace);
-        let digest = digest(&resolved, &inputs.values, &release_name, &target);
+        let common_metadata = sr.spec.common_metadata.clone().filter(|c| !c.is_empty());
+        let digests = Digests::of(&Asked {
+            chart: &resolved.identity,
+            values: inputs
+                .values
+                .iter()
+                .map(ValuesEntry::digest_input)
+                .collect(),
+            release_name: &release_name,
+            namespace: &target,
+            common_metadata: common_metadata.as_ref(),
+        });
+        let digest = digests.current.clone();
+        let known = self.merged.lock().ok().and_then(|merged| {
+            merged
+                .get(&key)
+                .filter(|(at, _)| *at == digest)
+                .map(|(_, files)| files.clone())
+        });
+        let values = match known {
+            Some(files) => files,
+            None => match pipeline::values_files(helm, &inputs.values).await {
+                Ok(files) => {
+                    if let Ok(mut merged) = self.merged.lock() {
+                        merged.insert(key, (digest.clone(), files.clone()));
+                    }
+                    files
+                }
+                Err(e) if e.is_transient() => return Err(e.into()),
+                Err(e) => {
+                    return Ok(Err(Refusal {
+                        reason: e.reason(),
+                        message: e.to_string(),
+                    }));
+                }
+            },
+        };
         Ok(Ok(Prepared {
             resolved,
-            values: inputs.values,
+            values,
             release_name,
             namespace: target,
+            common_metadata,
             digest,
+            digests,
         }))
     }
 }
@@ -190,24 +241,35 @@ async fn read_inputs(
             ValuesKind::ConfigMap => config_map_text(client, &namespace, name, key).await,
             ValuesKind::Secret => secret_text(client, &namespace, name, key).await,
         };
+        let origin = format!(
+            "{field} ({:?} {namespace}/{name} key {key})",
+            reference.kind
+        );
         match text? {
-            Ok(text) => values.push(ValuesFile {
-                origin: format!(
-                    "{field} ({:?} {namespace}/{name} key {key})",
-                    reference.kind
-                ),
-                text,
-            }),
+            Ok(value) => match &reference.target_path {
+                Some(path) => values.push(ValuesEntry::TargetPath {
+                    origin: format!(
+                        "{field}.targetPath {path} ({:?} {namespace}/{name} key {key})",
+                        reference.kind
+                    ),
+                    path: path.clone(),
+                    value,
+                }),
+                None => values.push(ValuesEntry::File(ValuesFile {
+                    origin,
+                    text: value,
+                })),
+            },
             Err(_) if reference.optional => continue,
             Err(missing) => return Ok(Err(refusal(field, missing))),
         }
     }
     if let Some(inline) = &spec.values {
-        values.push(ValuesFile {
+        values.push(ValuesEntry::File(ValuesFile {
             origin: "spec.values".to_string(),
             // JSON is YAML.
             text: serde_json::to_string(inline).unwrap_or_default(),
-        });
+        }));
     }
 
     let chart = &spec.chart;
@@ -359,27 +421,4 @@ async fn packaged(
             }
         }
     }
-}
-
-/// `sha256:<hex>` of the resolved chart (never a range's text), the values files in order, the
-/// release name and namespace.
-fn digest(
-    resolved: &Resolved,
-    values: &[ValuesFile],
-    release_name: &str,
-    namespace: &str,
-) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(b"chart\0");
-    hasher.update(resolved.identity.as_bytes());
-    for file in values {
-        hasher.update(b"\0values\0");
-        hasher.update((file.text.len() as u64).to_le_bytes());
-        hasher.update(file.text.as_bytes());
-    }
-    hasher.update(b"\0release\0");
-    hasher.update(release_name.as_bytes());
-    hasher.update(b"\0");
-    hasher.update(namespace.as_bytes());
-    format!("sha256:{}", hex::encode(hasher.finalize()))
 }

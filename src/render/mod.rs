@@ -129,6 +129,49 @@ impl Rendered {
     }
 }
 
+impl Rendered {
+    /// Stamps `spec.commonMetadata` on every hook and main resource (not the CRDs of `crds/`
+    /// directories, which Helm never post-renders either): its labels and annotations override
+    /// the chart's own; the ownership ones are set after this, so they always win. The text is
+    /// written again for a document it changed, so that the release record shows them.
+    pub fn stamp(&mut self, common: &crate::api::CommonMetadata) {
+        if common.is_empty() {
+            return;
+        }
+        for document in self.hooks.iter_mut().chain(self.resources.iter_mut()) {
+            let Some(metadata) = document
+                .object
+                .get_mut("metadata")
+                .and_then(Value::as_object_mut)
+            else {
+                continue;
+            };
+            for (field, stamped) in [
+                ("labels", &common.labels),
+                ("annotations", &common.annotations),
+            ] {
+                if stamped.is_empty() {
+                    continue;
+                }
+                let entry = metadata
+                    .entry(field)
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if !entry.is_object() {
+                    *entry = Value::Object(Default::default());
+                }
+                if let Some(map) = entry.as_object_mut() {
+                    for (key, value) in stamped {
+                        map.insert(key.clone(), Value::String(value.clone()));
+                    }
+                }
+            }
+            if let Ok(text) = serde_yaml_ng::to_string(&document.object) {
+                document.text = text;
+            }
+        }
+    }
+}
+
 /// Why a chart could not be rendered. Every message names the chart, file and resource.
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {

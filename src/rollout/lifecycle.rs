@@ -47,10 +47,22 @@ pub enum LockView {
 /// The chart and values the spec asks for now, resolved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Source {
-    /// `sha256:<hex>` of the resolved chart, the values, the release name and namespace.
+    /// The digest of what the spec asks for, under the current scheme (`crate::digest`).
     pub digest: String,
+    /// Its digest under scheme v1, when v1 can express the spec: a status or rollback written
+    /// by an operator of that scheme is compared with it.
+    pub v1_digest: Option<String>,
     /// The chart version a range resolved to, for repository and OCI charts.
     pub chart_version: Option<String>,
+}
+
+impl Source {
+    /// Whether a stored digest is this source's, under the scheme that wrote it.
+    pub fn matches(&self, stored: Option<&str>) -> bool {
+        stored.is_some_and(|stored| {
+            stored == self.digest || self.v1_digest.as_deref() == Some(stored)
+        })
+    }
 }
 
 /// A problem only a change of the spec or the chart can fix.
@@ -395,9 +407,9 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
     }
     // A rollback holds the release on its revision until the spec or the chart changes, or a
     // reconcile is requested.
-    let pinned = recovery::pinned(status, generation, &source.digest);
+    let pinned = recovery::pinned(status, generation, |d| source.matches(d));
     let changed = status.observed_generation != generation
-        || status.last_applied_digest.as_deref() != Some(source.digest.as_str());
+        || !source.matches(status.last_applied_digest.as_deref());
     let retry_now = retry_due(status, settings.retries, now) == Some(Duration::ZERO);
     let retry_requested = requests.reconcile.is_some()
         && (requests.force

@@ -85,12 +85,17 @@ pub fn last_ready_before(status: &SequencedReleaseStatus, revision: i64) -> Opti
         .max()
 }
 
-/// Whether a rollback holds the release: it was made at this generation and digest.
-pub fn pinned(status: &SequencedReleaseStatus, generation: Option<i64>, digest: &str) -> bool {
+/// Whether a rollback holds the release: it was made at this generation and at a digest that
+/// `is_current` takes for the spec's (under the scheme that wrote it).
+pub fn pinned(
+    status: &SequencedReleaseStatus,
+    generation: Option<i64>,
+    is_current: impl Fn(Option<&str>) -> bool,
+) -> bool {
     status
         .rollback
         .as_ref()
-        .is_some_and(|r| r.generation == generation && r.digest.as_deref() == Some(digest))
+        .is_some_and(|r| r.generation == generation && is_current(r.digest.as_deref()))
 }
 
 /// Whether the current revision's failure is to be remediated now: it failed as an operation
