@@ -47,6 +47,9 @@ pub struct InstallStep {
     pub timeouts: usize,
     /// The release records whose status changes with this step (the operation ended).
     pub records: Vec<RecordUpdate>,
+    /// The layers are applied to correct drift ([`super::drift::correcting`]): the fields the
+    /// ignore rules name keep their live values (`spec.driftDetection.ignore`).
+    pub correcting: bool,
 }
 
 fn entry(chart: &str, name: &str, resources: usize) -> LayerStatus {
@@ -484,6 +487,7 @@ pub fn step(
 ) -> Outcome<InstallStep> {
     let plan = revision.plan;
     let settings = revision.settings;
+    let correcting = super::drift::correcting(status);
     let mut st = status.clone();
     let mut p = Progress::default();
     let fresh = layout(revision);
@@ -499,6 +503,7 @@ pub fn step(
             finished: true,
             timeouts: 0,
             records: Vec::new(),
+            correcting,
         });
     }
     let s = slots(revision);
@@ -716,6 +721,7 @@ pub fn step(
             finished: true,
             timeouts,
             records: Vec::new(),
+            correcting,
         });
     }
     for action in &mut p.actions {
@@ -833,6 +839,7 @@ pub fn step(
         finished,
         timeouts,
         records: Vec::new(),
+        correcting,
     })
 }
 
@@ -1023,6 +1030,7 @@ pub fn time_out(
         finished: true,
         timeouts: step.timeouts,
         records: Vec::new(),
+        correcting: step.correcting,
     }
 }
 
