@@ -63,17 +63,6 @@ pub fn describe(revision: &Revision, drifted: &Drifted) -> String {
     }
 }
 
-/// Whether the revision in `status` is being applied again to correct its drift (what
-/// [`judge`] started with `enabled`): the correction of the revision `status.revision` is the last
-/// one recorded. An upgrade or a rollback is a new revision, so it is not: ignore rules say what
-/// drift detection leaves alone, and an upgrade applies the chart as it is, as in Flux.
-pub fn correcting(status: &SequencedReleaseStatus) -> bool {
-    status
-        .last_drift_correction
-        .as_ref()
-        .is_some_and(|c| Some(c.revision) == status.revision)
-}
-
 /// What a Ready release does about `report`: a status to write and the events to publish, or
 /// None when nothing changes.
 pub fn judge(

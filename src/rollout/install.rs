@@ -47,7 +47,7 @@ pub struct InstallStep {
     pub timeouts: usize,
     /// The release records whose status changes with this step (the operation ended).
     pub records: Vec<RecordUpdate>,
-    /// The layers are applied to correct drift ([`super::drift::correcting`]): the fields the
+    /// The layers are applied to correct drift ([`correcting`]): the fields the
     /// ignore rules name keep their live values (`spec.driftDetection.ignore`).
     pub correcting: bool,
 }
@@ -276,6 +276,17 @@ pub fn correct(
     st
 }
 
+/// Whether the revision in `status` is being applied again to correct its drift (what
+/// `drift::judge` started with [`correct`]): the last correction recorded is of the revision
+/// `status.revision`. An upgrade or a rollback is a new revision, so it is not: ignore rules say
+/// what drift detection leaves alone, and an upgrade applies the chart as it is, as in Flux.
+pub fn correcting(status: &SequencedReleaseStatus) -> bool {
+    status
+        .last_drift_correction
+        .as_ref()
+        .is_some_and(|c| Some(c.revision) == status.revision)
+}
+
 /// Ready main layers out of all of them: `3/5`.
 fn progress(revision: &Revision, layers: &[LayerStatus]) -> String {
     let s = slots(revision);
@@ -487,7 +498,7 @@ pub fn step(
 ) -> Outcome<InstallStep> {
     let plan = revision.plan;
     let settings = revision.settings;
-    let correcting = super::drift::correcting(status);
+    let correcting = correcting(status);
     let mut st = status.clone();
     let mut p = Progress::default();
     let fresh = layout(revision);
