@@ -271,6 +271,13 @@ fn structural_violations(node: &Value, path: &str, out: &mut Vec<String>) {
             }
         }
     }
+    // CEL compiles against the node's type; kube-apiserver gives none to an untyped node.
+    if map.contains_key("x-kubernetes-validations") && !map.contains_key("type") && !int_or_string {
+        out.push(format!(
+            "{path}.x-kubernetes-validations: Internal error: rule compiler initialization error: \
+             Failed to convert to declType for CEL validation rules"
+        ));
+    }
     if let Some(Value::Object(properties)) = map.get("properties") {
         for (name, child) in properties {
             structural_violations(child, &format!("{path}.properties[{name}]"), out);
@@ -554,4 +561,129 @@ async fn the_api_server_refuses_a_release_name_longer_than_helm_allows() {
              must be a duration such as 30s, 5m or 1h30m (units ms, s, m, h)"
         )
     );
+}
+
+#[test]
+fn drift_detection_is_read_in_both_spellings_and_written_back_as_it_was() {
+    use sequenced::api::{DriftDetection, DriftDetectionSpec};
+    let read = |drift: Value| {
+        let sr: sequenced::api::SequencedRelease = serde_json::from_value(release(
+            json!({"chart": {"path": "/a"}, "driftDetection": drift}),
+        ))
+        .unwrap();
+        let back = serde_json::to_value(&sr).unwrap()["spec"]["driftDetection"].clone();
+        (sr.spec.drift_detection, back)
+    };
+    // The string of earlier releases.
+    let (spec, back) = read(json!("warn"));
+    assert_eq!(spec, DriftDetectionSpec::Mode(DriftDetection::Warn));
+    assert_eq!(back, json!("warn"));
+    assert!(spec.ignore().is_empty() && spec.problem().is_none());
+    // Flux's object; `mode` defaults to enabled, today's default (Flux's is disabled).
+    let rules = json!({"ignore": [{"paths": ["/spec/replicas"], "target": {"kind": "Deployment", "name": "app"}}]});
+    let (spec, back) = read(rules.clone());
+    assert_eq!(spec.mode(), DriftDetection::Enabled);
+    assert_eq!(spec.ignore()[0].paths, ["/spec/replicas"]);
+    assert_eq!(back, rules);
+    let (spec, back) = read(json!({"mode": "disabled"}));
+    assert_eq!(spec.mode(), DriftDetection::Disabled);
+    assert_eq!(back, json!({"mode": "disabled"}));
+    // Unset: enabled, as before.
+    let sr: sequenced::api::SequencedRelease =
+        serde_json::from_value(release(json!({"chart": {"path": "/a"}}))).unwrap();
+    assert_eq!(sr.spec.drift_detection.mode(), DriftDetection::Enabled);
+    // Neither shape: kept, and the release told what is wrong.
+    for (drift, problem) in [
+        (
+            json!("sometimes"),
+            "spec.driftDetection: \"sometimes\" is not one of enabled, warn, disabled",
+        ),
+        (
+            json!({"ignores": []}),
+            "spec.driftDetection: unknown field `ignores`, expected `mode` or `ignore`",
+        ),
+        (
+            json!({"mode": "on"}),
+            "spec.driftDetection: unknown variant `on`, expected one of `enabled`, `warn`, `disabled`",
+        ),
+        (
+            json!(true),
+            "spec.driftDetection: must be a mode (enabled, warn, disabled) or an object, not true",
+        ),
+    ] {
+        let (spec, back) = read(drift.clone());
+        assert_eq!(spec.problem().as_deref(), Some(problem), "{drift}");
+        assert_eq!(back, drift);
+    }
+}
+
+#[test]
+fn drift_detection_is_an_untyped_node_without_cel_rules() {
+    let drift = &schema()["properties"]["spec"]["properties"]["driftDetection"];
+    assert_eq!(drift["x-kubernetes-preserve-unknown-fields"], true);
+    assert!(drift.get("type").is_none(), "a string or an object");
+    assert!(drift.get("x-kubernetes-validations").is_none());
+    assert_eq!(drift["default"], "enabled", "unset reads as before");
+    let mut found = Vec::new();
+    structural_violations(
+        &json!({"type": "object", "properties": {"d": {"x-kubernetes-preserve-unknown-fields": true, "x-kubernetes-validations": [{"rule": "true"}]}}}),
+        "x",
+        &mut found,
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+}
+
+#[tokio::test]
+async fn the_api_server_keeps_either_spelling_and_refuses_cel_on_an_untyped_node() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let op = sequenced_testkit::operator::Operator::without_controller().await;
+    let named = |name: &str, drift: Option<Value>| {
+        let mut r = release(json!({"chart": {"path": "/charts/shop"}}));
+        r["metadata"]["name"] = json!(name);
+        if let Some(drift) = drift {
+            r["spec"]["driftDetection"] = drift;
+        }
+        r
+    };
+    let rules = json!({"mode": "warn", "ignore": [{"paths": ["/webhooks/0/clientConfig/caBundle"], "target": {"kind": "ValidatingWebhookConfiguration"}}]});
+    for (name, drift, stored) in [
+        ("string", Some(json!("warn")), json!("warn")),
+        ("object", Some(rules.clone()), rules.clone()),
+        ("unset", None, json!("enabled")),
+    ] {
+        assert_eq!(admitted(&op, named(name, drift)).await, None, "{name}");
+        let object = op
+            .server
+            .object(
+                "sequenced.dev/v1alpha1",
+                "SequencedRelease",
+                Some("default"),
+                name,
+            )
+            .unwrap();
+        assert_eq!(object["spec"]["driftDetection"], stored, "{name}");
+    }
+    // A CEL rule on such a node: kube-apiserver cannot compile it, and neither does this one.
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(COPIES[0])).unwrap();
+    let mut crd: Value = serde_yaml_ng::from_str(&text).unwrap();
+    crd["metadata"]["name"] = json!("tries.example.com");
+    crd["spec"]["group"] = json!("example.com");
+    crd["spec"]["names"] = json!({"plural": "tries", "singular": "try", "kind": "Try"});
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["driftDetection"]
+        ["x-kubernetes-validations"] =
+        json!([{"rule": "type(self) == string ? self in ['enabled', 'warn', 'disabled'] : true"}]);
+    let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
+    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(op.client.clone());
+    match api.create(&Default::default(), &crd).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 422, "{}", s.message);
+            assert!(
+                s.message.contains("properties[spec].properties[driftDetection].x-kubernetes-validations: Internal error: rule compiler initialization error: Failed to convert to declType for CEL validation rules"),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("a CEL rule on an untyped node was accepted: {other:?}"),
+    }
 }

@@ -194,9 +194,18 @@ pub struct SequencedReleaseSpec {
 
     /// What happens when the release's objects no longer match what it applied (deleted, or a
     /// field it manages changed by someone else): `enabled` re-applies the affected layers in
-    /// order, `warn` reports it (condition `Drifted`), `disabled` does neither.
+    /// order, `warn` reports it (condition `Drifted`), `disabled` does neither. Either the mode
+    /// alone (`driftDetection: warn`, as written before) or, in Flux's spelling, an object
+    /// `{mode, ignore: [{paths: [...], target: {group, version, kind, name, namespace}}]}`
+    /// (`mode` defaults to `enabled`): the fields at `paths`, JSON pointers (RFC 6901) such as
+    /// `/spec/replicas` or `/webhooks/0/clientConfig/caBundle` (`""` is the whole object), of
+    /// the objects `target` selects (each of its fields an anchored regular expression; every
+    /// object of the release without a target) are neither reported as drift nor corrected.
+    /// The API server cannot check this field's shape: a value the controller cannot read stalls
+    /// the release (reason `InvalidSpec`) naming what is wrong.
     #[serde(default)]
-    pub drift_detection: DriftDetection,
+    #[schemars(schema_with = "drift_detection_schema")]
+    pub drift_detection: DriftDetectionSpec,
 
     /// How often a Ready release is looked at again even when nothing changed: the chart
     /// source is resolved again (a new version in a range, a changed chart path in the
@@ -225,6 +234,18 @@ fn default_true() -> bool {
 
 fn default_max_history() -> i32 {
     10
+}
+
+/// `spec.driftDetection` is a string or an object. A structural schema can only say that with
+/// no `type` and `x-kubernetes-preserve-unknown-fields`, and kube-apiserver compiles no CEL rule
+/// on such a node ("Failed to convert to declType for CEL validation rules"), nor can a rule on
+/// `spec` see the field: the controller checks it ([`DriftDetectionSpec::Invalid`]) and stalls a
+/// release whose value it cannot read, `InvalidSpec` naming what is wrong.
+fn drift_detection_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "default": "enabled",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
 }
 
 fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -411,6 +432,122 @@ pub enum DriftDetection {
     Warn,
     /// Drift is not looked for.
     Disabled,
+}
+
+/// `spec.driftDetection` as written: the mode alone (the form of earlier releases, still read and
+/// written back as it was) or Flux's object with ignore rules. A value of neither shape is kept
+/// as it is, so that the release is told what is wrong instead of going unread.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(untagged)]
+pub enum DriftDetectionSpec {
+    /// `driftDetection: warn`.
+    Mode(DriftDetection),
+    /// `driftDetection: {mode: warn, ignore: [...]}`.
+    Rules(DriftDetectionRules),
+    /// Anything else: [`DriftDetectionSpec::problem`] says what is wrong with it.
+    Invalid(serde_json::Value),
+}
+
+impl Default for DriftDetectionSpec {
+    fn default() -> Self {
+        DriftDetectionSpec::Mode(DriftDetection::default())
+    }
+}
+
+impl From<DriftDetection> for DriftDetectionSpec {
+    fn from(mode: DriftDetection) -> Self {
+        DriftDetectionSpec::Mode(mode)
+    }
+}
+
+impl DriftDetectionSpec {
+    /// The mode: the string, the object's `mode` (`enabled` when unset, today's default, not
+    /// Flux's `disabled`), or `enabled` for a value that cannot be read (the release stalls on it).
+    pub fn mode(&self) -> DriftDetection {
+        match self {
+            DriftDetectionSpec::Mode(mode) => *mode,
+            DriftDetectionSpec::Rules(rules) => rules.mode.unwrap_or_default(),
+            DriftDetectionSpec::Invalid(_) => DriftDetection::default(),
+        }
+    }
+
+    /// The ignore rules (none in the string form).
+    pub fn ignore(&self) -> &[IgnoreRule] {
+        match self {
+            DriftDetectionSpec::Rules(rules) => &rules.ignore,
+            _ => &[],
+        }
+    }
+
+    /// Why the value cannot be read as either form, naming the field: None when it can.
+    /// (Whether its pointers and regular expressions are well formed is checked where they are
+    /// used, `rollout::ignore`.)
+    pub fn problem(&self) -> Option<String> {
+        let DriftDetectionSpec::Invalid(value) = self else {
+            return None;
+        };
+        let why = match value {
+            serde_json::Value::String(s) => format!(
+                "{} is not one of enabled, warn, disabled",
+                serde_json::Value::String(s.clone())
+            ),
+            serde_json::Value::Object(_) => {
+                match serde_json::from_value::<DriftDetectionRules>(value.clone()) {
+                    Err(e) => e.to_string(),
+                    Ok(_) => "cannot be read".to_string(),
+                }
+            }
+            other => format!("must be a mode (enabled, warn, disabled) or an object, not {other}"),
+        };
+        Some(format!("spec.driftDetection: {why}"))
+    }
+}
+
+/// `spec.driftDetection` in Flux's spelling.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DriftDetectionRules {
+    /// `enabled` (the default), `warn` or `disabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<DriftDetection>,
+    /// Fields that are neither reported as drift nor corrected.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore: Vec<IgnoreRule>,
+}
+
+/// Fields of some objects that drift detection leaves alone.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IgnoreRule {
+    /// JSON pointers (RFC 6901): `/spec/replicas`, `/webhooks/0/clientConfig/caBundle`,
+    /// `/metadata/annotations/example.com~1stamp` (`~1` is `/`, `~0` is `~`); `""` is the whole
+    /// object. A pointer that is not in an object is nothing to ignore.
+    pub paths: Vec<String>,
+    /// The objects of the release the rule applies to; every one without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<IgnoreTarget>,
+}
+
+/// Which objects an ignore rule applies to: each field set is an anchored regular expression
+/// (`Deployment`, `.*-webhook`) that must match, as in Flux's `target`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IgnoreTarget {
+    /// API group (`apps`, `admissionregistration\.k8s\.io`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// API version (`v1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Kind (`Deployment`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Object name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Object namespace (cluster-scoped objects have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// Another SequencedRelease this one waits for.

@@ -16,6 +16,7 @@ use tokio::sync::RwLock;
 
 use crate::api::{FIELD_MANAGER, ObjectKey};
 use crate::rollout::drift::Drift;
+use crate::rollout::ignore::{self, Pointer};
 
 mod access;
 mod logs;
@@ -696,11 +697,15 @@ impl Cluster {
 
     /// How the object differs from what applying `object` would make of it (a server-side apply
     /// dry run): None when it matches, [`Drift::Deleted`] when it is gone, else the fields that
-    /// differ. Fields another manager owns through a subresource do not count.
+    /// differ. Fields another manager owns through a subresource do not count, nor do the
+    /// fields at `ignored` (`spec.driftDetection.ignore`): the dry run applies their live values
+    /// (so that a value another manager set is no conflict), and they are left out of both sides
+    /// of the comparison.
     pub async fn drift(
         &self,
         key: &ObjectKey,
         object: &Value,
+        ignored: &[&Pointer],
     ) -> Result<Option<Drift>, ClusterError> {
         let kind = match self.kind(&key.api_version, &key.kind).await {
             Ok(kind) => kind,
@@ -713,9 +718,11 @@ impl Cluster {
             Ok(None) => return Ok(Some(Drift::Deleted)),
             Err(e) => return Err(self.error("reading", key, e)),
         };
+        let mut object = object.clone();
+        ignore::keep_live(&mut object, &live, ignored);
         let mut params = PatchParams::apply(FIELD_MANAGER);
         params.dry_run = true;
-        let applied = match api.patch(&key.name, &params, &Patch::Apply(object)).await {
+        let applied = match api.patch(&key.name, &params, &Patch::Apply(&object)).await {
             Ok(applied) => serde_json::to_value(applied).unwrap_or(Value::Null),
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 let Some(conflicts) = conflicts_of(&status) else {
@@ -731,8 +738,11 @@ impl Cluster {
             Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Some(Drift::Deleted)),
             Err(e) => return Err(self.error("checking", key, e)),
         };
+        let (mut live, mut applied) = (comparable(&live), comparable(&applied));
+        ignore::strip(&mut live, ignored);
+        ignore::strip(&mut applied, ignored);
         let mut fields = Vec::new();
-        differences(&comparable(&live), &comparable(&applied), "", &mut fields);
+        differences(&live, &applied, "", &mut fields);
         Ok((!fields.is_empty()).then_some(Drift::Changed(fields)))
     }
 

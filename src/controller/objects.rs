@@ -17,6 +17,7 @@ use crate::plan::{ExternalDependency, Resource};
 use crate::readiness::{self, Rules};
 use crate::rollout::drift::{Drift, DriftReport, Drifted};
 use crate::rollout::hooks::HookAction;
+use crate::rollout::ignore::{self, IgnoreRules};
 use crate::rollout::{ActionFailure, Deployable, Observations, Wanted};
 
 /// How many objects are read at once.
@@ -79,6 +80,8 @@ pub(super) struct Objects<'a> {
     pub cluster: &'a Cluster,
     pub me: &'a Identity,
     pub release: ObjectRef<SequencedRelease>,
+    /// `spec.driftDetection.ignore`: fields drift detection neither reports nor corrects.
+    pub ignore: &'a IgnoreRules,
 }
 
 impl Objects<'_> {
@@ -261,6 +264,10 @@ impl Objects<'_> {
         let mut report = DriftReport::default();
         let mut unknown = Vec::new();
         for (r, key) in deployable.keys.iter().enumerate() {
+            if ignore::whole(&self.ignore.for_object(key)) {
+                // An ignore rule with the path "": the object is left alone, deleted or not.
+                continue;
+            }
             let kind = match cluster.kind(&key.api_version, &key.kind).await {
                 Ok(kind) => kind,
                 Err(ClusterError::UnknownKind { .. }) => {
@@ -298,7 +305,10 @@ impl Objects<'_> {
                     let Some(resource) = deployable.plan.resources.get(r) else {
                         return Ok(None);
                     };
-                    cluster.drift(key, &self.owned(&resource.object, key)).await
+                    let ignored = self.ignore.for_object(key);
+                    cluster
+                        .drift(key, &self.owned(&resource.object, key), &ignored)
+                        .await
                 } else {
                     Ok(cluster.find(key).await?.is_none().then_some(Drift::Deleted))
                 }
@@ -331,8 +341,15 @@ impl Objects<'_> {
     }
 
     /// Applies every resource of plan layer `layer`, in order. Whose the objects are was
-    /// observed and judged before.
-    pub async fn apply_layer(&self, deployable: &Deployable, layer: usize) -> Result<(), Failed> {
+    /// observed and judged before. When `correcting` drift, the fields the ignore rules name
+    /// keep their live values ([`ignore::keep_live`] says why they are applied, not left out),
+    /// and an object ignored whole that exists is not applied.
+    pub async fn apply_layer(
+        &self,
+        deployable: &Deployable,
+        layer: usize,
+        correcting: bool,
+    ) -> Result<(), Failed> {
         let cluster = self.cluster;
         let Some(layer) = deployable.plan.layers.get(layer) else {
             return Ok(());
@@ -343,7 +360,20 @@ impl Objects<'_> {
             self.ctx
                 .watches
                 .managed(&kind, cluster, key.namespace.as_deref());
-            let object = self.owned(&resource.object, key);
+            let mut object = self.owned(&resource.object, key);
+            let ignored = self.ignore.for_object(key);
+            if correcting && !ignored.is_empty() {
+                let live = cluster
+                    .get(key)
+                    .await
+                    .map_err(|e| apply_failed(e, resource))?;
+                if let Some(live) = live {
+                    if ignore::whole(&ignored) {
+                        continue;
+                    }
+                    ignore::keep_live(&mut object, &live, &ignored);
+                }
+            }
             let applied = cluster
                 .apply(key, &object)
                 .await

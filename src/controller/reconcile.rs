@@ -22,6 +22,7 @@ use crate::api::{FINALIZER, Identity, ReleasePhase, SequencedRelease};
 use crate::cluster::{Cluster, ClusterError};
 use crate::history::HookRecord;
 use crate::rollout::dependencies::{self, DependencyFacts, DependencyState};
+use crate::rollout::ignore::IgnoreRules;
 use crate::rollout::lifecycle::{Facts, LockView, Need, Next, Requeue};
 use crate::rollout::{self, Deployable, Settings};
 
@@ -69,6 +70,8 @@ struct Reconcile<'a> {
     api: Api<SequencedRelease>,
     me: Identity,
     settings: Settings,
+    /// `spec.driftDetection.ignore`, read.
+    ignore: IgnoreRules,
     facts: Facts,
     /// The spec's inputs, once gathered.
     prepared: Option<Prepared>,
@@ -102,6 +105,7 @@ impl<'a> Reconcile<'a> {
             ),
             me: Identity::of(&sr),
             settings: Settings::of(&sr.spec),
+            ignore: IgnoreRules::of(&sr.spec),
             key,
             ctx,
             facts: Facts {
@@ -363,6 +367,7 @@ impl<'a> Reconcile<'a> {
             cluster: &self.cluster,
             me: &self.me,
             release: self.key.clone(),
+            ignore: &self.ignore,
         }
     }
 

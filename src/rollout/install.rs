@@ -47,6 +47,9 @@ pub struct InstallStep {
     pub timeouts: usize,
     /// The release records whose status changes with this step (the operation ended).
     pub records: Vec<RecordUpdate>,
+    /// The layers are applied to correct drift ([`correcting`]): the fields the
+    /// ignore rules name keep their live values (`spec.driftDetection.ignore`).
+    pub correcting: bool,
 }
 
 fn entry(chart: &str, name: &str, resources: usize) -> LayerStatus {
@@ -273,6 +276,17 @@ pub fn correct(
     st
 }
 
+/// Whether the revision in `status` is being applied again to correct its drift (what
+/// `drift::judge` started with [`correct`]): the last correction recorded is of the revision
+/// `status.revision`. An upgrade or a rollback is a new revision, so it is not: ignore rules say
+/// what drift detection leaves alone, and an upgrade applies the chart as it is, as in Flux.
+pub fn correcting(status: &SequencedReleaseStatus) -> bool {
+    status
+        .last_drift_correction
+        .as_ref()
+        .is_some_and(|c| Some(c.revision) == status.revision)
+}
+
 /// Ready main layers out of all of them: `3/5`.
 fn progress(revision: &Revision, layers: &[LayerStatus]) -> String {
     let s = slots(revision);
@@ -484,6 +498,7 @@ pub fn step(
 ) -> Outcome<InstallStep> {
     let plan = revision.plan;
     let settings = revision.settings;
+    let correcting = correcting(status);
     let mut st = status.clone();
     let mut p = Progress::default();
     let fresh = layout(revision);
@@ -499,6 +514,7 @@ pub fn step(
             finished: true,
             timeouts: 0,
             records: Vec::new(),
+            correcting,
         });
     }
     let s = slots(revision);
@@ -716,6 +732,7 @@ pub fn step(
             finished: true,
             timeouts,
             records: Vec::new(),
+            correcting,
         });
     }
     for action in &mut p.actions {
@@ -833,6 +850,7 @@ pub fn step(
         finished,
         timeouts,
         records: Vec::new(),
+        correcting,
     })
 }
 
@@ -1023,6 +1041,7 @@ pub fn time_out(
         finished: true,
         timeouts: step.timeouts,
         records: Vec::new(),
+        correcting: step.correcting,
     }
 }
 

@@ -21,6 +21,7 @@
 pub mod dependencies;
 pub mod drift;
 pub mod hooks;
+pub mod ignore;
 pub mod install;
 pub mod lifecycle;
 pub mod recovery;
@@ -98,16 +99,19 @@ impl Settings {
             interval: parse_duration(&spec.interval).unwrap_or(DEFAULT_INTERVAL),
             disable_hooks: spec.disable_hooks,
             on_failure: spec.on_failure,
-            drift: spec.drift_detection,
+            drift: spec.drift_detection.mode(),
         }
     }
 
     /// What makes the spec unusable as it is, naming the field: a `readinessTimeout` that is not
-    /// a duration.
+    /// a duration; a `driftDetection` that is neither a mode nor Flux's object, or whose ignore
+    /// rules have a malformed JSON pointer or target (which the CRD cannot check: see
+    /// [`crate::api::DriftDetectionSpec`]).
     pub fn problem(spec: &SequencedReleaseSpec) -> Option<String> {
         parse_duration(&spec.readiness_timeout)
             .err()
             .map(|e| format!("spec.readinessTimeout: {e}"))
+            .or_else(|| ignore::IgnoreRules::problem(spec))
     }
 }
 

@@ -110,9 +110,10 @@ impl Reconcile<'_> {
             let objects = self.objects();
             let (stage, result) = match action {
                 InstallAction::ApplyCrds => ("crds", objects.apply_crds(deployable).await),
-                InstallAction::ApplyLayer(i) => {
-                    ("layer", objects.apply_layer(deployable, *i).await)
-                }
+                InstallAction::ApplyLayer(i) => (
+                    "layer",
+                    objects.apply_layer(deployable, *i, step.correcting).await,
+                ),
                 InstallAction::Prune(keys) => ("prune", objects.delete(keys).await),
                 InstallAction::Hook { action, .. } => {
                     ("hook", objects.hook(&deployable.hooks, action).await)

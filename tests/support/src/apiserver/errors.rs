@@ -293,6 +293,8 @@ pub enum FieldErrorKind {
     /// `Unsupported value: <value>`
     NotSupported(String),
     Duplicate(String),
+    /// `Internal error` (Go's `field.InternalError`)
+    Internal,
 }
 
 impl FieldErrorKind {
@@ -304,6 +306,7 @@ impl FieldErrorKind {
             FieldErrorKind::TooLong => "FieldValueTooLong",
             FieldErrorKind::NotSupported(_) => "FieldValueNotSupported",
             FieldErrorKind::Duplicate(_) => "FieldValueDuplicate",
+            FieldErrorKind::Internal => "InternalError",
         }
     }
 }
@@ -358,6 +361,14 @@ impl FieldError {
         }
     }
 
+    pub fn internal(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        FieldError {
+            kind: FieldErrorKind::Internal,
+            field: field.into(),
+            detail: detail.into(),
+        }
+    }
+
     pub fn too_long(field: impl Into<String>, detail: impl Into<String>) -> Self {
         FieldError {
             kind: FieldErrorKind::TooLong,
@@ -384,6 +395,7 @@ impl FieldError {
             FieldErrorKind::TooLong => "Too long".to_string(),
             FieldErrorKind::NotSupported(v) => format!("Unsupported value: {v}"),
             FieldErrorKind::Duplicate(v) => format!("Duplicate value: {v}"),
+            FieldErrorKind::Internal => "Internal error".to_string(),
         };
         if !self.detail.is_empty() {
             s.push_str(": ");

@@ -95,6 +95,11 @@ fn builtin_shape(ctx: ShapeCtx, path: &[String], value: &Value) -> Shape {
                 Shape::AssocList(vec!["port".into(), "protocol".into()])
             }
             "conditions" => Shape::AssocList(vec!["type".into()]),
+            // `+listType=map +listMapKey=name` in admissionregistration/v1: a certificate Job
+            // that patches one webhook's `caBundle` owns that field, not the list.
+            "webhooks" if ctx.group == "admissionregistration.k8s.io" && names.len() == 1 => {
+                Shape::AssocList(vec!["name".into()])
+            }
             "hostAliases" => Shape::AssocList(vec!["ip".into()]),
             "topologySpreadConstraints" => {
                 Shape::AssocList(vec!["topologyKey".into(), "whenUnsatisfiable".into()])

@@ -752,6 +752,20 @@ fn check_structural(node: &Value, path: &str, root: bool, errs: &mut Vec<FieldEr
             ));
         }
     }
+    // CEL needs a type to compile against: kube-apiserver gives none to a node without `type`
+    // (only `x-kubernetes-int-or-string` is `dyn`), so it refuses the CRD's rules there, as
+    // `model.SchemaDeclType` and `cel.Compile` do.
+    let rules = node
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+        .is_some_and(|r| !r.is_empty());
+    if rules && ty.is_empty() && node.get("x-kubernetes-int-or-string") != Some(&Value::Bool(true))
+    {
+        errs.push(FieldError::internal(
+            format!("{path}.x-kubernetes-validations"),
+            "rule compiler initialization error: Failed to convert to declType for CEL validation rules",
+        ));
+    }
     let exempt = |n: &Value| {
         n.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
             || n.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
