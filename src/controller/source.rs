@@ -56,6 +56,9 @@ struct Inputs {
     values: Vec<ValuesEntry>,
 }
 
+/// Values files merged for a digest: `(digest, files)`.
+type Merged = (String, Vec<ValuesFile>);
+
 /// The resolutions of remote charts, by release: a version range is resolved again once
 /// `interval` has passed, or when the chart reference changes.
 #[derive(Default)]
@@ -63,7 +66,7 @@ pub(super) struct Sources {
     resolved: Mutex<HashMap<ObjectRef<SequencedRelease>, (ChartSource, Resolved, Instant)>>,
     /// Values merged with `targetPath` entries (helm sets each path), by release, with the
     /// digest they were merged for.
-    merged: Mutex<HashMap<ObjectRef<SequencedRelease>, (String, Vec<ValuesFile>)>>,
+    merged: Mutex<HashMap<ObjectRef<SequencedRelease>, Merged>>,
 }
 
 impl Sources {
