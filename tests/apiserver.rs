@@ -553,6 +553,79 @@ async fn a_crd_that_is_not_structural_is_refused_as_recorded() {
     .await;
 }
 
+/// kube-apiserver v1.36's answer to an update of a CRD that drops a version objects were stored
+/// in (`ValidateCustomResourceDefinitionStoredVersions`), as the brief of issue 28 quotes it.
+const STORED_VERSION_DROPPED: &str = "CustomResourceDefinition.apiextensions.k8s.io \"gadgets.example.com\" is invalid: status.storedVersions[0]: Invalid value: \"v1\": missing from spec.versions; v1 was previously a storage version, and must remain in spec.versions until a storage migration ensures no data remains persisted in v1 and it is removed from status.storedVersions";
+
+#[tokio::test]
+async fn a_crd_update_that_drops_a_stored_version_is_refused_and_a_new_storage_version_is_kept() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let crd = gadget_crd();
+        let path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+        assert_eq!(
+            send_json(&server, "POST", path, "application/json", &crd)
+                .await
+                .status,
+            201
+        );
+        let one = format!("{path}/gadgets.example.com");
+        assert_eq!(
+            get(&server, &one).await.json()["status"]["storedVersions"],
+            json!(["v1"])
+        );
+        // v2 as the only version: v1 was stored, so it must stay.
+        let mut v2 = crd.clone();
+        v2["spec"]["versions"][0]["name"] = json!("v2");
+        let refused = send_json(
+            &server,
+            "PATCH",
+            &format!("{one}?fieldManager=test&force=true"),
+            "application/apply-patch+yaml",
+            &v2,
+        )
+        .await;
+        assert_eq!(refused.status, 422, "{}", refused.text);
+        let body = refused.json();
+        assert_eq!(body["reason"], "Invalid");
+        assert_eq!(body["message"], STORED_VERSION_DROPPED);
+        assert_eq!(
+            body["details"]["causes"][0]["field"],
+            "status.storedVersions[0]"
+        );
+        // v2 added as the storage version, v1 still served: accepted, both stored now.
+        let mut both = crd.clone();
+        let mut v1 = crd["spec"]["versions"][0].clone();
+        v1["storage"] = json!(false);
+        let mut second = v1.clone();
+        second["name"] = json!("v2");
+        second["storage"] = json!(true);
+        both["spec"]["versions"] = json!([v1, second]);
+        let ok = send_json(
+            &server,
+            "PATCH",
+            &format!("{one}?fieldManager=test&force=true"),
+            "application/apply-patch+yaml",
+            &both,
+        )
+        .await;
+        assert_eq!(ok.status, 200, "{}", ok.text);
+        assert_eq!(ok.json()["status"]["storedVersions"], json!(["v1", "v2"]));
+        // Dropping v1 now is still refused: it stays in storedVersions.
+        let again = send_json(
+            &server,
+            "PATCH",
+            &format!("{one}?fieldManager=test&force=true"),
+            "application/apply-patch+yaml",
+            &v2,
+        )
+        .await;
+        assert_eq!(again.status, 422, "{}", again.text);
+        assert_eq!(again.json()["message"], STORED_VERSION_DROPPED);
+    })
+    .await;
+}
+
 async fn start_watch(
     server: &TestApiServer,
     path: &str,

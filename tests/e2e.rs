@@ -1022,6 +1022,135 @@ async fn e2e_a_kind_no_server_serves_is_refused_and_goes_on_once_its_crd_is_inst
     e2e.finish().await;
 }
 
+/// Chart `gadgets` `version` with CRD `widgets.<group>` in crds/ whose `spec` has `fields`, and
+/// Widget `gadget` (layer app, after layer config) with `spec`.
+fn widget_chart(group: &str, version: &str, fields: Value, spec: Value) -> tempfile::TempDir {
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("widgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                                   "spec": {"type": "object", "properties": fields}}}}}]}
+    });
+    let widget = json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": {"name": "gadget", "annotations": {"helm.sh/layer": "app", "helm.sh/depends-on/layers": "config"}},
+        "spec": spec,
+    });
+    let crd = serde_yaml_ng::to_string(&crd).unwrap();
+    let widget = serde_yaml_ng::to_string(&widget).unwrap();
+    let config = config_map("settings", "helm.sh/layer: config");
+    let dir = chart(
+        "gadgets",
+        &[
+            ("crds/widgets.yaml", crd.as_str()),
+            ("templates/config.yaml", config.as_str()),
+            ("templates/widget.yaml", widget.as_str()),
+        ],
+    );
+    support::write(
+        &dir.path().join("gadgets"),
+        "Chart.yaml",
+        &format!("apiVersion: v2\nname: gadgets\nversion: {version}\n"),
+    );
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_an_upgrade_whose_crd_gained_a_field_updates_it_under_create_replace_and_leaves_it_under_skip()
+ {
+    let Some(e2e) = setup().await else { return };
+    let crds: Api<CustomResourceDefinition> = Api::all(e2e.client.clone());
+    for policy in ["Skip", "CreateReplace"] {
+        let group = format!("{}.example.com", unique("crd"));
+        let name = policy.to_lowercase();
+        let old = widget_chart(
+            &group,
+            "1.0.0",
+            json!({"size": {"type": "integer"}}),
+            json!({"size": 3}),
+        );
+        let new = widget_chart(
+            &group,
+            "2.0.0",
+            json!({"size": {"type": "integer"}, "color": {"type": "string"}}),
+            json!({"size": 3, "color": "blue"}),
+        );
+        // Installed with the policy unset: Create.
+        e2e.create(release(&name, &old.path().join("gadgets"), json!({})))
+            .await;
+        let sr = e2e.wait(&name, "Ready", is_ready).await;
+        assert_eq!(layer(&sr, "(crds)").phase, LayerPhase::Ready);
+        let patch =
+            json!({"spec": {"chart": {"path": new.path().join("gadgets")}, "crds": policy}});
+        e2e.releases()
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let sr = e2e
+            .wait(&name, "revision 2 Ready", |sr| {
+                is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(2)
+            })
+            .await;
+        let live = crds.get(&format!("widgets.{group}")).await.unwrap();
+        let live = serde_json::to_value(&live).unwrap();
+        let fields = live
+            .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties")
+            .and_then(Value::as_object)
+            .unwrap();
+        let widgets: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            e2e.client.clone(),
+            &e2e.namespace,
+            &kube::core::ApiResource::from_gvk_with_plural(
+                &kube::core::GroupVersionKind::gvk(&group, "v1", "Widget"),
+                "widgets",
+            ),
+        );
+        let widget = serde_json::to_value(widgets.get("gadget").await.unwrap()).unwrap();
+        let names: Vec<&str> = sr
+            .status
+            .as_ref()
+            .unwrap()
+            .layers
+            .iter()
+            .map(|l| l.name.as_str())
+            .collect();
+        if policy == "Skip" {
+            assert!(
+                !fields.contains_key("color"),
+                "Skip updated the CRD: {fields:?}"
+            );
+            assert_eq!(live.pointer("/metadata/generation"), Some(&json!(1)));
+            assert_eq!(names, ["config", "app"], "no (crds) entry under Skip");
+            // The API server dropped the field its CRD does not have.
+            assert_eq!(widget.pointer("/spec/color"), None);
+        } else {
+            assert!(
+                fields.contains_key("color"),
+                "CreateReplace left the CRD: {fields:?}"
+            );
+            assert_eq!(live.pointer("/metadata/generation"), Some(&json!(2)));
+            assert_eq!(names, ["(crds)", "config", "app"]);
+            after(&sr, "config", "(crds)");
+            assert_eq!(widget.pointer("/spec/color"), Some(&json!("blue")));
+        }
+        // Uninstalled, the CRD stays: sequenced never deletes one. The test removes it.
+        e2e.uninstall(&name).await;
+        assert!(
+            crds.get_opt(&format!("widgets.{group}"))
+                .await
+                .unwrap()
+                .is_some()
+        );
+        let _ = crds
+            .delete(&format!("widgets.{group}"), &DeleteParams::default())
+            .await;
+    }
+    e2e.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_a_down_aggregated_api_holds_up_only_the_release_that_needs_it() {
     let Some(e2e) = setup().await else { return };

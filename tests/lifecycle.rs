@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use sequenced::api::{
-    Claim, EventReason, LayerPhase, ObjectKey, Reason, ReleasePhase, SequencedRelease,
+    Claim, CrdPolicy, EventReason, LayerPhase, ObjectKey, Reason, ReleasePhase, SequencedRelease,
     SequencedReleaseStatus,
 };
 use sequenced::history::{Inventory, Record};
@@ -21,6 +21,7 @@ use sequenced::rollout::dependencies::{DependencyFacts, DependencyState};
 use sequenced::rollout::drift::{Drift, DriftReport, Drifted};
 use sequenced::rollout::install::InstallAction;
 use sequenced::rollout::lifecycle::{Begin, PlanFact, Refusal, Revisions, Source};
+use sequenced::rollout::recovery::rollback_record;
 use sequenced::rollout::uninstall::fail_delete;
 use sequenced::rollout::{
     ActionFailure, Deployable, Facts, LockView, Need, Next, Requeue, Settings, holds_lock, next,
@@ -150,6 +151,7 @@ fn record(revision: i64, digest: &str, inventory: Inventory) -> Option<Arc<Recor
         prune: Vec::new(),
         hooks: Vec::new(),
         upgrade: None,
+        crds: None,
         plan: None,
         rollback_to: None,
         content: Default::default(),
@@ -436,6 +438,145 @@ fn hook_stages_surround_the_layers_and_the_record_lists_hooks_apart() {
     let begin = begin_with(&f);
     assert_eq!(stage_names(&begin), ["(default)", "(post-upgrade)"]);
     assert_eq!(begin.record.upgrade, Some(true));
+}
+
+/// Chart shop with CRD `widgets.example.com` in `crds/` and a ConfigMap.
+fn with_crd() -> Arc<Deployable> {
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Namespaced",
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}]}
+    });
+    let plan = plan_of(&[
+        ("shop/crds/widgets.yaml", crd.to_string()),
+        ("shop/templates/app.yaml", object("ConfigMap", "app", &[])),
+    ]);
+    let crd_keys = plan
+        .crds
+        .iter()
+        .map(|c| ObjectKey {
+            api_version: c.api_version.clone(),
+            kind: c.kind.clone(),
+            namespace: None,
+            name: c.name.clone(),
+        })
+        .collect();
+    let keys = vec![ObjectKey {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: Some("apps".into()),
+        name: "app".into(),
+    }];
+    let inventory = Inventory::from_plan(&plan, |_| Some("apps".into()));
+    Arc::new(Deployable {
+        plan,
+        chart_version: Some("1.2.0".into()),
+        keys,
+        crd_keys,
+        hooks: Vec::new(),
+        inventory,
+        content: Default::default(),
+        slim: false,
+    })
+}
+
+#[test]
+fn the_crd_policy_is_create_on_install_and_skip_on_upgrade_unless_set_and_kept_in_the_record() {
+    let first = |spec: Value| {
+        let mut f = facts(release(spec, json!({})));
+        f.source = source("sha256:1");
+        f.plan = Some(PlanFact {
+            digest: "sha256:1".into(),
+            is_upgrade: false,
+            outcome: Ok(with_crd()),
+        });
+        begin_with(&f)
+    };
+    let upgrade = |spec: Value| {
+        let mut f = facts(release(spec, json!({})));
+        f.status = ready(1, "sha256:0");
+        f.source = source("sha256:1");
+        f.records
+            .insert(1, record(1, "sha256:0", Inventory::default()));
+        f.plan = Some(PlanFact {
+            digest: "sha256:1".into(),
+            is_upgrade: true,
+            outcome: Ok(with_crd()),
+        });
+        begin_with(&f)
+    };
+    // Unset: Create on install, Skip on upgrade (no (crds) entry at all).
+    let begin = first(json!({}));
+    assert_eq!(begin.record.crds, Some(CrdPolicy::Create));
+    assert_eq!(stage_names(&begin), ["(crds)", "(default)"]);
+    let begin = upgrade(json!({}));
+    assert_eq!(begin.record.crds, Some(CrdPolicy::Skip));
+    assert_eq!(stage_names(&begin), ["(default)"]);
+    // Set: the same at install and upgrade.
+    for (spelt, policy) in [
+        ("Skip", CrdPolicy::Skip),
+        ("Create", CrdPolicy::Create),
+        ("CreateReplace", CrdPolicy::CreateReplace),
+    ] {
+        for begin in [
+            first(json!({"crds": spelt})),
+            upgrade(json!({"crds": spelt})),
+        ] {
+            assert_eq!(begin.record.crds, Some(policy), "{spelt}");
+            let staged = stage_names(&begin).contains(&"(crds)");
+            assert_eq!(staged, policy != CrdPolicy::Skip, "{spelt}");
+        }
+    }
+    // A revision in progress keeps the policy its record says, whatever the spec says now.
+    let begin = upgrade(json!({"crds": "CreateReplace"}));
+    let mut f = facts(release(json!({"crds": "Skip"}), json!({})));
+    f.status = begin.status.clone();
+    f.records.insert(2, Some(Arc::new(begin.record.clone())));
+    f.plan = Some(PlanFact {
+        digest: "sha256:1".into(),
+        is_upgrade: true,
+        outcome: Ok(with_crd()),
+    });
+    let me = f.identity();
+    let revision = f.revision(&me).unwrap();
+    assert_eq!(revision.crds, CrdPolicy::CreateReplace);
+    // A record written before the policy was kept: the missing CRDs are created, as then.
+    let mut old = begin.record.clone();
+    old.crds = None;
+    f.records.insert(2, Some(Arc::new(old)));
+    assert_eq!(f.revision(&me).unwrap().crds, CrdPolicy::Create);
+}
+
+#[test]
+fn a_rollback_never_touches_crds() {
+    let begin = {
+        let mut f = facts(release(json!({"crds": "CreateReplace"}), json!({})));
+        f.source = source("sha256:1");
+        f.plan = Some(PlanFact {
+            digest: "sha256:1".into(),
+            is_upgrade: false,
+            outcome: Ok(with_crd()),
+        });
+        begin_with(&f)
+    };
+    let rollback = rollback_record(&begin.record, None, 3, &at(100));
+    assert_eq!(rollback.crds, Some(CrdPolicy::Skip));
+    let deployable = Deployable::from_record(&rollback).unwrap();
+    let f = facts(release(json!({"crds": "CreateReplace"}), json!({})));
+    let me = f.identity();
+    let revision = sequenced::rollout::Revision::of(
+        &deployable,
+        &rollback,
+        Settings::of(&f.release.spec),
+        &me,
+        true,
+    );
+    let names: Vec<String> = sequenced::rollout::layout(&revision)
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    assert_eq!(names, ["(default)"]);
 }
 
 #[test]

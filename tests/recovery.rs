@@ -636,6 +636,7 @@ async fn records_of_the_earlier_format_are_read_and_rewritten_in_helms() {
             prune: vec![],
             hooks: vec![],
             upgrade: None,
+            crds: None,
             plan: None,
             rollback_to: None,
             content: Default::default(),

@@ -8,8 +8,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use sequenced::api::{
-    CRD_LAYER, Claim, EventReason, Identity, LayerPhase, ObjectKey, OnFailure, PRUNE_LAYER, Reason,
-    ReleasePhase, SequencedReleaseStatus,
+    CRD_LAYER, Claim, CrdPolicy, EventReason, Identity, LayerPhase, ObjectKey, OnFailure,
+    PRUNE_LAYER, Reason, ReleasePhase, SequencedReleaseStatus,
 };
 use sequenced::history::{HookRecord, Inventory};
 use sequenced::plan::{self, Plan};
@@ -38,6 +38,7 @@ fn settings() -> Settings {
         timeout: Duration::from_secs(300),
         interval: Duration::from_secs(600),
         disable_hooks: false,
+        crds: None,
         on_failure: OnFailure::Keep,
         drift: sequenced::api::DriftDetection::Enabled,
     }
@@ -62,6 +63,7 @@ struct Fixture {
     prune: Vec<ObjectKey>,
     hooks: Vec<HookRecord>,
     upgrade: bool,
+    crds: CrdPolicy,
     settings: Settings,
     me: Identity,
 }
@@ -75,6 +77,7 @@ impl Fixture {
             prune: Vec::new(),
             hooks,
             upgrade: false,
+            crds: CrdPolicy::Create,
             settings: settings(),
             me: me(),
         }
@@ -97,6 +100,7 @@ impl Fixture {
             },
             upgrade: self.upgrade,
             rollback: false,
+            crds: self.crds,
             run: "uid-shop/1".into(),
             settings: self.settings,
             me: &self.me,
@@ -115,7 +119,14 @@ impl Fixture {
         for _ in 0..4 {
             match install::step(&self.revision(), status, &observed, &now) {
                 Outcome::Decided(step) => return step,
-                Outcome::Need(wanted) => absent(&mut observed, &wanted),
+                Outcome::Need(wanted) => {
+                    if wanted.crds {
+                        for i in 0..self.plan.crds.len() {
+                            observed.crds.entry(i).or_insert(None);
+                        }
+                    }
+                    absent(&mut observed, &wanted)
+                }
             }
         }
         panic!("the step keeps asking for observations");
@@ -477,7 +488,7 @@ fn crds_come_first_and_must_be_established() {
     let status = fx.started();
     assert_eq!(status.layers[0].name, CRD_LAYER);
     let d1 = fx.step(&status, &Observations::default(), at(1));
-    assert_eq!(d1.actions, [InstallAction::ApplyCrds]);
+    assert_eq!(d1.actions, [InstallAction::ApplyCrds { replace: false }]);
     assert!(install::wanted(&fx.revision(), &d1.status).crds);
     let mut observed = Observations::default();
     let mut established = crd.clone();
@@ -497,6 +508,121 @@ fn crds_come_first_and_must_be_established() {
         Some("0/1"),
         "CRDs are not a layer in the count"
     );
+}
+
+/// A chart with CRD `widgets.example.com` in `crds/` and a Widget using it, under `policy`.
+fn widget_chart(policy: CrdPolicy) -> (Fixture, Value) {
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Namespaced",
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}]}
+    });
+    let plan = plan_of(&[
+        ("crds/widgets.yaml", crd.to_string()),
+        ("templates/widget.yaml", object("Widget", "w", &[])),
+    ]);
+    let mut fx = Fixture::new(plan);
+    fx.crds = policy;
+    (fx, crd)
+}
+
+#[test]
+fn skipped_crds_have_no_stage_and_the_layers_start_at_once() {
+    let (fx, _) = widget_chart(CrdPolicy::Skip);
+    let status = fx.started();
+    let names: Vec<&str> = status.layers.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["(default)"], "no (crds) entry that never starts");
+    assert!(!install::wanted(&fx.revision(), &status).crds);
+    let d1 = fx.step(&status, &Observations::default(), at(1));
+    assert_eq!(d1.actions, [InstallAction::ApplyLayer(0)]);
+}
+
+#[test]
+fn create_replace_reads_whose_the_crds_are_then_applies_every_one_before_anything_else() {
+    let (fx, crd) = widget_chart(CrdPolicy::CreateReplace);
+    let status = fx.started();
+    assert_eq!(status.layers[0].name, CRD_LAYER);
+    // Whose they are is read before anything is written.
+    assert!(install::wanted(&fx.revision(), &status).crds);
+    match install::step(&fx.revision(), &status, &Observations::default(), &at(1)) {
+        Outcome::Need(wanted) => assert!(wanted.crds),
+        Outcome::Decided(step) => panic!("decided without reading the CRDs: {step:?}"),
+    }
+    // Absent, ours, or no release's (created by `helm install` or by hand): applied.
+    let mut ours = crd.clone();
+    ours["metadata"]["annotations"] = json!({"sequenced.dev/owner": "shop/shop"});
+    for seen in [None, Some(crd.clone()), Some(ours)] {
+        let mut observed = Observations::default();
+        observed.crds.insert(0, seen);
+        let d1 = fx.step(&status, &observed, at(1));
+        assert_eq!(d1.actions, [InstallAction::ApplyCrds { replace: true }]);
+        assert_eq!(d1.status.layers[0].phase, LayerPhase::Waiting);
+        assert_eq!(d1.status.layers[1].phase, LayerPhase::Pending);
+    }
+}
+
+#[test]
+fn create_replace_leaves_a_crd_of_another_release_alone_and_fails_naming_it() {
+    let (fx, crd) = widget_chart(CrdPolicy::CreateReplace);
+    let mut theirs = crd;
+    theirs["metadata"]["annotations"] = json!({"meta.helm.sh/release-name": "prometheus", "meta.helm.sh/release-namespace": "monitoring"});
+    let mut observed = Observations::default();
+    observed.crds.insert(0, Some(theirs));
+    let d1 = fx.step(&fx.started(), &observed, at(1));
+    assert!(d1.actions.is_empty(), "nothing written: {:?}", d1.actions);
+    assert!(d1.finished);
+    let message = "CustomResourceDefinition widgets.example.com (chart shop, crds/widgets.yaml) belongs to Helm release prometheus in namespace monitoring; it is left alone (spec.crds: CreateReplace updates only CRDs of this release or of none)";
+    assert_eq!(d1.status.layers[0].phase, LayerPhase::Failed);
+    assert_eq!(d1.status.layers[0].message.as_deref(), Some(message));
+    assert_eq!(d1.status.layers[1].phase, LayerPhase::Pending);
+    assert_eq!(d1.status.phase, Some(ReleasePhase::Failed));
+    let ready = d1
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.reason, Reason::OwnershipConflict.to_string());
+    assert!(
+        d1.events
+            .iter()
+            .any(|e| e.warning && e.reason == EventReason::LayerFailed && e.message == message)
+    );
+}
+
+#[test]
+fn create_creates_only_and_a_refused_crd_update_fails_the_revision_naming_it() {
+    let (fx, _) = widget_chart(CrdPolicy::Create);
+    let status = fx.started();
+    // Create reads nothing before: it only creates what does not exist.
+    assert!(!install::wanted(&fx.revision(), &status).crds);
+    let d1 = fx.step(&status, &Observations::default(), at(1));
+    assert_eq!(d1.actions, [InstallAction::ApplyCrds { replace: false }]);
+
+    // CreateReplace whose apply the API server refuses: the (crds) entry and the revision fail
+    // with the controller's message, the layers were not reached.
+    let (fx, crd) = widget_chart(CrdPolicy::CreateReplace);
+    let mut observed = Observations::default();
+    observed.crds.insert(0, Some(crd));
+    let before = fx.started();
+    let d1 = fx.step(&before, &observed, at(1));
+    let refused = ActionFailure {
+        transient: false,
+        reason: Reason::ApplyFailed,
+        message: "applying CustomResourceDefinition widgets.example.com: it is invalid (chart shop, crds/widgets.yaml)".into(),
+    };
+    let (failed, events, _) =
+        install::fail_action(&fx.revision(), &before, &d1, 0, &refused, &at(1));
+    assert_eq!(failed.layers[0].phase, LayerPhase::Failed);
+    assert_eq!(
+        failed.layers[0].message.as_deref(),
+        Some(refused.message.as_str())
+    );
+    assert_eq!(failed.layers[1].phase, LayerPhase::Pending);
+    assert_eq!(failed.phase, Some(ReleasePhase::Failed));
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].message, refused.message);
 }
 
 fn key(kind: &str, name: &str) -> ObjectKey {

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
 use sequenced::api::{
-    DriftDetection, Identity, ObjectKey, OnFailure, ReleasePhase, SequencedReleaseStatus,
+    CrdPolicy, DriftDetection, Identity, ObjectKey, OnFailure, ReleasePhase, SequencedReleaseStatus,
 };
 use sequenced::plan::{self, Plan};
 use sequenced::rollout::install::{InstallAction, step, wanted};
@@ -93,14 +93,14 @@ proptest! {
         let plan = plan_dag(layers, &edges, &sizes);
         let settings = Settings {
             sequenced: true, wait: true, readiness_timeout: Duration::from_secs(3600), max_history: 10,
-            retries: 0, adopt: false, timeout: Duration::from_secs(300), interval: Duration::from_secs(600), disable_hooks: false,
+            retries: 0, adopt: false, timeout: Duration::from_secs(300), interval: Duration::from_secs(600), disable_hooks: false, crds: None,
             on_failure: OnFailure::Keep, drift: DriftDetection::Enabled,
         };
         let keys: Vec<ObjectKey> = plan.resources.iter().map(|r| ObjectKey {
             api_version: r.api_version.clone(), kind: r.kind.clone(), namespace: Some("g".into()), name: r.name.clone(),
         }).collect();
         let me = Identity { owner: "g/g".into(), release_name: "g".into(), target_namespace: "g".into(), uid: "u".into() };
-        let revision = Revision { plan: &plan, keys: &keys, prune: &[], hooks: &[], upgrade: false, rollback: false, run: "u/1".into(), settings, me: &me };
+        let revision = Revision { plan: &plan, keys: &keys, prune: &[], hooks: &[], upgrade: false, rollback: false, crds: CrdPolicy::Create, run: "u/1".into(), settings, me: &me };
         let at = |s: i64| Time(Timestamp::from_second(1_800_000_000 + s).unwrap());
         let mut status = begin(&revision, 1, &SequencedReleaseStatus::default(), Some(1), "d", None, &at(0));
         // When each resource was applied and when it becomes ready (in steps).

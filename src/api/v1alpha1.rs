@@ -187,6 +187,12 @@ pub struct SequencedReleaseSpec {
     #[serde(default)]
     pub disable_hooks: bool,
 
+    /// What an install or upgrade does with the CRDs of the charts' `crds/` directories:
+    /// `Skip`, `Create` or `CreateReplace` (see [`CrdPolicy`]; the CRD takes its description).
+    /// Unset: `Create` on install, `Skip` on upgrade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crds: Option<CrdPolicy>,
+
     /// Take over existing objects that no release owns. Objects owned by another release are never
     /// taken over.
     #[serde(default)]
@@ -406,6 +412,23 @@ pub enum Sequencing {
     Ordered,
     /// Everything at once, as plain Helm does.
     None,
+}
+
+/// What an install or upgrade does with the CRDs of the charts' `crds/` directories, with
+/// Flux's names: `Skip` neither creates nor updates them, `Create` creates those that do not
+/// exist and never updates one, `CreateReplace` also updates those that changed (server-side
+/// apply, before any hook or layer). A CRD is never deleted. Unset: `Create` on install, `Skip`
+/// on upgrade, as Helm and Flux do. A rollback never touches CRDs. Read when a revision begins:
+/// a revision in progress keeps the policy it began with.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrdPolicy {
+    /// Neither create nor update them.
+    Skip,
+    /// Create those that do not exist; never update one.
+    Create,
+    /// Create those that do not exist and update those that changed, with server-side apply;
+    /// never delete one.
+    CreateReplace,
 }
 
 /// What happens when an operation fails.

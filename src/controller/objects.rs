@@ -324,8 +324,10 @@ impl Objects<'_> {
         Ok(report)
     }
 
-    /// Creates the chart's CRDs that do not exist yet.
-    pub async fn apply_crds(&self, deployable: &Deployable) -> Result<(), Failed> {
+    /// Creates the chart's CRDs that do not exist yet; with `replace`, server-side applies every
+    /// one (forcing, as every apply), which updates those that changed. Whose they are was
+    /// judged before. Never deletes one.
+    pub async fn apply_crds(&self, deployable: &Deployable, replace: bool) -> Result<(), Failed> {
         let cluster = self.cluster;
         for (crd, key) in deployable.plan.crds.iter().zip(&deployable.crd_keys) {
             let fail = |e| Failed::of(e, Reason::ApplyFailed, Some((&crd.chart, &crd.template)));
@@ -335,7 +337,11 @@ impl Objects<'_> {
                 .map_err(fail)?;
             self.ctx.watches.managed(&kind, cluster, None);
             let object = self.owned(&crd.object, key);
-            cluster.create_if_absent(key, &object).await.map_err(fail)?;
+            if replace {
+                cluster.apply(key, &object).await.map_err(fail)?;
+            } else {
+                cluster.create_if_absent(key, &object).await.map_err(fail)?;
+            }
         }
         Ok(())
     }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::api::PRUNE_LAYER;
-use crate::api::{InventoryEntry, ObjectKey};
+use crate::api::{CrdPolicy, InventoryEntry, ObjectKey};
 use crate::plan::{ExternalDependency, Hook, Plan};
 
 pub use helm::HelmStatus;
@@ -281,6 +281,11 @@ pub struct Record {
     /// before this was kept, where any revision after the first counts as one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<bool>,
+    /// What the revision does with the charts' CRDs: `spec.crds` resolved when it began (`Skip`
+    /// for a rollback); absent in records written before it was kept, where the revision
+    /// creates the CRDs that do not exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crds: Option<CrdPolicy>,
     /// What a rollback to this revision applies; absent in records written before rollbacks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<StoredPlan>,
@@ -476,6 +481,7 @@ mod tests {
                 external: vec![],
             }],
             upgrade: Some(false),
+            crds: Some(CrdPolicy::CreateReplace),
             plan: None,
             rollback_to: None,
             content: Content::default(),

@@ -14,16 +14,18 @@ use super::{
     ActionFailure, Note, Observations, Outcome, RecordUpdate, Revision, Wanted, external_blocker,
 };
 use crate::api::{
-    CRD_LAYER, Claim, EventReason, HistoryEntry, Identity, LayerPhase, LayerStatus, ObjectKey,
-    Owner, PRUNE_LAYER, Reason, ReleasePhase, SequencedReleaseStatus,
+    CRD_LAYER, Claim, CrdPolicy, EventReason, HistoryEntry, Identity, LayerPhase, LayerStatus,
+    ObjectKey, Owner, PRUNE_LAYER, Reason, ReleasePhase, SequencedReleaseStatus,
 };
 use crate::readiness::{self, Rules, Verdict};
 
 /// One thing an install or upgrade does to the cluster.
 #[derive(Debug, Clone, PartialEq)]
 pub enum InstallAction {
-    /// Create the CRDs that do not exist yet (existing CRDs are left as they are, as Helm does).
-    ApplyCrds,
+    /// Create the CRDs that do not exist yet (`spec.crds: Create`: existing CRDs are left as
+    /// they are, as Helm does); with `replace` (`CreateReplace`), server-side apply every CRD,
+    /// which also updates those that changed. A CRD is never deleted.
+    ApplyCrds { replace: bool },
     /// Server-side apply every resource of this plan layer, in order.
     ApplyLayer(usize),
     /// Delete these objects of the previous revision, in order: those that still exist and are
@@ -83,13 +85,19 @@ fn stages<'a>(revision: &Revision<'a>) -> (Option<Stage<'a>>, Option<Stage<'a>>)
     )
 }
 
+/// Whether the revision has a `(crds)` stage: the charts have CRDs, and its CRD policy is not
+/// `Skip` (a skipped stage has no entry, rather than one that never starts).
+fn has_crd_stage(revision: &Revision) -> bool {
+    !revision.plan.crds.is_empty() && revision.crds != CrdPolicy::Skip
+}
+
 /// The `status.layers` of a fresh revision: `(crds)`, `(pre-install)`, the plan's layers,
 /// `(prune)`, `(post-install)`.
 pub fn layout(revision: &Revision) -> Vec<LayerStatus> {
     let plan = revision.plan;
     let (pre, post) = stages(revision);
     let mut layers = Vec::with_capacity(plan.layers.len() + 4);
-    if !plan.crds.is_empty() {
+    if has_crd_stage(revision) {
         layers.push(entry(&plan.chart, CRD_LAYER, plan.crds.len()));
     }
     layers.extend(pre.map(|stage| stage.entry(&plan.chart)));
@@ -123,7 +131,7 @@ struct Slots {
 
 fn slots(revision: &Revision) -> Slots {
     let (pre, post) = stages(revision);
-    let crds = (!revision.plan.crds.is_empty()).then_some(0);
+    let crds = has_crd_stage(revision).then_some(0);
     let pre = pre.map(|_| usize::from(crds.is_some()));
     let main = usize::from(crds.is_some()) + usize::from(pre.is_some());
     let after = main + revision.plan.layers.len();
@@ -142,7 +150,7 @@ fn slots(revision: &Revision) -> Slots {
 fn slot_of(revision: &Revision, action: &InstallAction) -> usize {
     let s = slots(revision);
     match action {
-        InstallAction::ApplyCrds => 0,
+        InstallAction::ApplyCrds { .. } => s.crds.unwrap_or(0),
         InstallAction::ApplyLayer(i) => s.main + i,
         InstallAction::Prune(_) => s.main + revision.plan.layers.len(),
         InstallAction::Hook { post: false, .. } => s.pre.unwrap_or(0),
@@ -323,10 +331,13 @@ pub fn wanted(revision: &Revision, status: &SequencedReleaseStatus) -> Wanted {
     }
     let s = slots(revision);
     let plan = revision.plan;
-    if let Some(c) = s.crds
-        && status.layers[c].phase == LayerPhase::Waiting
-    {
-        wanted.crds = true;
+    if let Some(c) = s.crds {
+        wanted.crds = match status.layers[c].phase {
+            LayerPhase::Waiting => true,
+            // Whose the CRDs are, before they are updated.
+            LayerPhase::Pending | LayerPhase::Applying => revision.crds == CrdPolicy::CreateReplace,
+            _ => false,
+        };
     }
     let checked = checked_resources(revision);
     for (i, layer) in plan.layers.iter().enumerate() {
@@ -529,8 +540,29 @@ pub fn step(
     if let Some(c) = s.crds {
         match st.layers[c].phase {
             LayerPhase::Pending | LayerPhase::Applying => {
-                p.actions.push(InstallAction::ApplyCrds);
-                start(&mut st.layers[c], now, &mut p.events);
+                let replace = revision.crds == CrdPolicy::CreateReplace;
+                if replace && (0..plan.crds.len()).any(|i| !observed.crds.contains_key(&i)) {
+                    return Outcome::Need(Wanted {
+                        crds: true,
+                        ..Wanted::default()
+                    });
+                }
+                match crd_refusal(revision, observed).filter(|_| replace) {
+                    // Updating a CRD of someone else: refused before any CRD is written.
+                    Some(message) => {
+                        let layer = &mut st.layers[c];
+                        layer.phase = LayerPhase::Failed;
+                        layer.finished_at = Some(now.clone());
+                        layer.message = Some(message.clone());
+                        p.events
+                            .push(Note::warning(EventReason::LayerFailed, message.clone()));
+                        p.failure = Some((Reason::OwnershipConflict, message));
+                    }
+                    None => {
+                        p.actions.push(InstallAction::ApplyCrds { replace });
+                        start(&mut st.layers[c], now, &mut p.events);
+                    }
+                }
             }
             LayerPhase::Waiting => {
                 let waited = elapsed(st.layers[c].started_at.as_ref(), now);
@@ -880,10 +912,26 @@ fn unseen(revision: &Revision, actions: &[InstallAction], observed: &Observation
                     .filter(|k| !observed.present.contains_key(*k))
                     .cloned(),
             ),
-            InstallAction::ApplyCrds | InstallAction::Hook { .. } => {}
+            InstallAction::ApplyCrds { .. } | InstallAction::Hook { .. } => {}
         }
     }
     wanted
+}
+
+/// The first CRD of the charts that exists and belongs to another release, and why it is not
+/// updated. A CRD of no release (created by `helm install` from `crds/`, which marks none, or
+/// by hand) is ours to update: `spec.crds: CreateReplace` asks for exactly that.
+fn crd_refusal(revision: &Revision, observed: &Observations) -> Option<String> {
+    revision.plan.crds.iter().enumerate().find_map(|(i, crd)| {
+        let object = observed.crds.get(&i)?.as_ref()?;
+        match Claim::of(object).judge(revision.me) {
+            Owner::Us | Owner::Nobody => None,
+            Owner::Other(other) => Some(format!(
+                "CustomResourceDefinition {} (chart {}, {}) belongs to {other}; it is left alone (spec.crds: CreateReplace updates only CRDs of this release or of none)",
+                crd.name, crd.chart, crd.template
+            )),
+        }
+    })
 }
 
 /// The first object of a starting layer that is not ours to write: its layer and why.

@@ -501,6 +501,7 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
             .unwrap_or_default(),
         hooks: deployable.hooks.clone(),
         upgrade: Some(is_upgrade),
+        crds: Some(settings.crd_policy(is_upgrade)),
         plan: Some(deployable.stored()),
         rollback_to: None,
         content: deployable.content.clone(),

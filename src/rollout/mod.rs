@@ -6,8 +6,9 @@
 //!   a reason, wait for dependencies, begin a revision, step it, uninstall, finish uninstalling,
 //!   or ask the controller for a fact it has not gathered yet ([`lifecycle::Need`]).
 //! - [`install`] steps one revision of an install or upgrade through `status.layers`:
-//!   - `(crds)`: the CRDs of every chart's `crds/` directory, created and waited on until
-//!     Established (only when the chart has CRDs);
+//!   - `(crds)`: the CRDs of every chart's `crds/` directory, created (`spec.crds: Create`) or
+//!     also updated (`CreateReplace`, after judging whose they are) and waited on until
+//!     Established (only when the chart has CRDs and the revision's policy is not `Skip`);
 //!   - every layer of the plan: a layer starts when the layers and charts it depends on are
 //!     ready (or, for KOTS phases, applied) and its external dependencies are ready; layers with
 //!     no relation start together; the owners of a starting layer's objects are observed first,
@@ -34,8 +35,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::api::{
-    Claim, DriftDetection, EventReason, Identity, ObjectKey, OnFailure, SequencedReleaseSpec,
-    Sequencing,
+    Claim, CrdPolicy, DriftDetection, EventReason, Identity, ObjectKey, OnFailure,
+    SequencedReleaseSpec, Sequencing,
 };
 use crate::history::{Content, HelmStatus, HookRecord, Inventory, Record, StoredPlan};
 use crate::plan::{ExternalDependency, Plan};
@@ -71,6 +72,9 @@ pub struct Settings {
     pub interval: Duration,
     /// `disableHooks`: no hook stage runs.
     pub disable_hooks: bool,
+    /// `crds`: what an install or upgrade does with the charts' CRDs (unset: by operation, see
+    /// [`Settings::crd_policy`]).
+    pub crds: Option<CrdPolicy>,
     /// `onFailure`: what is done once a failed operation's retries are spent.
     pub on_failure: OnFailure,
     /// `driftDetection`: whether a Ready release's objects are compared with what it applied,
@@ -98,8 +102,19 @@ impl Settings {
             timeout: parse_duration(&spec.timeout).unwrap_or(DEFAULT_TIMEOUT),
             interval: parse_duration(&spec.interval).unwrap_or(DEFAULT_INTERVAL),
             disable_hooks: spec.disable_hooks,
+            crds: spec.crds,
             on_failure: spec.on_failure,
             drift: spec.drift_detection.mode(),
+        }
+    }
+
+    /// The CRD policy of a revision that is an `upgrade` or an install: `spec.crds`, else
+    /// Flux's and Helm's defaults, `Create` on install and `Skip` on upgrade.
+    pub fn crd_policy(&self, upgrade: bool) -> CrdPolicy {
+        match self.crds {
+            Some(policy) => policy,
+            None if upgrade => CrdPolicy::Skip,
+            None => CrdPolicy::Create,
         }
     }
 
@@ -152,7 +167,7 @@ impl Deployable {
     }
 
     /// What revision `record` deployed, from its stored plan: what a rollback to it applies
-    /// (CRDs included: only those that no longer exist are created, as at every revision).
+    /// (its CRDs are kept, but a rollback's record says `Skip`: it never touches them).
     /// None when the record has no plan (written before rollbacks).
     pub fn from_record(record: &Record) -> Option<Deployable> {
         let stored = record.plan.as_ref()?;
@@ -184,6 +199,9 @@ pub struct Revision<'a> {
     pub upgrade: bool,
     /// A rollback: it runs the `pre-rollback`/`post-rollback` hooks, and is not retried.
     pub rollback: bool,
+    /// What the `(crds)` stage does, as the record says: nothing (`Skip`: the revision has no
+    /// such stage), create the missing CRDs, or also update the changed ones.
+    pub crds: CrdPolicy,
     /// `<release uid>/<revision>`: what the hook objects of this revision are marked with.
     pub run: String,
     pub settings: Settings,
@@ -219,6 +237,8 @@ impl<'a> Revision<'a> {
             },
             upgrade,
             rollback,
+            // Records written before the policy was kept created the missing CRDs.
+            crds: record.crds.unwrap_or(CrdPolicy::Create),
             run: format!("{}/{}", me.uid, record.revision),
             settings,
             me,

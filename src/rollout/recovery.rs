@@ -16,7 +16,7 @@ use super::install::{self};
 use super::status::{progressing, set_conditions, set_stalled};
 use super::{Note, RecordUpdate, Revision, Settings};
 use crate::api::{
-    EventReason, FORCE_REQUEST_ANNOTATION, OnFailure, RECONCILE_REQUEST_ANNOTATION,
+    CrdPolicy, EventReason, FORCE_REQUEST_ANNOTATION, OnFailure, RECONCILE_REQUEST_ANNOTATION,
     ROLLBACK_REQUEST_ANNOTATION, ROLLBACK_REVISION_ANNOTATION, Reason, ReleasePhase,
     RemediationAction, RemediationStatus, RollbackStatus, SequencedRelease, SequencedReleaseStatus,
 };
@@ -136,6 +136,8 @@ pub fn rollback_record(target: &Record, from: Option<&Record>, number: i64, now:
         revision: number,
         prune,
         upgrade: Some(true),
+        // As `helm rollback`: the CRDs are left as they are.
+        crds: Some(CrdPolicy::Skip),
         rollback_to: Some(target.revision),
         info: Info {
             status: HelmStatus::PendingRollback,
@@ -427,6 +429,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             interval: Duration::from_secs(1),
             disable_hooks: false,
+            crds: None,
             on_failure,
             drift: crate::api::DriftDetection::Enabled,
         };

@@ -109,7 +109,9 @@ impl Reconcile<'_> {
             let applying = Instant::now();
             let objects = self.objects();
             let (stage, result) = match action {
-                InstallAction::ApplyCrds => ("crds", objects.apply_crds(deployable).await),
+                InstallAction::ApplyCrds { replace } => {
+                    ("crds", objects.apply_crds(deployable, *replace).await)
+                }
                 InstallAction::ApplyLayer(i) => (
                     "layer",
                     objects.apply_layer(deployable, *i, step.correcting).await,

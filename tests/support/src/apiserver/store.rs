@@ -849,6 +849,7 @@ impl State {
         }
         if rt.group == "apiextensions.k8s.io" {
             errs.extend(typed::validate_crd(&obj));
+            errs.extend(typed::validate_crd_stored_versions(&obj, old.is_none()));
         }
         if !errs.is_empty() {
             return Err(ApiError::invalid(&rt.group, &rt.kind, &name, &errs));

@@ -904,6 +904,48 @@ pub fn validate_crd(crd: &Value) -> Vec<FieldError> {
     errs
 }
 
+/// kube-apiserver's `ValidateCustomResourceDefinitionStoredVersions`, run on every write of a
+/// CRD (its spec and its status): every version in `status.storedVersions` must remain in
+/// `spec.versions` until a storage migration removes it from the status. So an update that
+/// drops a version objects were stored in is refused (422). `creating`: the server filled
+/// `status.storedVersions` itself, a nil list when no version is the storage version.
+pub fn validate_crd_stored_versions(crd: &Value, creating: bool) -> Vec<FieldError> {
+    let stored = at(crd, &["status", "storedVersions"])
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if stored.is_empty() {
+        return vec![FieldError::invalid_raw(
+            "status.storedVersions",
+            if creating {
+                "[]string(nil)"
+            } else {
+                "[]string{}"
+            },
+            "must have at least one stored version",
+        )];
+    }
+    let versions: Vec<&str> = at(crd, &["spec", "versions"])
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.get("name").and_then(Value::as_str))
+        .collect();
+    stored
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| Some((i, v.as_str()?)))
+        .filter(|(_, v)| !versions.contains(v))
+        .map(|(i, v)| {
+            FieldError::invalid(
+                format!("status.storedVersions[{i}]"),
+                v,
+                format!("missing from spec.versions; {v} was previously a storage version, and must remain in spec.versions until a storage migration ensures no data remains persisted in {v} and it is removed from status.storedVersions"),
+            )
+        })
+        .collect()
+}
+
 const EVENT_RENAMES: &[(&str, &str)] = &[
     ("regarding", "involvedObject"),
     ("note", "message"),
