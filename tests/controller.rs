@@ -120,7 +120,12 @@ async fn shop_applies_app_only_after_database_and_queue_are_ready() {
         assert_eq!(status.progress.as_deref(), Some("3/3"));
         assert_eq!(status.history.len(), 1);
         assert_eq!(status.history[0].phase, ReleasePhase::Ready);
-        assert!(status.last_applied_digest.unwrap().starts_with("sha256:"));
+        assert!(
+            status
+                .last_applied_digest
+                .unwrap()
+                .starts_with("v2:sha256:")
+        );
         assert_eq!(
             condition(
                 &op.releases("default").get("shop").await.unwrap(),

@@ -687,3 +687,50 @@ async fn the_api_server_keeps_either_spelling_and_refuses_cel_on_an_untyped_node
         other => panic!("a CEL rule on an untyped node was accepted: {other:?}"),
     }
 }
+
+/// kube-apiserver 1.36 refused this very CRD (with `valuesFrom` unbounded) at apply: "estimated
+/// rule cost exceeds budget by factor of more than 100x" for the `targetPath` pattern, a rule on
+/// strings inside an array of no `maxItems`. The test API server refuses it the same way, and
+/// the committed CRD bounds the array.
+#[tokio::test]
+async fn a_rule_on_strings_in_an_unbounded_array_is_over_the_cost_budget() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let op = sequenced_testkit::operator::Operator::without_controller().await;
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(COPIES[0])).unwrap();
+    let committed: Value = serde_yaml_ng::from_str(&text).unwrap();
+    let values_from =
+        "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/valuesFrom";
+    assert_eq!(
+        committed.pointer(&format!("{values_from}/maxItems")),
+        Some(&json!(100))
+    );
+    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(op.client.clone());
+    let mut crd = committed.clone();
+    crd["metadata"]["name"] = json!("tries.example.com");
+    crd["spec"]["group"] = json!("example.com");
+    crd["spec"]["names"] = json!({"plural": "tries", "singular": "try", "kind": "Try"});
+    crd.pointer_mut(values_from)
+        .and_then(Value::as_object_mut)
+        .unwrap()
+        .remove("maxItems");
+    let unbounded: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
+    match api.create(&Default::default(), &unbounded).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 422, "{}", s.message);
+            assert!(
+                s.message.contains("properties[valuesFrom].items.properties[targetPath].x-kubernetes-validations[0].rule: Forbidden: estimated rule cost exceeds budget"),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("a costly rule in an unbounded array was accepted: {other:?}"),
+    }
+    // Bounded, as committed: accepted.
+    let mut crd = committed;
+    crd["metadata"]["name"] = json!("bounds.example.com");
+    crd["spec"]["group"] = json!("example.com");
+    crd["spec"]["names"] = json!({"plural": "bounds", "singular": "bound", "kind": "Bound"});
+    let bounded: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
+    api.create(&Default::default(), &bounded).await.unwrap();
+}

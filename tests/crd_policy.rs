@@ -11,7 +11,7 @@ use std::time::Duration;
 use kube::api::{Patch, PatchParams};
 use sequenced::api::{LayerPhase, ReleasePhase, SequencedRelease};
 use serde_json::{Value, json};
-use support::charts::{chart, config_map, is_ready, layer_phase, release};
+use support::charts::{chart, config_map, is_ready, layer_phase, message, release};
 use support::operator::{Operator, is_write};
 use tempfile::TempDir;
 
@@ -247,19 +247,33 @@ async fn an_upgrade_leaves_a_changed_crd_as_it_is_by_default_and_under_skip() {
             let mut spec = policy;
             spec["chart"] = json!({"path": new.path().join("gadgets")});
             patch_spec(&op, name, spec).await;
-            let sr = ready_at(&op, name, 2).await;
+            // The Widget of the new chart sets a field the CRD left as it was does not have:
+            // kube-apiserver refuses that apply (500, "field not declared in schema"), the same
+            // every time, so the revision fails at once, naming the object and the field.
+            let sr = op
+                .wait_release("default", name, "revision 2 Failed", |sr| {
+                    sr.status.as_ref().is_some_and(|s| {
+                        s.revision == Some(2) && s.phase == Some(ReleasePhase::Failed)
+                    })
+                })
+                .await;
             // No (crds) entry that never finishes: the stage is not there.
             assert_eq!(
                 layer_names(&sr),
                 ["(pre-upgrade)", "config", "app"],
                 "{name}"
             );
+            let text = message(&sr);
+            assert!(
+                text.contains("Widget default/gadget")
+                    && text.contains(".spec.color: field not declared in schema"),
+                "{name}: {text}"
+            );
             assert_eq!(
                 live_fields(&op),
                 ["size"],
                 "{name}: the CRD was left as it was"
             );
-            // The field the CRD does not have was dropped by the API server.
             let widget = live_widget(&op);
             assert_eq!(widget.pointer("/spec/color"), None, "{name}");
             assert_eq!(widget.pointer("/spec/size"), Some(&json!(3)), "{name}");
@@ -335,10 +349,8 @@ async fn create_on_upgrade_creates_a_missing_crd_and_leaves_a_changed_one() {
             &crd_v1_with_color(),
             &[
                 ("crds/gizmos.yaml", gizmo),
-                (
-                    "templates/widget.yaml",
-                    &widget("  size: 3\n  color: blue\n"),
-                ),
+                // The Widget does not use the field the CRD gained: it was not updated.
+                ("templates/widget.yaml", &widget("  size: 4\n")),
             ],
         );
         op.create(

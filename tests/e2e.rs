@@ -1089,9 +1089,18 @@ async fn e2e_an_upgrade_whose_crd_gained_a_field_updates_it_under_create_replace
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .unwrap();
+        // Under Skip the new Widget's `color` is a field its CRD does not have: kube-apiserver
+        // refuses the apply (500, "field not declared in schema") and the revision fails at
+        // once, naming it.
         let sr = e2e
-            .wait(&name, "revision 2 Ready", |sr| {
-                is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(2)
+            .wait(&name, "revision 2 done", |sr| {
+                let status = sr.status.as_ref().unwrap();
+                status.revision == Some(2)
+                    && if policy == "Skip" {
+                        status.phase == Some(ReleasePhase::Failed)
+                    } else {
+                        is_ready(sr)
+                    }
             })
             .await;
         let live = crds.get(&format!("widgets.{group}")).await.unwrap();
@@ -1124,7 +1133,11 @@ async fn e2e_an_upgrade_whose_crd_gained_a_field_updates_it_under_create_replace
             );
             assert_eq!(live.pointer("/metadata/generation"), Some(&json!(1)));
             assert_eq!(names, ["config", "app"], "no (crds) entry under Skip");
-            // The API server dropped the field its CRD does not have.
+            let text = message(&sr);
+            assert!(
+                text.contains(".spec.color: field not declared in schema"),
+                "{text}"
+            );
             assert_eq!(widget.pointer("/spec/color"), None);
         } else {
             assert!(
@@ -1207,5 +1220,135 @@ async fn e2e_a_down_aggregated_api_holds_up_only_the_release_that_needs_it() {
     );
     assert!(text.contains("503"), "{text}");
     let _ = apiservices.delete(&name, &DeleteParams::default()).await;
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_target_paths_common_metadata_and_ignore_rules_hold_under_drift_detection() {
+    let Some(e2e) = setup().await else { return };
+    let name = "daytwo";
+    let webhook = unique("daytwo-");
+    let settings: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "settings"},
+        "data": {"values.yaml": "replicas: 1\ndb: {host: base}\n", "host": "db.example.com"}
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(e2e.client.clone(), &e2e.namespace)
+        .create(&PostParams::default(), &settings)
+        .await
+        .unwrap();
+    let app = deployment("app", "helm.sh/layer: app")
+        .replace("replicas: 1", "replicas: {{ .Values.replicas }}");
+    let webhook_config = format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: {{{{ .Values.webhook }}}}\nwebhooks:\n- name: check.example.com\n  clientConfig:\n    service: {{namespace: {ns}, name: absent, path: /check}}\n  rules:\n  - {{apiGroups: [example.invalid], apiVersions: [v1], operations: [CREATE], resources: [things]}}\n  failurePolicy: Ignore\n  sideEffects: None\n  admissionReviewVersions: [v1]\n",
+        ns = e2e.namespace
+    );
+    let dir = chart(
+        name,
+        &[
+            (
+                "templates/shown.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shown\ndata:\n  host: {{ .Values.db.host | quote }}\n",
+            ),
+            ("templates/app.yaml", app.as_str()),
+            ("templates/webhook.yaml", webhook_config.as_str()),
+        ],
+    );
+    e2e.create(release(
+        name,
+        &dir.path().join(name),
+        json!({
+            "valuesFrom": [
+                {"kind": "ConfigMap", "name": "settings"},
+                {"kind": "ConfigMap", "name": "settings", "valuesKey": "host", "targetPath": "db.host"},
+            ],
+            "values": {"webhook": webhook},
+            "commonMetadata": {"labels": {"team": "platform"}},
+            "driftDetection": {"mode": "enabled", "ignore": [
+                {"paths": ["/spec/replicas"], "target": {"kind": "Deployment", "name": "app"}}
+            ]},
+            "interval": "2s",
+        }),
+    ))
+    .await;
+    e2e.wait(name, "Ready", is_ready).await;
+    let cms: Api<ConfigMap> = Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    let shown = cms.get("shown").await.unwrap();
+    assert_eq!(shown.data.unwrap()["host"], "db.example.com");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    let webhooks: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(e2e.client.clone());
+    for labels in [
+        shown.metadata.labels.clone().unwrap(),
+        deployments
+            .get("app")
+            .await
+            .unwrap()
+            .metadata
+            .labels
+            .unwrap(),
+        webhooks
+            .get(&webhook)
+            .await
+            .unwrap()
+            .metadata
+            .labels
+            .unwrap(),
+    ] {
+        assert_eq!(labels["team"], "platform", "{labels:?}");
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "sequenced");
+    }
+
+    // What a webhook certificate Job and a scaler do after the install, as other managers.
+    let ca = json!([{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "Y2EK"}]);
+    webhooks
+        .patch(
+            &webhook,
+            &PatchParams {
+                field_manager: Some("cert-job".into()),
+                ..Default::default()
+            },
+            &Patch::Json::<()>(serde_json::from_value(ca).unwrap()),
+        )
+        .await
+        .unwrap();
+    deployments
+        .patch(
+            "app",
+            &PatchParams {
+                field_manager: Some("scaler".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    // Several intervals: every one compares each object with what the release applied.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let sr = e2e.releases().get(name).await.unwrap();
+    let status = sr.status.clone().unwrap();
+    assert!(is_ready(&sr), "{status:?}");
+    assert_eq!(status.revision, Some(1));
+    assert!(
+        condition(&sr, "Drifted").is_none_or(|(s, _, _)| s == "False"),
+        "{:?}",
+        condition(&sr, "Drifted")
+    );
+    let live = webhooks.get(&webhook).await.unwrap();
+    assert_eq!(
+        live.webhooks.unwrap()[0]
+            .client_config
+            .ca_bundle
+            .as_ref()
+            .map(|b| b.0.clone()),
+        Some(b"ca\n".to_vec()),
+        "the certificate Job's CA is left alone"
+    );
+    let replicas = deployments.get("app").await.unwrap().spec.unwrap().replicas;
+    assert_eq!(replicas, Some(3), "the ignored replicas are left alone");
+
+    e2e.uninstall(name).await;
+    assert!(webhooks.get_opt(&webhook).await.unwrap().is_none());
     e2e.finish().await;
 }

@@ -118,6 +118,7 @@ pub struct SequencedReleaseSpec {
 
     /// Values taken from ConfigMaps and Secrets, merged in order before `values`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
     pub values_from: Vec<ValuesReference>,
 
     /// Labels and annotations stamped on every object the release applies, hooks included

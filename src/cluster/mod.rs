@@ -93,9 +93,24 @@ impl ClusterError {
             ClusterError::GroupUnavailable { .. } => true,
             ClusterError::Discovery(_) => true,
             ClusterError::Forbidden { .. } => false,
-            ClusterError::Api { code, .. } => !matches!(code, Some(400 | 403 | 422)),
+            // A server-side apply of a field the kind's schema does not declare is answered
+            // 500 (structured-merge-diff's typed conversion) but fails the same way every time
+            // until the object or the schema changes (a chart using a field of a CRD that was
+            // not updated): it is told at once, not retried.
+            ClusterError::Api { code, message, .. } => {
+                !matches!(code, Some(400 | 403 | 422))
+                    && !(*code == Some(500) && is_undeclared_field(message))
+            }
         }
     }
+}
+
+/// kube-apiserver's answer to an apply of a field the schema does not have:
+/// `failed to create typed patch object (ns/name; group/version, Kind=K): .spec.x: field not
+/// declared in schema`.
+fn is_undeclared_field(message: &str) -> bool {
+    message.starts_with("failed to create typed patch object")
+        && message.ends_with("field not declared in schema")
 }
 
 fn api_error(action: &'static str, object: String, source: kube::Error) -> ClusterError {

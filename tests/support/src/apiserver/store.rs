@@ -1422,9 +1422,10 @@ impl State {
                 .collect();
             ApiError::new(409, "Conflict", fields::conflict_message(&conflicts), Some(json!({"causes": causes})))
         })?;
-        // A field the kind does not have makes the apply fail (structured-merge-diff's typed
-        // conversion) instead of being dropped.
-        if !w.rt.is_custom() {
+        // A field the kind (or a custom resource's schema) does not have makes the apply fail
+        // (structured-merge-diff's typed conversion) instead of being dropped, as a create or
+        // an update drops it.
+        {
             let mut probe = live.clone().unwrap_or_else(|| json!({}));
             fields::merge_applied(Self::shape_ctx(w), &mut probe, &body);
             self.check_declared(w, &body, &probe)?;
@@ -1506,10 +1507,17 @@ impl State {
             } else {
                 w.rt.group.clone()
             };
-            return Err(ApiError::bad_request(format!(
-                "failed to create typed patch object ({group}/{}, Kind={}): {shown}: field not declared in schema",
-                w.version, w.rt.kind
-            )));
+            // kube-apiserver 1.36 answers 500, whatever `fieldValidation` says, naming the
+            // object as `namespace/name` and its kind as Go prints a GroupVersionKind.
+            return Err(ApiError::new(
+                500,
+                "",
+                format!(
+                    "failed to create typed patch object ({}/{}; {group}/{}, Kind={}): {shown}: field not declared in schema",
+                    w.namespace, w.name, w.version, w.rt.kind
+                ),
+                None,
+            ));
         }
         Ok(())
     }

@@ -736,7 +736,57 @@ pub fn crd_type(crd: &Value) -> Option<ResourceType> {
     })
 }
 
+/// Whether a CEL rule works on strings in ways whose cost grows with their length and number
+/// (kube-apiserver's cost estimator charges them per possible element).
+fn costly_rule(rule: &str) -> bool {
+    [
+        ".matches(",
+        ".startsWith(",
+        ".endsWith(",
+        ".contains(",
+        ".find(",
+        ".split(",
+        ".all(",
+        ".exists(",
+    ]
+    .iter()
+    .any(|f| rule.contains(f))
+}
+
 fn check_structural(node: &Value, path: &str, root: bool, errs: &mut Vec<FieldError>) {
+    check_structural_in(node, path, root, false, errs)
+}
+
+/// `unbounded`: the node is (inside) the items of an array without `maxItems`. There
+/// kube-apiserver's cost estimator takes the array to hold as many items as a request of 3 MiB
+/// could, and refuses a rule on strings (a regular expression, a prefix) as over its budget;
+/// the test API server refuses such a rule too, so that a CRD it accepts is one the real server
+/// accepts (a rough cut of the estimator: it never computes the cost itself).
+fn check_structural_in(
+    node: &Value,
+    path: &str,
+    root: bool,
+    unbounded: bool,
+    errs: &mut Vec<FieldError>,
+) {
+    if unbounded
+        && let Some(rules) = node
+            .get("x-kubernetes-validations")
+            .and_then(Value::as_array)
+    {
+        for (i, rule) in rules.iter().enumerate() {
+            if rule
+                .get("rule")
+                .and_then(Value::as_str)
+                .is_some_and(costly_rule)
+            {
+                errs.push(FieldError::forbidden(
+                    format!("{path}.x-kubernetes-validations[{i}].rule"),
+                    "estimated rule cost exceeds budget by factor of more than 100x (try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)",
+                ));
+            }
+        }
+    }
     let ty = node.get("type").and_then(Value::as_str).unwrap_or("");
     if root {
         if ty.is_empty() {
@@ -771,8 +821,8 @@ fn check_structural(node: &Value, path: &str, root: bool, errs: &mut Vec<FieldEr
             || n.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
     };
     // A child schema is checked like its parent and must say its type.
-    let mut child = |schema: &Value, child_path: String, what: &str| {
-        check_structural(schema, &child_path, false, errs);
+    let mut child = |schema: &Value, child_path: String, what: &str, unbounded: bool| {
+        check_structural_in(schema, &child_path, false, unbounded, errs);
         let untyped = schema
             .get("type")
             .and_then(Value::as_str)
@@ -793,14 +843,26 @@ fn check_structural(node: &Value, path: &str, root: bool, errs: &mut Vec<FieldEr
                 &props[name],
                 format!("{path}.properties[{name}]"),
                 "object fields",
+                unbounded,
             );
         }
     }
     if let Some(items) = node.get("items").filter(|i| i.is_object()) {
-        child(items, format!("{path}.items"), "array items");
+        let bounded = node.get("maxItems").is_some_and(Value::is_u64);
+        child(
+            items,
+            format!("{path}.items"),
+            "array items",
+            unbounded || !bounded,
+        );
     }
     if let Some(ap) = node.get("additionalProperties").filter(|i| i.is_object()) {
-        child(ap, format!("{path}.additionalProperties"), "object fields");
+        child(
+            ap,
+            format!("{path}.additionalProperties"),
+            "object fields",
+            unbounded,
+        );
     }
 }
 
