@@ -94,6 +94,16 @@ async fn ready_at(op: &Operator, namespace: &str, name: &str, revision: i64) -> 
     .await
 }
 
+/// The shop chart released as `shop` in `default` with these spec fields, Ready at revision 1;
+/// the chart's directory lives as long as the value returned.
+async fn ready_shop(op: &Operator, spec: Value) -> TempDir {
+    let dir = shop();
+    op.create("default", release("shop", &dir.path().join("shop"), spec))
+        .await;
+    ready_at(op, "default", "shop", 1).await;
+    dir
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_object_is_recreated_at_once_and_the_layers_after_it_are_only_checked() {
     within(async {
@@ -181,17 +191,7 @@ async fn drift_with_warn_is_reported_and_left_as_it_is() {
     within(async {
         let op = Operator::start(4).await;
         let _kubelet = op.kubelet();
-        let dir = shop();
-        op.create(
-            "default",
-            release(
-                "shop",
-                &dir.path().join("shop"),
-                json!({"driftDetection": "warn", "interval": "1h"}),
-            ),
-        )
-        .await;
-        ready_at(&op, "default", "shop", 1).await;
+        let _dir = ready_shop(&op, json!({"driftDetection": "warn", "interval": "1h"})).await;
         config_maps(&op, "default")
             .delete("settings", &DeleteParams::default())
             .await
@@ -1186,18 +1186,8 @@ async fn replicas_another_manager_updates_are_drift_without_an_ignore_rule() {
     within(async {
         let op = Operator::start(4).await;
         let _kubelet = op.kubelet();
-        let dir = shop();
         // The object form without ignore rules, mode warn: the drift is only reported.
-        op.create(
-            "default",
-            release(
-                "shop",
-                &dir.path().join("shop"),
-                json!({"driftDetection": {"mode": "warn"}, "interval": "1s"}),
-            ),
-        )
-        .await;
-        ready_at(&op, "default", "shop", 1).await;
+        let _dir = ready_shop(&op, json!({"driftDetection": {"mode": "warn"}, "interval": "1s"})).await;
         scale_by_update(&op, 5).await;
         let sr = op
             .wait_release("default", "shop", "condition Drifted", |sr| {
@@ -1220,26 +1210,20 @@ async fn ignored_replicas_are_neither_reported_nor_corrected_nor_reset_by_a_corr
     within(async {
         let op = Operator::start(4).await;
         let _kubelet = op.kubelet();
-        let dir = shop();
-        op.create(
-            "default",
-            release(
-                "shop",
-                &dir.path().join("shop"),
-                json!({
-                    "driftDetection": {
-                        "mode": "enabled",
-                        "ignore": [{
-                            "paths": ["/spec/replicas"],
-                            "target": {"group": "apps", "kind": "Deployment", "name": "app"},
-                        }],
-                    },
-                    "interval": "1s",
-                }),
-            ),
+        let _dir = ready_shop(
+            &op,
+            json!({
+                "driftDetection": {
+                    "mode": "enabled",
+                    "ignore": [{
+                        "paths": ["/spec/replicas"],
+                        "target": {"group": "apps", "kind": "Deployment", "name": "app"},
+                    }],
+                },
+                "interval": "1s",
+            }),
         )
         .await;
-        ready_at(&op, "default", "shop", 1).await;
         let before = op.server.requests().len();
         scale_by_update(&op, 5).await;
         // Two full drift checks later: nothing reported, nothing corrected, nothing written.
@@ -1459,17 +1443,11 @@ async fn the_object_form_with_mode_disabled_looks_at_nothing() {
     within(async {
         let op = Operator::start(4).await;
         let _kubelet = op.kubelet();
-        let dir = shop();
-        op.create(
-            "default",
-            release(
-                "shop",
-                &dir.path().join("shop"),
-                json!({"driftDetection": {"mode": "disabled", "ignore": []}, "interval": "1s"}),
-            ),
+        let _dir = ready_shop(
+            &op,
+            json!({"driftDetection": {"mode": "disabled", "ignore": []}, "interval": "1s"}),
         )
         .await;
-        ready_at(&op, "default", "shop", 1).await;
         let before = op.server.requests().len();
         config_maps(&op, "default")
             .delete("settings", &DeleteParams::default())

@@ -97,10 +97,11 @@ impl ClusterError {
             // 500 (structured-merge-diff's typed conversion) but fails the same way every time
             // until the object or the schema changes (a chart using a field of a CRD that was
             // not updated): it is told at once, not retried.
-            ClusterError::Api { code, message, .. } => {
-                !matches!(code, Some(400 | 403 | 422))
-                    && !(*code == Some(500) && is_undeclared_field(message))
-            }
+            ClusterError::Api { code, message, .. } => match code {
+                Some(400 | 403 | 422) => false,
+                Some(500) => !is_undeclared_field(message),
+                _ => true,
+            },
         }
     }
 }
