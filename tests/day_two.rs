@@ -41,6 +41,18 @@ fn values_chart() -> tempfile::TempDir {
     )
 }
 
+/// What the API server answers when it refuses to create this release.
+async fn refused(op: &Operator, release: Value) -> String {
+    op.releases("default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(release).unwrap(),
+        )
+        .await
+        .expect_err("the API server refuses the release")
+        .to_string()
+}
+
 fn shown(op: &Operator) -> Value {
     let cm = op
         .server
@@ -148,21 +160,17 @@ async fn a_path_the_api_server_refuses_is_refused_at_admission() {
     within(async {
         let op = Operator::start(4).await;
         let dir = values_chart();
-        let refused = op
-            .releases("default")
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(release(
-                    "shown",
-                    &dir.path().join("shown"),
-                    json!({"valuesFrom": [
-                        {"kind": "ConfigMap", "name": "settings", "targetPath": "a b"}
-                    ]}),
-                ))
-                .unwrap(),
-            )
-            .await
-            .expect_err("a path with a space is not a values path");
+        let refused = refused(
+            &op,
+            release(
+                "shown",
+                &dir.path().join("shown"),
+                json!({"valuesFrom": [
+                    {"kind": "ConfigMap", "name": "settings", "targetPath": "a b"}
+                ]}),
+            ),
+        )
+        .await;
         assert!(refused.to_string().contains("targetPath"), "{refused}");
         op.stop().await;
     })
@@ -262,19 +270,15 @@ async fn common_metadata_may_not_set_what_sequenced_owns() {
             ("annotations", "helm.sh/layer"),
             ("annotations", "sequenced.dev/owner"),
         ] {
-            let refused = op
-                .releases("default")
-                .create(
-                    &PostParams::default(),
-                    &serde_json::from_value(release(
-                        "shown",
-                        &dir.path().join("shown"),
-                        json!({"commonMetadata": {field: {key: "x"}}}),
-                    ))
-                    .unwrap(),
-                )
-                .await
-                .expect_err(key);
+            let refused = refused(
+                &op,
+                release(
+                    "shown",
+                    &dir.path().join("shown"),
+                    json!({"commonMetadata": {field: {key: "x"}}}),
+                ),
+            )
+            .await;
             assert!(
                 refused.to_string().contains("commonMetadata"),
                 "{key}: {refused}"
