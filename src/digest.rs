@@ -65,13 +65,10 @@ impl Digests {
         }
     }
 
-    /// Whether a stored digest is this spec's under the scheme that wrote it.
+    /// Whether a stored digest is this spec's under the scheme that wrote it: each scheme
+    /// writes its own prefix ([`scheme_of`]), so it is the spec's digest under one of them.
     pub fn matches(&self, stored: &str) -> bool {
-        match scheme_of(stored) {
-            Some("v2") => stored == self.current,
-            Some("v1") => self.v1.as_deref() == Some(stored),
-            _ => false,
-        }
+        stored == self.current || self.v1.as_deref() == Some(stored)
     }
 }
 

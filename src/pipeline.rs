@@ -93,7 +93,7 @@ pub async fn values_files(helm: &Helm, entries: &[ValuesEntry]) -> Result<Vec<Va
             ValuesEntry::File(file) => {
                 origins.push(file.origin.clone());
                 // Checked as helm checks a -f file, so that a bad one is named.
-                drop(values_file(file)?);
+                check_values(file)?;
                 if let Ok(Value::Object(map)) = crate::yaml::parse(&file.text) {
                     merge_values(&mut merged, map);
                 }
@@ -445,9 +445,8 @@ pub async fn render(
 }
 
 /// Checks that a values text is YAML holding mappings (what Helm accepts in a `-f` file), so
-/// that a bad one is named by its origin rather than by a temporary file, and writes it to a
-/// file only its owner can read.
-fn values_file(values: &ValuesFile) -> Result<tempfile::NamedTempFile, Error> {
+/// that a bad one is named by its origin rather than by a temporary file.
+fn check_values(values: &ValuesFile) -> Result<(), Error> {
     let invalid = |message: String| Error::Values {
         origin: values.origin.clone(),
         message,
@@ -468,6 +467,12 @@ fn values_file(values: &ValuesFile) -> Result<tempfile::NamedTempFile, Error> {
             )));
         }
     }
+    Ok(())
+}
+
+/// A values text, checked ([`check_values`]), written to a file only its owner can read.
+fn values_file(values: &ValuesFile) -> Result<tempfile::NamedTempFile, Error> {
+    check_values(values)?;
     let io = |e: std::io::Error| Error::Io {
         what: format!("{}: a temporary values file", values.origin),
         message: crate::chart::io_message(&e),

@@ -574,17 +574,21 @@ async fn a_crd_update_that_drops_a_stored_version_is_refused_and_a_new_storage_v
             get(&server, &one).await.json()["status"]["storedVersions"],
             json!(["v1"])
         );
+        let applied = format!("{one}?fieldManager=test&force=true");
+        let apply = async |body: &Value| {
+            send_json(
+                &server,
+                "PATCH",
+                &applied,
+                "application/apply-patch+yaml",
+                body,
+            )
+            .await
+        };
         // v2 as the only version: v1 was stored, so it must stay.
         let mut v2 = crd.clone();
         v2["spec"]["versions"][0]["name"] = json!("v2");
-        let refused = send_json(
-            &server,
-            "PATCH",
-            &format!("{one}?fieldManager=test&force=true"),
-            "application/apply-patch+yaml",
-            &v2,
-        )
-        .await;
+        let refused = apply(&v2).await;
         assert_eq!(refused.status, 422, "{}", refused.text);
         let body = refused.json();
         assert_eq!(body["reason"], "Invalid");
@@ -601,25 +605,11 @@ async fn a_crd_update_that_drops_a_stored_version_is_refused_and_a_new_storage_v
         second["name"] = json!("v2");
         second["storage"] = json!(true);
         both["spec"]["versions"] = json!([v1, second]);
-        let ok = send_json(
-            &server,
-            "PATCH",
-            &format!("{one}?fieldManager=test&force=true"),
-            "application/apply-patch+yaml",
-            &both,
-        )
-        .await;
+        let ok = apply(&both).await;
         assert_eq!(ok.status, 200, "{}", ok.text);
         assert_eq!(ok.json()["status"]["storedVersions"], json!(["v1", "v2"]));
         // Dropping v1 now is still refused: it stays in storedVersions.
-        let again = send_json(
-            &server,
-            "PATCH",
-            &format!("{one}?fieldManager=test&force=true"),
-            "application/apply-patch+yaml",
-            &v2,
-        )
-        .await;
+        let again = apply(&v2).await;
         assert_eq!(again.status, 422, "{}", again.text);
         assert_eq!(again.json()["message"], STORED_VERSION_DROPPED);
     })

@@ -8,7 +8,6 @@ use sequenced_testkit as support;
 use std::future::Future;
 use std::time::Duration;
 
-use kube::api::{Patch, PatchParams};
 use sequenced::api::{LayerPhase, ReleasePhase, SequencedRelease};
 use serde_json::{Value, json};
 use support::charts::{chart, config_map, is_ready, layer_phase, message, release};
@@ -154,17 +153,6 @@ fn layer_names(sr: &SequencedRelease) -> Vec<String> {
         .unwrap_or_default()
 }
 
-async fn patch_spec(op: &Operator, name: &str, spec: Value) {
-    op.releases("default")
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "spec": spec })),
-        )
-        .await
-        .expect("patch the release");
-}
-
 /// Waits until revision `revision` of release `name` is Ready.
 async fn ready_at(op: &Operator, name: &str, revision: i64) -> SequencedRelease {
     op.wait_release(
@@ -174,6 +162,29 @@ async fn ready_at(op: &Operator, name: &str, revision: i64) -> SequencedRelease 
         |sr| is_ready(sr) && sr.status.as_ref().and_then(|s| s.revision) == Some(revision),
     )
     .await
+}
+
+/// Release `gadgets` of chart `old` with the spec fields `install`, Ready at revision 1, then
+/// upgraded to chart `new` with the spec fields `upgrade`; the index of the server's first
+/// request after revision 1 was Ready.
+async fn upgraded(
+    op: &Operator,
+    old: &TempDir,
+    new: &TempDir,
+    install: Value,
+    upgrade: Value,
+) -> usize {
+    op.create(
+        "default",
+        release("gadgets", &old.path().join("gadgets"), install),
+    )
+    .await;
+    ready_at(op, "gadgets", 1).await;
+    let from = op.server.requests().len();
+    let mut spec = upgrade;
+    spec["chart"] = json!({"path": new.path().join("gadgets")});
+    op.patch_spec("gadgets", spec).await;
+    from
 }
 
 /// The index in the server's requests of the first successful write of `kind` `name` after
@@ -246,7 +257,7 @@ async fn an_upgrade_leaves_a_changed_crd_as_it_is_by_default_and_under_skip() {
             ready_at(&op, name, 1).await;
             let mut spec = policy;
             spec["chart"] = json!({"path": new.path().join("gadgets")});
-            patch_spec(&op, name, spec).await;
+            op.patch_spec(name, spec).await;
             // The Widget of the new chart sets a field the CRD left as it was does not have:
             // kube-apiserver refuses that apply (500, "field not declared in schema"), the same
             // every time, so the revision fails at once, naming the object and the field.
@@ -295,19 +306,7 @@ async fn create_replace_updates_a_changed_crd_before_any_hook_or_layer() {
         let op = Operator::start(4).await;
         let old = before();
         let new = after();
-        op.create(
-            "default",
-            release("gadgets", &old.path().join("gadgets"), json!({})),
-        )
-        .await;
-        ready_at(&op, "gadgets", 1).await;
-        let from = op.server.requests().len();
-        patch_spec(
-            &op,
-            "gadgets",
-            json!({"chart": {"path": new.path().join("gadgets")}, "crds": "CreateReplace"}),
-        )
-        .await;
+        let from = upgraded(&op, &old, &new, json!({}), json!({"crds": "CreateReplace"})).await;
         let sr = ready_at(&op, "gadgets", 2).await;
         assert_eq!(
             layer_names(&sr),
@@ -353,18 +352,7 @@ async fn create_on_upgrade_creates_a_missing_crd_and_leaves_a_changed_one() {
                 ("templates/widget.yaml", &widget("  size: 4\n")),
             ],
         );
-        op.create(
-            "default",
-            release("gadgets", &old.path().join("gadgets"), json!({})),
-        )
-        .await;
-        ready_at(&op, "gadgets", 1).await;
-        patch_spec(
-            &op,
-            "gadgets",
-            json!({"chart": {"path": new.path().join("gadgets")}, "crds": "Create"}),
-        )
-        .await;
+        upgraded(&op, &old, &new, json!({}), json!({"crds": "Create"})).await;
         let sr = ready_at(&op, "gadgets", 2).await;
         assert_eq!(layer_phase(&sr, "(crds)"), Some(LayerPhase::Ready));
         assert!(
@@ -396,19 +384,7 @@ async fn a_crd_update_the_api_server_refuses_fails_the_revision_naming_the_crd_a
             &widget_crd(json!([version("v2", true, &[("size", "integer")])])),
             &[("templates/widget.yaml", &widget("  size: 3\n"))],
         );
-        op.create(
-            "default",
-            release("gadgets", &old.path().join("gadgets"), json!({})),
-        )
-        .await;
-        ready_at(&op, "gadgets", 1).await;
-        let from = op.server.requests().len();
-        patch_spec(
-            &op,
-            "gadgets",
-            json!({"chart": {"path": new.path().join("gadgets")}, "crds": "CreateReplace"}),
-        )
-        .await;
+        let from = upgraded(&op, &old, &new, json!({}), json!({"crds": "CreateReplace"})).await;
         let sr = op
             .wait_release("default", "gadgets", "Failed", |sr| {
                 sr.status.as_ref().is_some_and(|s| {
@@ -454,22 +430,7 @@ async fn crds_are_never_deleted_by_a_prune_or_an_uninstall() {
                 &config_map("settings", "helm.sh/layer: config"),
             )],
         );
-        op.create(
-            "default",
-            release(
-                "gadgets",
-                &old.path().join("gadgets"),
-                json!({"crds": "CreateReplace"}),
-            ),
-        )
-        .await;
-        ready_at(&op, "gadgets", 1).await;
-        patch_spec(
-            &op,
-            "gadgets",
-            json!({"chart": {"path": new.path().join("gadgets")}}),
-        )
-        .await;
+        upgraded(&op, &old, &new, json!({"crds": "CreateReplace"}), json!({})).await;
         ready_at(&op, "gadgets", 2).await;
         // The Widget was pruned; its CRD stays.
         assert!(

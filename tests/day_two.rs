@@ -236,11 +236,11 @@ async fn common_metadata_is_stamped_on_every_object_and_a_change_is_a_new_revisi
         assert_eq!(plain["metadata"]["labels"]["keep"], "chart");
 
         // Dropping a label is a new revision, and the label is gone from what it applies.
-        let patch = json!({"spec": {"commonMetadata": {"labels": {"cost-center": null}}}});
-        op.releases("default")
-            .patch("stamped", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+        op.patch_spec(
+            "stamped",
+            json!({"commonMetadata": {"labels": {"cost-center": null}}}),
+        )
+        .await;
         let sr = op
             .wait_release("default", "stamped", "revision 2 Ready", |sr| {
                 is_ready(sr) && sr.status.as_ref().and_then(|s| s.revision) == Some(2)

@@ -15,6 +15,7 @@ use sequenced::api::{
     Claim, CrdPolicy, EventReason, LayerPhase, ObjectKey, Reason, ReleasePhase, SequencedRelease,
     SequencedReleaseStatus,
 };
+use sequenced::digest::Digests;
 use sequenced::history::{Inventory, Record};
 use sequenced::plan::{self, Plan};
 use sequenced::rollout::dependencies::{DependencyFacts, DependencyState};
@@ -28,7 +29,7 @@ use sequenced::rollout::{
     requeue,
 };
 use serde_json::{Value, json};
-use support::{chart_tree, object, rendered};
+use support::{chart_tree, object, rendered, widget_crd};
 use tempfile::TempDir;
 
 fn at(second: i64) -> Time {
@@ -69,8 +70,10 @@ fn facts(sr: SequencedRelease) -> Facts {
 
 fn source(digest: &str) -> Option<Result<Source, Refusal>> {
     Some(Ok(Source {
-        digest: digest.to_string(),
-        v1_digest: None,
+        digests: Digests {
+            current: digest.to_string(),
+            v1: None,
+        },
         chart_version: Some("1.2.0".to_string()),
     }))
 }
@@ -442,12 +445,7 @@ fn hook_stages_surround_the_layers_and_the_record_lists_hooks_apart() {
 
 /// Chart shop with CRD `widgets.example.com` in `crds/` and a ConfigMap.
 fn with_crd() -> Arc<Deployable> {
-    let crd = json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Namespaced",
-                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}]}
-    });
+    let crd = widget_crd();
     let plan = plan_of(&[
         ("shop/crds/widgets.yaml", crd.to_string()),
         ("shop/templates/app.yaml", object("ConfigMap", "app", &[])),

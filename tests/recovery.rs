@@ -76,17 +76,6 @@ fn status(sr: &SequencedRelease) -> &sequenced::api::SequencedReleaseStatus {
     sr.status.as_ref().expect("a status")
 }
 
-async fn patch_spec(op: &Operator, name: &str, spec: Value) {
-    op.releases("default")
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "spec": spec })),
-        )
-        .await
-        .unwrap();
-}
-
 async fn annotate(op: &Operator, name: &str, annotations: Value) {
     let patch = json!({"metadata": {"annotations": annotations}});
     op.releases("default")
@@ -164,7 +153,7 @@ async fn a_failed_upgrade_rolls_back_to_the_last_ready_revision_in_its_order() {
         assert_eq!(history(&op, "shop").await, [(1, "deployed".into(), "Install complete".into())]);
 
         let before = op.server.requests().len();
-        patch_spec(&op, "shop", json!({"values": {"broken": true}})).await;
+        op.patch_spec("shop", json!({"values": {"broken": true}})).await;
         let sr = op
             .wait_release("default", "shop", "rolled back", |sr| {
                 is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(3)
@@ -239,7 +228,7 @@ async fn a_failed_upgrade_rolls_back_to_the_last_ready_revision_in_its_order() {
         let sr = op.releases("default").get("shop").await.unwrap();
         assert_eq!(status(&sr).revision, Some(3));
         // A spec change is applied: a new revision, no longer held.
-        patch_spec(&op, "shop", json!({"values": {"broken": false, "more": 1}})).await;
+        op.patch_spec("shop", json!({"values": {"broken": false, "more": 1}})).await;
         let sr = op
             .wait_release("default", "shop", "revision 4 Ready", |sr| {
                 is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(4)
@@ -357,7 +346,8 @@ async fn retries_come_first_then_on_failure_uninstall_removes_everything_of_the_
         .await;
         op.wait_release("default", "shop", "revision 1 Ready", is_ready)
             .await;
-        patch_spec(&op, "shop", json!({"values": {"broken": true}})).await;
+        op.patch_spec("shop", json!({"values": {"broken": true}}))
+            .await;
         // Revision 2 fails, revision 3 retries it (after 5 s) and fails too; then the release's
         // objects are uninstalled.
         let sr = op
@@ -393,7 +383,8 @@ async fn retries_come_first_then_on_failure_uninstall_removes_everything_of_the_
             ]
         );
         // A spec change installs again: an install, not an upgrade.
-        patch_spec(&op, "shop", json!({"values": {"broken": false}})).await;
+        op.patch_spec("shop", json!({"values": {"broken": false}}))
+            .await;
         op.wait_release("default", "shop", "revision 4 Ready", |sr| {
             is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(4)
         })
@@ -436,7 +427,8 @@ async fn a_requested_rollback_applies_the_target_revision_in_its_own_order_and_h
         op.wait_release("default", "order", "revision 1 Ready", is_ready)
             .await;
         let first = op.server.requests().len();
-        patch_spec(&op, "order", json!({"values": {"flip": true}})).await;
+        op.patch_spec("order", json!({"values": {"flip": true}}))
+            .await;
         op.wait_release("default", "order", "revision 2 Ready", |sr| {
             is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(2)
         })
@@ -554,7 +546,7 @@ async fn lowering_max_history_deletes_every_record_past_the_cap() {
             .await;
         for n in 1..=4 {
             if n > 1 {
-                patch_spec(&op, "order", json!({"values": {"n": n}})).await;
+                op.patch_spec("order", json!({"values": {"n": n}})).await;
             }
             op.wait_release("default", "order", "Ready", |sr| {
                 is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(n)
@@ -563,7 +555,8 @@ async fn lowering_max_history_deletes_every_record_past_the_cap() {
         }
         let revisions: Vec<i64> = history(&op, "order").await.iter().map(|h| h.0).collect();
         assert_eq!(revisions, [1, 2, 3, 4]);
-        patch_spec(&op, "order", json!({"maxHistory": 2, "values": {"n": 5}})).await;
+        op.patch_spec("order", json!({"maxHistory": 2, "values": {"n": 5}}))
+            .await;
         op.wait_release("default", "order", "revision 5 Ready", |sr| {
             is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(5)
         })
@@ -654,7 +647,7 @@ async fn records_of_the_earlier_format_are_read_and_rewritten_in_helms() {
 
         // The new operator upgrades it: the earlier record's inventory says what to prune.
         let upgraded = op.spawn("upgraded-controller", 4);
-        patch_spec(&op, "order", json!({"values": {"n": 2}})).await;
+        op.patch_spec("order", json!({"values": {"n": 2}})).await;
         op.wait_release("default", "order", "revision 2 Ready", |sr| {
             is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(2)
         })
@@ -738,7 +731,7 @@ async fn a_rollback_runs_the_target_revisions_rollback_hooks_around_its_layers()
         op.create("default", release("hooked", &path(&dir, "hooked"), json!({}))).await;
         op.wait_release("default", "hooked", "Ready", is_ready).await;
         // Neither install nor upgrade runs them.
-        patch_spec(&op, "hooked", json!({"values": {"n": 2}})).await;
+        op.patch_spec("hooked", json!({"values": {"n": 2}})).await;
         op.wait_release("default", "hooked", "revision 2", |sr| {
             is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(2)
         })

@@ -18,7 +18,7 @@ use sequenced::rollout::install::{self, InstallAction, InstallStep};
 use sequenced::rollout::uninstall::UninstallStep;
 use sequenced::rollout::{self, ActionFailure, Observations, Outcome, Revision, Settings, begin};
 use serde_json::{Value, json};
-use support::{chart_tree, object, rendered};
+use support::{chart_tree, object, rendered, widget_crd};
 use tempfile::TempDir;
 
 const SHOP: &str = "apiVersion: v2\nname: shop\nversion: 0.1.0\n";
@@ -474,17 +474,7 @@ fn without_wait_only_what_something_waits_on_is_checked() {
 
 #[test]
 fn crds_come_first_and_must_be_established() {
-    let crd = json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Namespaced",
-                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}]}
-    });
-    let plan = plan_of(&[
-        ("crds/widgets.yaml", crd.to_string()),
-        ("templates/widget.yaml", object("Widget", "w", &[])),
-    ]);
-    let fx = Fixture::new(plan);
+    let (fx, crd) = widget_chart(CrdPolicy::Create);
     let status = fx.started();
     assert_eq!(status.layers[0].name, CRD_LAYER);
     let d1 = fx.step(&status, &Observations::default(), at(1));
@@ -512,12 +502,7 @@ fn crds_come_first_and_must_be_established() {
 
 /// A chart with CRD `widgets.example.com` in `crds/` and a Widget using it, under `policy`.
 fn widget_chart(policy: CrdPolicy) -> (Fixture, Value) {
-    let crd = json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Namespaced",
-                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}]}
-    });
+    let crd = widget_crd();
     let plan = plan_of(&[
         ("crds/widgets.yaml", crd.to_string()),
         ("templates/widget.yaml", object("Widget", "w", &[])),

@@ -140,7 +140,7 @@ impl Plans {
         helm: &Helm,
         metrics: &Metrics,
     ) -> Result<PlanFact, Error> {
-        if let Some(fact) = self.cached(release, &prepared.digest, is_upgrade, whole) {
+        if let Some(fact) = self.cached(release, &prepared.digests.current, is_upgrade, whole) {
             return Ok(fact);
         }
         let (kube_version, api_versions) = cluster.capabilities().await?;
@@ -199,13 +199,10 @@ impl Plans {
                 }
             }
             Err(e) if e.is_transient() => return Err(e.into()),
-            Err(e) => Err(Refusal {
-                reason: e.reason(),
-                message: e.to_string(),
-            }),
+            Err(e) => Err(super::source::refusal_of(&e)),
         };
         let fact = PlanFact {
-            digest: prepared.digest.clone(),
+            digest: prepared.digests.current.clone(),
             is_upgrade,
             outcome,
         };

@@ -31,10 +31,8 @@ pub struct Prepared {
     pub namespace: String,
     /// `spec.commonMetadata`, stamped on what is rendered.
     pub common_metadata: Option<CommonMetadata>,
-    /// The digest under the current scheme (see [`crate::digest`]): what the plan is cached
-    /// by and a new revision records.
-    pub digest: String,
-    /// The digests under every scheme, to compare a stored one with.
+    /// The digests under every scheme that can express the spec (see [`crate::digest`]); the
+    /// current one is what the plan is cached by and a new revision records.
     pub digests: Digests,
 }
 
@@ -42,8 +40,7 @@ impl Prepared {
     /// What the lifecycle needs of it.
     pub fn source(&self) -> Source {
         Source {
-            digest: self.digest.clone(),
-            v1_digest: self.digests.v1.clone(),
+            digests: self.digests.clone(),
             chart_version: self.resolved.version.clone(),
         }
     }
@@ -117,12 +114,7 @@ impl Sources {
                 {
                     Ok(resolved) => resolved,
                     Err(e) if e.is_transient() => return Err(e.into()),
-                    Err(e) => {
-                        return Ok(Err(Refusal {
-                            reason: e.reason(),
-                            message: e.to_string(),
-                        }));
-                    }
+                    Err(e) => return Ok(Err(refusal_of(&e))),
                 };
                 if remote && let Ok(mut known) = self.resolved.lock() {
                     known.insert(
@@ -152,29 +144,28 @@ impl Sources {
             namespace: &target,
             common_metadata: common_metadata.as_ref(),
         });
-        let digest = digests.current.clone();
+        // Merged by helm when a path is set: once per digest, not at every reconcile.
+        let sets_paths = inputs
+            .values
+            .iter()
+            .any(|e| matches!(e, ValuesEntry::TargetPath { .. }));
         let known = self.merged.lock().ok().and_then(|merged| {
             merged
                 .get(&key)
-                .filter(|(at, _)| *at == digest)
+                .filter(|(at, _)| sets_paths && *at == digests.current)
                 .map(|(_, files)| files.clone())
         });
         let values = match known {
             Some(files) => files,
             None => match pipeline::values_files(helm, &inputs.values).await {
                 Ok(files) => {
-                    if let Ok(mut merged) = self.merged.lock() {
-                        merged.insert(key, (digest.clone(), files.clone()));
+                    if sets_paths && let Ok(mut merged) = self.merged.lock() {
+                        merged.insert(key, (digests.current.clone(), files.clone()));
                     }
                     files
                 }
                 Err(e) if e.is_transient() => return Err(e.into()),
-                Err(e) => {
-                    return Ok(Err(Refusal {
-                        reason: e.reason(),
-                        message: e.to_string(),
-                    }));
-                }
+                Err(e) => return Ok(Err(refusal_of(&e))),
             },
         };
         Ok(Ok(Prepared {
@@ -183,7 +174,6 @@ impl Sources {
             release_name,
             namespace: target,
             common_metadata,
-            digest,
             digests,
         }))
     }
@@ -220,6 +210,15 @@ pub(super) fn inputs_of(sr: &SequencedRelease) -> HashSet<Input> {
         .chain(chart.into_iter().flatten())
         .map(|(kind, name)| (kind, namespace.clone(), name))
         .collect()
+}
+
+/// What stalls a release whose chart or values the pipeline refused (an error that is not
+/// transient).
+pub(super) fn refusal_of(e: &pipeline::Error) -> Refusal {
+    Refusal {
+        reason: e.reason(),
+        message: e.to_string(),
+    }
 }
 
 fn refusal(field: impl std::fmt::Display, message: impl std::fmt::Display) -> Refusal {

@@ -26,6 +26,7 @@ use crate::api::{
     DriftDetection, EventReason, FINALIZER, Identity, OnFailure, Reason, ReleasePhase,
     RemediationAction, RemediationStatus, SequencedRelease, SequencedReleaseStatus,
 };
+use crate::digest::Digests;
 use crate::history::{HelmStatus, Info, Inventory, Record};
 
 /// How long a release in progress waits without any event before it is looked at again.
@@ -47,11 +48,9 @@ pub enum LockView {
 /// The chart and values the spec asks for now, resolved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Source {
-    /// The digest of what the spec asks for, under the current scheme (`crate::digest`).
-    pub digest: String,
-    /// Its digest under scheme v1, when v1 can express the spec: a status or rollback written
-    /// by an operator of that scheme is compared with it.
-    pub v1_digest: Option<String>,
+    /// The digests of what the spec asks for: under the current scheme, which a new revision
+    /// records, and under v1 when v1 can express the spec (see `crate::digest`).
+    pub digests: Digests,
     /// The chart version a range resolved to, for repository and OCI charts.
     pub chart_version: Option<String>,
 }
@@ -59,9 +58,7 @@ pub struct Source {
 impl Source {
     /// Whether a stored digest is this source's, under the scheme that wrote it.
     pub fn matches(&self, stored: Option<&str>) -> bool {
-        stored.is_some_and(|stored| {
-            stored == self.digest || self.v1_digest.as_deref() == Some(stored)
-        })
+        stored.is_some_and(|stored| self.digests.matches(stored))
     }
 }
 
@@ -490,7 +487,7 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
         .or_else(|| deployable.chart_version.clone());
     let record = Record {
         revision: number,
-        digest: source.digest.clone(),
+        digest: source.digests.current.clone(),
         chart: deployable.plan.chart.clone(),
         chart_version: chart_version.clone(),
         sequenced: settings.sequenced,
@@ -526,7 +523,7 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
         number,
         status,
         generation,
-        &source.digest,
+        &source.digests.current,
         chart_version.as_deref(),
         now,
     );
@@ -645,7 +642,7 @@ fn rendered<'a>(
     settings: &Settings,
 ) -> Result<&'a Arc<Deployable>, Box<Next>> {
     match &facts.plan {
-        Some(plan) if plan.digest == source.digest && plan.is_upgrade == is_upgrade => {
+        Some(plan) if plan.digest == source.digests.current && plan.is_upgrade == is_upgrade => {
             match &plan.outcome {
                 Ok(deployable) => Ok(deployable),
                 Err(refusal) => Err(Box::new(stall(
@@ -657,7 +654,7 @@ fn rendered<'a>(
             }
         }
         _ => Err(Box::new(Next::Need(Need::Plan {
-            digest: source.digest.clone(),
+            digest: source.digests.current.clone(),
             is_upgrade,
         }))),
     }
@@ -825,7 +822,7 @@ fn begin_rollback(
         &record,
         status,
         facts.release.metadata.generation,
-        &source.digest,
+        &source.digests.current,
         cause,
         now,
     );

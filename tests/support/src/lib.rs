@@ -219,6 +219,17 @@ pub fn pipeline_render(
     })
 }
 
+/// CustomResourceDefinition `widgets.example.com` (kind Widget, version v1, any object), as a
+/// chart's `crds/` directory holds it.
+pub fn widget_crd() -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Namespaced",
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}]}
+    })
+}
+
 /// A Kubernetes object as YAML (JSON is YAML), with the annotations given.
 pub fn object(kind: &str, name: &str, annotations: &[(&str, &str)]) -> String {
     let api_version = match kind {

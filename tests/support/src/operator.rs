@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use sequenced::api::v1alpha1::SequencedRelease;
 use sequenced::chart::source::ChartCache;
 use sequenced::controller::{self, Options, Tenancy};
@@ -205,6 +205,18 @@ impl Operator {
 
     pub fn releases(&self, namespace: &str) -> Api<SequencedRelease> {
         Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// Merges `spec` into the spec of release `name` in `default` (a JSON merge patch).
+    pub async fn patch_spec(&self, name: &str, spec: Value) {
+        self.releases("default")
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "spec": spec })),
+            )
+            .await
+            .expect("patch the release's spec");
     }
 
     /// Waits until the release satisfies `check`; panics with its last status otherwise.
