@@ -98,6 +98,11 @@ impl<'a> Reconcile<'a> {
             let ran = k8s_openapi::jiff::SignedDuration::try_from(ran).ok()?;
             now.0.checked_sub(ran).ok().map(Time)
         });
+        let facts = Facts {
+            operation_since,
+            no_cross_namespace_refs: ctx.options.tenancy.no_cross_namespace_refs,
+            ..Facts::new(sr.clone(), lock, now)
+        };
         Reconcile {
             api: Api::namespaced(
                 ctx.client.clone(),
@@ -105,14 +110,11 @@ impl<'a> Reconcile<'a> {
             ),
             me: Identity::of(&sr),
             settings: Settings::of(&sr.spec),
-            ignore: IgnoreRules::of(&sr.spec),
+            // Rules that cannot be read stall the release before anything is compared.
+            ignore: facts.ignore.clone().unwrap_or_default(),
             key,
             ctx,
-            facts: Facts {
-                operation_since,
-                no_cross_namespace_refs: ctx.options.tenancy.no_cross_namespace_refs,
-                ..Facts::new(sr, lock, now)
-            },
+            facts,
             prepared: None,
             locked: false,
             cluster,

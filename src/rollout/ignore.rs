@@ -11,7 +11,7 @@
 use regex::Regex;
 use serde_json::Value;
 
-use crate::api::{IgnoreRule, IgnoreTarget, ObjectKey, SequencedReleaseSpec};
+use crate::api::{IgnoreRule, IgnoreTarget, ObjectKey};
 
 /// A JSON pointer, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,20 +190,6 @@ impl IgnoreRules {
             read.push(Rule { pointers, target });
         }
         Ok(IgnoreRules { rules: read })
-    }
-
-    /// The rules of `spec`; none when they cannot be read (the release stalls on
-    /// [`IgnoreRules::problem`] before anything is compared).
-    pub fn of(spec: &SequencedReleaseSpec) -> IgnoreRules {
-        IgnoreRules::read(spec.drift_detection.ignore()).unwrap_or_default()
-    }
-
-    /// What is wrong with `spec.driftDetection`, naming the field: its shape, a malformed JSON
-    /// pointer, a target that is not a regular expression.
-    pub fn problem(spec: &SequencedReleaseSpec) -> Option<String> {
-        spec.drift_detection
-            .problem()
-            .or_else(|| IgnoreRules::read(spec.drift_detection.ignore()).err())
     }
 
     pub fn is_empty(&self) -> bool {

@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::dependencies::{self, DependencyFacts};
 use super::drift::{self, DriftReport};
+use super::ignore::IgnoreRules;
 use super::install::{self, InstallStep};
 use super::recovery::{self, Cause, Requests, RollbackRequest};
 use super::status::{holds_lock, pending, retry_due, stalled};
@@ -108,11 +109,15 @@ pub struct Facts {
     /// The controller refuses references outside the release's namespace
     /// (`--no-cross-namespace-refs`).
     pub no_cross_namespace_refs: bool,
+    /// `spec.driftDetection.ignore`, read once (its targets are regular expressions to
+    /// compile); Err names what cannot be read, and the release stalls on it.
+    pub ignore: Result<IgnoreRules, String>,
 }
 
 impl Facts {
     /// The facts of a release as the controller first sees it.
     pub fn new(release: Arc<SequencedRelease>, lock: LockView, now: Time) -> Facts {
+        let ignore = IgnoreRules::read(release.spec.drift_detection.ignore());
         Facts {
             status: release.status.clone().unwrap_or_default(),
             release,
@@ -129,6 +134,7 @@ impl Facts {
             namespace_terminating: None,
             drift: None,
             no_cross_namespace_refs: false,
+            ignore,
         }
     }
 
@@ -383,7 +389,9 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
     let generation = sr.metadata.generation;
     let now = &facts.now;
     let settings = Settings::of(&sr.spec);
-    if let Some(message) = Settings::problem(&sr.spec) {
+    if let Some(message) =
+        Settings::problem(&sr.spec).or_else(|| facts.ignore.as_ref().err().cloned())
+    {
         return stall(facts, Reason::InvalidSpec, &message, &settings);
     }
     if facts.no_cross_namespace_refs

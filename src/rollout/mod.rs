@@ -119,14 +119,15 @@ impl Settings {
     }
 
     /// What makes the spec unusable as it is, naming the field: a `readinessTimeout` that is not
-    /// a duration; a `driftDetection` that is neither a mode nor Flux's object, or whose ignore
-    /// rules have a malformed JSON pointer or target (which the CRD cannot check: see
-    /// [`crate::api::DriftDetectionSpec`]).
+    /// a duration; a `driftDetection` that is neither a mode nor Flux's object (which the CRD
+    /// cannot check: see [`crate::api::DriftDetectionSpec`]). Ignore rules with a malformed JSON
+    /// pointer or target are told by reading them ([`ignore::IgnoreRules::read`], once per
+    /// reconcile, in the facts).
     pub fn problem(spec: &SequencedReleaseSpec) -> Option<String> {
         parse_duration(&spec.readiness_timeout)
             .err()
             .map(|e| format!("spec.readinessTimeout: {e}"))
-            .or_else(|| ignore::IgnoreRules::problem(spec))
+            .or_else(|| spec.drift_detection.problem())
     }
 }
 
