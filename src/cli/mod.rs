@@ -191,6 +191,26 @@ pub struct RunArgs {
     /// (Stalled, reason CrossNamespaceRef).
     #[arg(long, env = "SEQUENCED_NO_CROSS_NAMESPACE_REFS")]
     pub no_cross_namespace_refs: bool,
+    /// How many shards releases are divided into (by a hash of their uid); every replica must
+    /// use the same number. Each replica owns a share of them through one Lease per shard.
+    #[arg(long, value_name = "N", default_value_t = crate::lock::shards::DEFAULT_SHARDS, env = "SEQUENCED_SHARDS", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub shards: u32,
+    /// The namespace of the shard Leases (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, value_name = "NAMESPACE", env = "SEQUENCED_SHARD_NAMESPACE")]
+    pub shard_namespace: Option<String>,
+    /// How long a shard Lease lasts without renewal (renewed every third of it): how long the
+    /// shards of a replica that died wait before others take them.
+    #[arg(long, value_name = "DURATION", default_value = "15s", env = "SEQUENCED_SHARD_LEASE_DURATION", value_parser = lease_duration)]
+    pub shard_lease_duration: std::time::Duration,
+}
+
+/// A shard Lease duration: a Go duration of at least 3s.
+fn lease_duration(text: &str) -> Result<std::time::Duration, String> {
+    match crate::readiness::duration::parse_duration(text) {
+        Ok(d) if d >= std::time::Duration::from_secs(3) => Ok(d),
+        Ok(_) => Err(format!("{text:?}: a shard Lease lasts at least 3s")),
+        Err(e) => Err(format!("{text:?}: {e}")),
+    }
 }
 
 /// A ServiceAccount name: a DNS subdomain (lowercase letters, digits, '-' and '.').

@@ -931,3 +931,33 @@ fn differences(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
         }),
     }
 }
+
+/// The backoff of the controller's watches when their connection fails: from 250 ms, doubling,
+/// at most 4 s, with ±25 % jitter, back to the start after a minute without failure. kube's
+/// default reaches 30 s, which after an API-server outage left watches (and the releases they
+/// wake) idle for up to half a minute after the server answered again.
+pub fn reconnect_backoff() -> kube::runtime::utils::ResetTimerBackoff<Reconnect> {
+    kube::runtime::utils::ResetTimerBackoff::new(Reconnect::default(), Duration::from_secs(60))
+}
+
+/// See [`reconnect_backoff`].
+#[derive(Debug, Default, Clone)]
+pub struct Reconnect {
+    failures: u32,
+}
+
+impl Iterator for Reconnect {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let base = Duration::from_millis(250).saturating_mul(1 << self.failures.min(4));
+        self.failures = self.failures.saturating_add(1);
+        Some(base.mul_f64(0.75 + fastrand::f64() * 0.5))
+    }
+}
+
+impl kube::runtime::utils::Backoff for Reconnect {
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
+}

@@ -51,6 +51,8 @@ pub struct Options {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Whose rights releases act with, and which references they may make.
     pub tenancy: Tenancy,
+    /// How releases are divided among replicas.
+    pub sharding: crate::lock::Sharding,
 }
 
 /// The ServiceAccount `sr` acts as: its `spec.serviceAccountName`, else the controller's

@@ -9,7 +9,8 @@ use super::Error;
 use super::context::Context;
 use crate::api::{
     Claim, HOOK_RUN_ANNOTATION, Identity, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION,
-    ObjectKey, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, Reason, SequencedRelease,
+    ObjectKey, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, Reason, SHARD_LABEL,
+    SequencedRelease,
 };
 use crate::cluster::{Cluster, ClusterError, Kind, Verb};
 use crate::history::HookRecord;
@@ -305,7 +306,8 @@ impl Objects<'_> {
                     let Some(resource) = deployable.plan.resources.get(r) else {
                         return Ok(None);
                     };
-                    let ignored = self.ignore.for_object(key);
+                    let mut ignored = self.ignore.for_object(key);
+                    ignored.push(ignore::shard_label());
                     cluster
                         .drift(key, &self.owned(&resource.object, key), &ignored)
                         .await
@@ -524,6 +526,10 @@ impl Objects<'_> {
         let mut labels = map("labels");
         let mut annotations = map("annotations");
         labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
+        labels.insert(
+            SHARD_LABEL.into(),
+            self.ctx.shards.shard(&self.me.uid).to_string().into(),
+        );
         annotations.insert(
             RELEASE_NAME_ANNOTATION.into(),
             self.me.release_name.clone().into(),
