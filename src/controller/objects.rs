@@ -502,39 +502,45 @@ impl Objects<'_> {
 
     /// The object as it is applied: its namespace, and the ownership labels and annotations.
     fn owned(&self, object: &Value, key: &ObjectKey) -> Value {
-        let mut object = object.clone();
-        let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
-            return object;
-        };
-        if let Some(ns) = &key.namespace {
-            metadata.insert("namespace".into(), Value::String(ns.clone()));
-        }
-        let mut map = |field: &str| {
-            let entry = metadata
-                .entry(field)
-                .or_insert_with(|| Value::Object(Default::default()));
-            if !entry.is_object() {
-                *entry = Value::Object(Default::default());
-            }
-            entry
-                .as_object_mut()
-                .map(std::mem::take)
-                .unwrap_or_default()
-        };
-        let mut labels = map("labels");
-        let mut annotations = map("annotations");
-        labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
-        annotations.insert(
-            RELEASE_NAME_ANNOTATION.into(),
-            self.me.release_name.clone().into(),
-        );
-        annotations.insert(
-            RELEASE_NAMESPACE_ANNOTATION.into(),
-            self.me.target_namespace.clone().into(),
-        );
-        annotations.insert(OWNER_ANNOTATION.into(), self.me.owner.clone().into());
-        metadata.insert("labels".into(), Value::Object(labels));
-        metadata.insert("annotations".into(), Value::Object(annotations));
-        object
+        as_applied(object, key, self.me)
     }
+}
+
+/// `object` (of plan identity `key`) as release `me` applies it: with its namespace, and the
+/// ownership labels and annotations. `sequenced diff` sends exactly this in its dry runs.
+pub fn as_applied(object: &Value, key: &ObjectKey, me: &Identity) -> Value {
+    let mut object = object.clone();
+    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return object;
+    };
+    if let Some(ns) = &key.namespace {
+        metadata.insert("namespace".into(), Value::String(ns.clone()));
+    }
+    let mut map = |field: &str| {
+        let entry = metadata
+            .entry(field)
+            .or_insert_with(|| Value::Object(Default::default()));
+        if !entry.is_object() {
+            *entry = Value::Object(Default::default());
+        }
+        entry
+            .as_object_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    };
+    let mut labels = map("labels");
+    let mut annotations = map("annotations");
+    labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
+    annotations.insert(
+        RELEASE_NAME_ANNOTATION.into(),
+        me.release_name.clone().into(),
+    );
+    annotations.insert(
+        RELEASE_NAMESPACE_ANNOTATION.into(),
+        me.target_namespace.clone().into(),
+    );
+    annotations.insert(OWNER_ANNOTATION.into(), me.owner.clone().into());
+    metadata.insert("labels".into(), Value::Object(labels));
+    metadata.insert("annotations".into(), Value::Object(annotations));
+    object
 }
