@@ -504,7 +504,7 @@ impl Compare<'_> {
                 message: e.to_string(),
             })?;
         Ok(
-            match report::changed(&key.api_version, &key.kind, &live, &after) {
+            match report::changed(&key.api_version, &key.kind, &applied, &live, &after) {
                 Some(diff) => object_of(key, Action::Change, Some(diff)),
                 None => object_of(key, Action::Unchanged, None),
             },

@@ -313,18 +313,24 @@ fn mask_secret(live: &mut Value, applied: &mut Value) {
     }
 }
 
-/// For a Secret, the `data` keys its `stringData` writes (the API server keeps them in `data`).
-fn secret_data_fields(fields: &mut Map<String, Value>) {
-    let keys: Vec<String> = match fields.get("f:stringData") {
-        Some(Value::Object(set)) => set.keys().cloned().collect(),
-        _ => return,
-    };
+/// For a Secret, the `data` keys the applied object sets, in `data` or `stringData` (the API
+/// server keeps both in `data`, and its managed fields need not say so).
+fn secret_data_fields(fields: &mut Map<String, Value>, sent: &Value) {
+    let keys: Vec<String> = ["data", "stringData"]
+        .iter()
+        .filter_map(|f| sent.get(*f).and_then(Value::as_object))
+        .flat_map(|m| m.keys().cloned())
+        .collect();
+    if keys.is_empty() {
+        return;
+    }
     let data = fields
         .entry("f:data")
         .or_insert_with(|| Value::Object(Map::new()));
     if let Value::Object(data) = data {
         for key in keys {
-            data.entry(key).or_insert_with(|| Value::Object(Map::new()));
+            data.entry(format!("f:{key}"))
+                .or_insert_with(|| Value::Object(Map::new()));
         }
     }
 }
@@ -344,13 +350,20 @@ fn unified(before: &str, after: &str) -> String {
         .to_string()
 }
 
-/// How applying would change a live object, from its server-side apply dry run: None when no
-/// field sequenced manages (on either side) changes, else their unified diff.
-pub fn changed(api_version: &str, kind: &str, live: &Value, applied: &Value) -> Option<String> {
+/// How applying `sent` would change a live object, from its server-side apply dry run
+/// `applied`: None when no field sequenced manages (on either side) changes, else their unified
+/// diff.
+pub fn changed(
+    api_version: &str,
+    kind: &str,
+    sent: &Value,
+    live: &Value,
+    applied: &Value,
+) -> Option<String> {
     let mut fields = owned_fields(live);
     merge_fields(&mut fields, &owned_fields(applied));
     if is_secret(api_version, kind) {
-        secret_data_fields(&mut fields);
+        secret_data_fields(&mut fields, sent);
     }
     let (mut before, mut after) = (project(live, &fields), project(applied, &fields));
     if before == after {
@@ -560,14 +573,17 @@ mod tests {
         applied["metadata"]["resourceVersion"] = json!("8");
         applied["spec"]["paused"] = json!(false);
         applied["spec"]["template"]["spec"]["containers"][0]["image"] = json!("s:2");
-        assert_eq!(changed("apps/v1", "Deployment", &live, &applied), None);
+        assert_eq!(
+            changed("apps/v1", "Deployment", &Value::Null, &live, &applied),
+            None
+        );
         applied["spec"]["template"]["spec"]["containers"][1]["image"] = json!("app:2");
-        let diff = changed("apps/v1", "Deployment", &live, &applied).unwrap();
+        let diff = changed("apps/v1", "Deployment", &Value::Null, &live, &applied).unwrap();
         assert!(
-            diff.contains("-      image: app:1\n+      image: app:2\n"),
+            diff.contains("-      - image: app:1\n+      - image: app:2\n         name: app\n"),
             "{diff}"
         );
-        assert!(!diff.contains("s:"), "{diff}");
+        assert!(!diff.contains("s:1"), "{diff}");
         assert!(!diff.contains("imagePullPolicy"), "{diff}");
         assert!(diff.starts_with("--- live\n+++ applied\n"), "{diff}");
     }
@@ -578,18 +594,21 @@ mod tests {
                           "data": {"a": "1", "b": "2"}});
         let applied = json!({"metadata": {"managedFields": managed(json!({"f:data": {"f:a": {}}}))},
                              "data": {"a": "1"}});
-        let diff = changed("v1", "ConfigMap", &live, &applied).unwrap();
+        let diff = changed("v1", "ConfigMap", &Value::Null, &live, &applied).unwrap();
         assert!(diff.contains("-  b: '2'\n"), "{diff}");
     }
 
     #[test]
     fn secret_values_are_never_shown() {
-        let fields = json!({"f:data": {"f:same": {}, "f:new": {}, "f:gone": {}}, "f:stringData": {"f:text": {}}});
+        // As a server may record it: the keys set through stringData not among the fields.
+        let fields = json!({"f:data": {"f:same": {}, "f:new": {}, "f:gone": {}}});
+        let sent =
+            json!({"data": {"same": "c2FtZQ==", "new": "bmV3"}, "stringData": {"text": "b"}});
         let live = json!({"metadata": {"managedFields": managed(fields.clone())},
                           "data": {"same": "c2FtZQ==", "new": "b2xk", "gone": "eA==", "text": "YQ=="}});
         let applied = json!({"metadata": {"managedFields": managed(fields)},
                              "data": {"same": "c2FtZQ==", "new": "bmV3", "text": "Yg=="}});
-        let diff = changed("v1", "Secret", &live, &applied).unwrap();
+        let diff = changed("v1", "Secret", &sent, &live, &applied).unwrap();
         for secret in ["c2FtZQ", "b2xk", "bmV3", "eA==", "YQ==", "Yg=="] {
             assert!(!diff.contains(secret), "{diff}");
         }
