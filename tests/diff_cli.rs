@@ -496,3 +496,52 @@ async fn errors_exit_one_and_name_what_is_wrong() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shop_example_is_shown_layer_by_layer_in_rollout_order() {
+    within(async {
+        let mut setup = Setup::start().await;
+        setup.stop_controller().await;
+        let shop = support::charts::repo().join("examples/shop");
+        let mut sr = release("shop", &shop, json!({}));
+        sr["metadata"]["namespace"] = json!("default");
+        let path = setup.home.path().join("shop.yaml");
+        std::fs::write(&path, sr.to_string()).unwrap();
+        let out = setup
+            .diff(&["-f", path.to_str().unwrap(), "-o", "json", "--exit-code"])
+            .await;
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let json: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let layers: Vec<(String, Vec<String>)> = json["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["layers"].as_array().unwrap().iter())
+            .map(|l| {
+                let objects = l["objects"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|o| {
+                        format!(
+                            "{} {} {}",
+                            o["action"].as_str().unwrap(),
+                            o["kind"].as_str().unwrap(),
+                            o["name"].as_str().unwrap()
+                        )
+                    })
+                    .collect();
+                (l["name"].as_str().unwrap().to_string(), objects)
+            })
+            .collect();
+        let names: Vec<&str> = layers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["database", "queue", "app"], "{layers:?}");
+        assert!(
+            layers.iter().all(|(_, objects)| !objects.is_empty()
+                && objects.iter().all(|o| o.starts_with("create "))),
+            "{layers:?}"
+        );
+        assert_eq!(json["operation"], "install");
+    })
+    .await;
+}
