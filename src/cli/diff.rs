@@ -56,11 +56,23 @@ pub enum DiffError {
     #[error("{0}")]
     Helm(#[from] crate::helm::HelmError),
     #[error("{0}")]
-    Controller(#[from] crate::controller::Error),
+    Controller(Box<crate::controller::Error>),
     #[error("{0}")]
-    Cluster(#[from] ClusterError),
+    Cluster(Box<ClusterError>),
     #[error("{what}: {message}")]
     Io { what: String, message: String },
+}
+
+impl From<crate::controller::Error> for DiffError {
+    fn from(e: crate::controller::Error) -> DiffError {
+        DiffError::Controller(Box::new(e))
+    }
+}
+
+impl From<ClusterError> for DiffError {
+    fn from(e: ClusterError) -> DiffError {
+        DiffError::Cluster(Box::new(e))
+    }
 }
 
 /// Runs the command: prints what would change; exit code 0, or 2 with `--exit-code` when

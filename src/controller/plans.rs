@@ -152,7 +152,6 @@ impl Plans {
             kube_version,
             api_versions,
             is_upgrade,
-            ..RenderRequest::default()
         };
         let permit = self.rendering.acquire().await;
         let rendering = std::time::Instant::now();
