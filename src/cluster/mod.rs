@@ -686,11 +686,36 @@ impl Cluster {
     /// (`kubectl edit`, `kubectl patch`, another apply) are taken back, as the chart says.
     /// Returns the metadata of the object as applied.
     pub async fn apply(&self, key: &ObjectKey, object: &Value) -> Result<ObjectMeta, ClusterError> {
+        self.apply_as(key, object, false)
+            .await
+            .map(|applied| applied.metadata)
+    }
+
+    /// What [`Cluster::apply`] would make of the object, asked of the API server as a dry run
+    /// (`dryRun=All`: admitted, defaulted and given its managed fields, but nothing is stored):
+    /// the same requests, with the same field manager and the same forcing.
+    pub async fn apply_dry_run(
+        &self,
+        key: &ObjectKey,
+        object: &Value,
+    ) -> Result<Value, ClusterError> {
+        self.apply_as(key, object, true)
+            .await
+            .map(|applied| serde_json::to_value(applied).unwrap_or(Value::Null))
+    }
+
+    async fn apply_as(
+        &self,
+        key: &ObjectKey,
+        object: &Value,
+        dry_run: bool,
+    ) -> Result<DynamicObject, ClusterError> {
         let kind = self.kind(&key.api_version, &key.kind).await?;
         let api = self.api(&kind, key.namespace.as_deref());
-        let params = PatchParams::apply(FIELD_MANAGER);
+        let mut params = PatchParams::apply(FIELD_MANAGER);
+        params.dry_run = dry_run;
         let conflicts = match api.patch(&key.name, &params, &Patch::Apply(object)).await {
-            Ok(applied) => return Ok(applied.metadata),
+            Ok(applied) => return Ok(applied),
             Err(kube::Error::Api(status)) if status.code == 409 => match conflicts_of(&status) {
                 Some(conflicts) => conflicts,
                 None => {
@@ -707,7 +732,6 @@ impl Cluster {
         }
         api.patch(&key.name, &params.force(), &Patch::Apply(&object))
             .await
-            .map(|applied| applied.metadata)
             .map_err(|e| self.error("applying", key, e))
     }
 

@@ -19,9 +19,9 @@
 mod context;
 mod events;
 mod objects;
-mod plans;
+pub mod plans;
 mod reconcile;
-mod records;
+pub mod records;
 mod run;
 pub mod source;
 pub mod stats;
@@ -36,6 +36,7 @@ use crate::cluster::ClusterError;
 use crate::helm::Helm;
 use crate::lock::LockError;
 
+pub use objects::as_applied;
 pub use run::{backoff, run};
 
 /// How the controller runs.
