@@ -28,6 +28,7 @@ use support::operator::{Controller, install_crd};
 use support::process::{children_cpu_time, cpu_time, status_kib};
 
 const SERVER_ENV: &str = "SEQUENCED_SCALE_SERVER";
+const REPLICA_ENV: &str = "SEQUENCED_SCALE_REPLICA";
 const NAMESPACES: usize = 10;
 const CONTROLLER: &str = "scale-controller";
 
@@ -94,17 +95,57 @@ fn serve() {
                 server.clear_requests();
                 println!("{{}}");
             } else if let Some(args) = line.strip_prefix("create ") {
-                let (n, path) = args.split_once(' ').expect("create N PATH");
+                let mut args = args.split(' ');
+                let n = args.next().expect("create N PATH [INTERVAL]");
+                let path = args.next().expect("create N PATH [INTERVAL]");
+                let extra = match args.next() {
+                    Some(interval) => json!({"interval": interval}),
+                    None => json!({}),
+                };
                 create(
                     &server.client(),
                     n.parse().unwrap(),
                     std::path::Path::new(path),
+                    extra,
                 )
                 .await;
                 println!("{{}}");
             } else if let Some(n) = line.strip_prefix("wait ") {
-                wait_ready(&server.client(), n.parse().unwrap()).await;
+                wait_ready(&server.client(), n.parse().unwrap(), 1).await;
                 println!("{{}}");
+            } else if let Some(n) = line.strip_prefix("upgraded ") {
+                wait_ready(&server.client(), n.parse().unwrap(), 2).await;
+                println!("{{}}");
+            } else if line == "upgrade" {
+                upgrade(&server.client()).await;
+                println!("{{}}");
+            } else if let Some(n) = line.strip_prefix("spread ") {
+                let n: usize = n.parse().unwrap();
+                let holders = loop {
+                    let holders = shard_holders(&server.client()).await;
+                    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+                    for h in holders.values() {
+                        *counts.entry(h.as_str()).or_default() += 1;
+                    }
+                    if holders.len() == 32
+                        && counts.len() == n
+                        && counts.values().all(|&c| c <= 32usize.div_ceil(n))
+                    {
+                        break holders;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                };
+                println!("{}", serde_json::to_string(&holders).unwrap());
+            } else if line == "twice" {
+                // Objects applied more than once (successfully) since the last `clear`.
+                let mut applies: BTreeMap<String, usize> = BTreeMap::new();
+                for r in server.requests() {
+                    if r.verb == "apply" && r.status < 300 && !r.query.contains("dryRun=All") {
+                        *applies.entry(r.path.clone()).or_default() += 1;
+                    }
+                }
+                let twice = applies.values().filter(|&&n| n > 1).count();
+                println!("{twice}");
             }
         }
     });
@@ -113,24 +154,75 @@ fn serve() {
 /// Creates `releases` releases of the chart at `path`, over [`NAMESPACES`] namespaces, all at
 /// once (as the driver of the benchmark, in the server's process: its connections and reads are
 /// not the controller's).
-async fn create(client: &kube::Client, releases: usize, path: &std::path::Path) {
+async fn create(
+    client: &kube::Client,
+    releases: usize,
+    path: &std::path::Path,
+    extra: serde_json::Value,
+) {
     let creates = (0..releases).map(|i| {
         let api: Api<SequencedRelease> =
             Api::namespaced(client.clone(), &format!("scale-{}", i % NAMESPACES));
         let sr: SequencedRelease =
-            serde_json::from_value(release(&format!("r{i}"), path, json!({}))).unwrap();
+            serde_json::from_value(release(&format!("r{i}"), path, extra.clone())).unwrap();
         async move { api.create(&PostParams::default(), &sr).await.unwrap() }
     });
     futures::future::join_all(creates).await;
 }
 
-/// Returns once all `releases` releases are Ready.
-async fn wait_ready(client: &kube::Client, releases: usize) {
+/// Who holds each shard Lease, by shard.
+async fn shard_holders(client: &kube::Client) -> BTreeMap<u32, String> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "default");
+    let listed = leases
+        .list(&ListParams::default().labels("sequenced.dev/lease=shard"))
+        .await
+        .unwrap();
+    listed
+        .items
+        .into_iter()
+        .filter_map(|lease| {
+            let n = lease.metadata.labels.as_ref()?.get("sequenced.dev/shard")?;
+            let holder = lease.spec?.holder_identity.filter(|h| !h.is_empty())?;
+            Some((n.parse().ok()?, holder))
+        })
+        .collect()
+}
+
+/// Changes every release's values: a new revision of each.
+async fn upgrade(client: &kube::Client) {
+    let all: Api<SequencedRelease> = Api::all(client.clone());
+    let listed = all.list(&ListParams::default()).await.unwrap();
+    let patches = listed.items.iter().map(|sr| {
+        let api: Api<SequencedRelease> =
+            Api::namespaced(client.clone(), sr.metadata.namespace.as_deref().unwrap());
+        let name = sr.metadata.name.clone().unwrap();
+        async move {
+            api.patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"values": {"value": "two"}}})),
+            )
+            .await
+            .unwrap()
+        }
+    });
+    futures::future::join_all(patches).await;
+}
+
+/// Returns once all `releases` releases are Ready at `revision` (or later).
+async fn wait_ready(client: &kube::Client, releases: usize, revision: i64) {
     let all: Api<SequencedRelease> = Api::all(client.clone());
     let started = Instant::now();
     loop {
         let listed = all.list(&ListParams::default()).await.unwrap();
-        let ready = listed.items.iter().filter(|sr| is_ready(sr)).count();
+        let ready = listed
+            .items
+            .iter()
+            .filter(|sr| {
+                is_ready(sr) && sr.status.as_ref().and_then(|s| s.revision).unwrap_or(0) >= revision
+            })
+            .count();
         if ready == releases {
             return;
         }
@@ -257,9 +349,214 @@ fn run(releases: usize) -> Run {
     }
 }
 
+/// A replica child: a controller named `name` against the server at `url`, with the operator's
+/// default shards (32 shards, 15 s Leases); on `report` on stdin, its peak RSS, RSS and CPU
+/// time (its own and its helm processes') as one JSON line; stops at the end of stdin.
+fn replica(name: &str, url: &str) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut config = kube::Config::new(url.parse().unwrap());
+        config.default_namespace = "default".into();
+        config.headers.push((
+            http::HeaderName::from_static("x-test-client"),
+            http::HeaderValue::from_str(name).unwrap(),
+        ));
+        let _controller = Controller::start_sharded(
+            config,
+            name,
+            sequenced::cli::DEFAULT_CONCURRENCY,
+            Tenancy::default(),
+            sequenced::lock::Sharding::default(),
+        );
+        let mut lines = BufReader::new(std::io::stdin()).lines();
+        while let Some(Ok(line)) = tokio::task::block_in_place(|| lines.next()) {
+            if line == "report" {
+                println!(
+                    "{}",
+                    json!({
+                        "peak_rss_mib": status_kib("VmHWM:") as f64 / 1024.0,
+                        "rss_mib": status_kib("VmRSS:") as f64 / 1024.0,
+                        "cpu_s": cpu_time().as_secs_f64(),
+                        "helm_cpu_s": children_cpu_time().as_secs_f64(),
+                    })
+                );
+            }
+        }
+    });
+}
+
+/// A replica process and its stdin/stdout.
+struct ReplicaProcess {
+    name: String,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl ReplicaProcess {
+    fn start(name: &str, url: &str) -> ReplicaProcess {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .env(REPLICA_ENV, name)
+            .env("SEQUENCED_SCALE_URL", url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start a replica process");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        ReplicaProcess {
+            name: name.to_string(),
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn report(&mut self) -> serde_json::Value {
+        writeln!(self.stdin, "report").unwrap();
+        let mut answer = String::new();
+        self.stdout.read_line(&mut answer).unwrap();
+        serde_json::from_str(&answer).unwrap()
+    }
+}
+
+impl Drop for ReplicaProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The requests of `clients` since the last `clear`, by verb and resource, summed.
+fn requests_of(server: &mut ServerProcess, clients: &[String]) -> BTreeMap<String, usize> {
+    let mut total: BTreeMap<String, usize> = BTreeMap::new();
+    for client in clients {
+        let counts: BTreeMap<String, usize> =
+            serde_json::from_str(&server.ask(&format!("report {client}"))).unwrap();
+        for (what, n) in counts {
+            *total.entry(what).or_default() += n;
+        }
+    }
+    total
+}
+
+/// `releases` releases over `replicas` replica processes (default shards and Leases): the
+/// time to all Ready, each replica's peak RSS and CPU, requests per release; the requests of one
+/// idle `interval` (60 s here) per release; then an upgrade of every release with the first
+/// replica killed (SIGKILL) 3 s into it: the time until every release is Ready at revision 2,
+/// and how many objects were applied more than once.
+fn run_replicas(releases: usize, replicas: usize) {
+    let mut server = ServerProcess::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let chart_dir = chained_chart();
+    let path = chart_dir.path().join("chained");
+    let driver_config = server.config("scale-driver");
+    runtime.block_on(async {
+        let driver = kube::Client::try_from(driver_config).unwrap();
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(driver.clone());
+        for n in 0..NAMESPACES {
+            let ns = serde_json::from_value(json!({"metadata": {"name": format!("scale-{n}")}}))
+                .unwrap();
+            namespaces
+                .create(&PostParams::default(), &ns)
+                .await
+                .unwrap();
+        }
+    });
+    let names: Vec<String> = (0..replicas).map(|i| format!("replica-{i}")).collect();
+    let mut processes: Vec<ReplicaProcess> = names
+        .iter()
+        .map(|n| ReplicaProcess::start(n, &server.url))
+        .collect();
+    let spread_started = Instant::now();
+    let holders: BTreeMap<u32, String> =
+        serde_json::from_str(&server.ask(&format!("spread {replicas}"))).unwrap();
+    let spread_after = spread_started.elapsed();
+    server.ask("clear");
+    let started = Instant::now();
+    server.ask(&format!("create {releases} {} 60s", path.display()));
+    server.ask(&format!("wait {releases}"));
+    let ready_after = started.elapsed();
+    let install = requests_of(&mut server, &names);
+    let reports: Vec<serde_json::Value> = processes.iter_mut().map(|p| p.report()).collect();
+    // One idle interval: every release is Ready; 60 s of what the replicas send.
+    server.ask("clear");
+    std::thread::sleep(Duration::from_secs(60));
+    let idle = requests_of(&mut server, &names);
+    // An upgrade of every release, and the first replica killed in the middle of it.
+    server.ask("clear");
+    server.ask("upgrade");
+    std::thread::sleep(Duration::from_secs(3));
+    let killed = processes.remove(0);
+    let killed_name = killed.name.clone();
+    drop(killed);
+    let killed_at = Instant::now();
+    server.ask(&format!("upgraded {releases}"));
+    let recovered_after = killed_at.elapsed();
+    let twice: usize = server.ask("twice").trim().parse().unwrap();
+
+    let per = |n: usize| n as f64 / releases as f64;
+    let install_total: usize = install.values().sum();
+    let idle_total: usize = idle.values().sum();
+    let shards_of = |name: &str| holders.values().filter(|h| *h == name).count();
+    println!(
+        "{releases} releases over {replicas} replica(s): shards spread in {:.1} s; all Ready after {:.1} s; {:.1} requests per release ({:.2} per release per idle 60 s interval)",
+        spread_after.as_secs_f64(),
+        ready_after.as_secs_f64(),
+        per(install_total),
+        per(idle_total),
+    );
+    for (name, report) in names.iter().zip(&reports) {
+        println!(
+            "  {name}: {} shards, peak RSS {:.0} MiB, CPU {:.1} s (helm {:.1} s)",
+            shards_of(name),
+            report["peak_rss_mib"].as_f64().unwrap_or(0.0),
+            report["cpu_s"].as_f64().unwrap_or(0.0),
+            report["helm_cpu_s"].as_f64().unwrap_or(0.0),
+        );
+    }
+    println!(
+        "  {killed_name} killed 3 s into an upgrade of every release: all Ready at revision 2 {:.1} s later; {twice} objects applied more than once",
+        recovered_after.as_secs_f64()
+    );
+    for (what, count) in &install {
+        println!("  install {what}: {:.2} per release", per(*count));
+    }
+    for (what, count) in &idle {
+        println!("  idle {what}: {:.3} per release", per(*count));
+    }
+}
+
 fn main() {
     if std::env::var_os(SERVER_ENV).is_some() {
         serve();
+        return;
+    }
+    if let Some(name) = std::env::var_os(REPLICA_ENV) {
+        let url = std::env::var("SEQUENCED_SCALE_URL").expect("SEQUENCED_SCALE_URL");
+        replica(&name.to_string_lossy(), &url);
+        return;
+    }
+    if let Some(at) = std::env::args().position(|a| a == "--replicas") {
+        let args: Vec<String> = std::env::args().collect();
+        let replicas: usize = args
+            .get(at + 1)
+            .and_then(|r| r.parse().ok())
+            .expect("--replicas R");
+        let releases: usize = args
+            .iter()
+            .skip(1)
+            .enumerate()
+            .filter(|(i, _)| *i + 1 != at && *i + 1 != at + 1)
+            .find_map(|(_, a)| a.parse().ok())
+            .unwrap_or(100);
+        run_replicas(releases, replicas);
         return;
     }
     if std::env::args().any(|a| a == "--list") {

@@ -59,6 +59,22 @@ impl Controller {
         concurrency: u16,
         tenancy: Tenancy,
     ) -> Controller {
+        // Shard Leases of 3 s: shards move within a second or two in tests.
+        let sharding = sequenced::lock::Sharding {
+            lease_duration: Duration::from_secs(3),
+            ..sequenced::lock::Sharding::default()
+        };
+        Controller::start_sharded(config, identity, concurrency, tenancy, sharding)
+    }
+
+    /// Starts a controller with its shards kept as `sharding` says.
+    pub fn start_sharded(
+        config: kube::Config,
+        identity: &str,
+        concurrency: u16,
+        tenancy: Tenancy,
+        sharding: sequenced::lock::Sharding,
+    ) -> Controller {
         let cache = tempfile::tempdir().expect("cache dir");
         let options = Options {
             helm: Helm::at(crate::helm()),
@@ -67,10 +83,7 @@ impl Controller {
             identity: identity.to_string(),
             metrics: std::sync::Arc::new(sequenced::metrics::Metrics::new().unwrap()),
             tenancy,
-            sharding: sequenced::lock::Sharding {
-                lease_duration: Duration::from_secs(3),
-                ..sequenced::lock::Sharding::default()
-            },
+            sharding,
         };
         let metrics = options.metrics.clone();
         let (stop, stopped) = oneshot::channel::<()>();
