@@ -130,7 +130,8 @@ fn in_progress(phase: ReleasePhase) -> bool {
         | ReleasePhase::Rendering
         | ReleasePhase::Deploying
         | ReleasePhase::RollingBack
-        | ReleasePhase::Uninstalling => true,
+        | ReleasePhase::Uninstalling
+        | ReleasePhase::Testing => true,
         ReleasePhase::Ready | ReleasePhase::Failed | ReleasePhase::Superseded => false,
     }
 }

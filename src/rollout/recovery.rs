@@ -19,6 +19,7 @@ use crate::api::{
     CrdPolicy, EventReason, FORCE_REQUEST_ANNOTATION, OnFailure, RECONCILE_REQUEST_ANNOTATION,
     ROLLBACK_REQUEST_ANNOTATION, ROLLBACK_REVISION_ANNOTATION, Reason, ReleasePhase,
     RemediationAction, RemediationStatus, RollbackStatus, SequencedRelease, SequencedReleaseStatus,
+    TEST_REQUEST_ANNOTATION,
 };
 use crate::history::{HelmStatus, Info, Record};
 
@@ -30,6 +31,8 @@ pub struct Requests {
     /// With it, `--force`: a Ready release is applied again.
     pub force: bool,
     pub rollback: Option<RollbackRequest>,
+    /// A test run (`sequenced test`): its token.
+    pub test: Option<String>,
 }
 
 /// A rollback asked for with `sequenced rollback`.
@@ -68,10 +71,14 @@ pub fn requests(sr: &SequencedRelease, status: &SequencedReleaseStatus) -> Reque
                 },
             },
         });
+    let test = annotation(TEST_REQUEST_ANNOTATION)
+        .filter(|token| status.last_handled_test_at.as_deref() != Some(*token))
+        .map(str::to_string);
     Requests {
         reconcile: reconcile.map(str::to_string),
         force,
         rollback,
+        test,
     }
 }
 
