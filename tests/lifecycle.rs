@@ -406,14 +406,15 @@ fn hook_stages_surround_the_layers_and_the_record_lists_hooks_apart() {
     // A first install runs the pre-install hooks; post-upgrade hooks have no stage.
     assert_eq!(stage_names(&begin), ["(pre-install)", "(default)"]);
     assert_eq!(begin.status.layers[0].resources, 1);
-    // The hooks are kept apart from the inventory; test hooks are never run, so not kept.
+    // The hooks are kept apart from the inventory, test hooks too (`sequenced test` runs them
+    // from it); without spec.test.enable the revision has no (test) stage.
     let hooks: Vec<&str> = begin
         .record
         .hooks
         .iter()
         .map(|h| h.key.name.as_str())
         .collect();
-    assert_eq!(hooks, ["db-migrate", "notify"]);
+    assert_eq!(hooks, ["db-migrate", "notify", "smoke"]);
     let inventory: Vec<&str> = begin
         .record
         .inventory

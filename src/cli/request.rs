@@ -1,6 +1,6 @@
-//! `sequenced reconcile` and `sequenced rollback`: ask the operator, through annotations on the
-//! SequencedRelease, to reconcile it now or to roll it back, then wait until it has acted and the
-//! operation has ended (as `flux reconcile` does).
+//! `sequenced reconcile`, `sequenced rollback` and `sequenced test`: ask the operator, through
+//! annotations on the SequencedRelease, to reconcile it now, to roll it back or to run its Helm
+//! tests, then wait until it has acted and the operation has ended (as `flux reconcile` does).
 //!
 //! Asking is one merge patch of the release's annotations, carrying a fresh token; the operator
 //! writes the token it acted on to the status. Reading the release is I/O ([`run`]); the patch,
@@ -22,7 +22,9 @@ use super::{RequestArgs, fail};
 use crate::api::{
     FORCE_REQUEST_ANNOTATION, RECONCILE_REQUEST_ANNOTATION, ROLLBACK_REQUEST_ANNOTATION,
     ROLLBACK_REVISION_ANNOTATION, ReleasePhase, SequencedRelease, SequencedReleaseStatus,
+    TEST_REQUEST_ANNOTATION, TEST_SUCCESS, TestPhase,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::readiness::format_duration;
 
 /// How often the release is read while waiting.
@@ -37,6 +39,7 @@ const READ_ATTEMPTS: u32 = 3;
 pub enum Request {
     Reconcile { force: bool },
     Rollback { revision: Option<u32> },
+    Test,
 }
 
 impl Request {
@@ -51,6 +54,7 @@ impl Request {
             Request::Rollback {
                 revision: Some(revision),
             } => format!("a rollback of {release} to revision {revision}"),
+            Request::Test => format!("a test run of {release}"),
         }
     }
 
@@ -59,6 +63,7 @@ impl Request {
         match self {
             Request::Reconcile { .. } => status.last_handled_reconcile_at.as_deref(),
             Request::Rollback { .. } => status.last_handled_rollback_at.as_deref(),
+            Request::Test => status.last_handled_test_at.as_deref(),
         }
     }
 
@@ -66,6 +71,7 @@ impl Request {
         match self {
             Request::Reconcile { .. } => "status.lastHandledReconcileAt",
             Request::Rollback { .. } => "status.lastHandledRollbackAt",
+            Request::Test => "status.lastHandledTestAt",
         }
     }
 }
@@ -83,6 +89,7 @@ pub fn patch(request: Request, token: &str) -> Value {
             ROLLBACK_REQUEST_ANNOTATION: token,
             ROLLBACK_REVISION_ANNOTATION: revision.map(|r| Value::from(r.to_string())),
         }),
+        Request::Test => json!({ TEST_REQUEST_ANNOTATION: token }),
     };
     json!({"metadata": {"annotations": annotations}})
 }
@@ -153,6 +160,9 @@ pub fn judge(
     if request.handled(status) != Some(token) {
         return Wait::Unhandled;
     }
+    if request == Request::Test && status.test_refused.is_some() {
+        return Wait::Ended(Outcome::Refused);
+    }
     match status.phase {
         None => Wait::InProgress,
         Some(phase) if in_progress(phase) => Wait::InProgress,
@@ -170,8 +180,66 @@ pub fn judge(
                 })
             }
             Request::Reconcile { .. } => Wait::Ended(Outcome::Ready),
+            // The run ended: every test passed, or one failed (the release stays Ready).
+            Request::Test => Wait::Ended(if tests_passed(status) {
+                Outcome::Ready
+            } else {
+                Outcome::Failed
+            }),
         },
     }
+}
+
+/// Whether the `TestSuccess` condition says the last test run passed.
+fn tests_passed(status: &SequencedReleaseStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == TEST_SUCCESS && c.status == "True")
+}
+
+/// What `sequenced test` prints once the run ended: the refusal, or the release's line and
+/// each test as `helm test` prints it (`TEST SUITE`, `Last Started`, `Last Completed`,
+/// `Phase`), with a failed test's message and log lines indented under it.
+pub fn test_report(name: &str, status: &SequencedReleaseStatus) -> String {
+    if let Some(refused) = &status.test_refused {
+        return format!("{name}: {}\n", one_line(refused));
+    }
+    let mut out = format!("{}\n", summary(name, status));
+    if status.tests.is_empty()
+        && let Some(c) = status.conditions.iter().find(|c| c.type_ == TEST_SUCCESS)
+    {
+        out.push_str(&format!("TEST SUITE: None ({})\n", c.message));
+    }
+    let time = |t: &Option<Time>| {
+        t.as_ref()
+            .map_or_else(|| "-".to_string(), |t| t.0.to_string())
+    };
+    for test in &status.tests {
+        let phase = match test.phase {
+            TestPhase::Running => "Running",
+            TestPhase::Succeeded => "Succeeded",
+            TestPhase::Failed => "Failed",
+        };
+        let took = test
+            .duration
+            .as_deref()
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "TEST SUITE:     {} ({})\nLast Started:   {}\nLast Completed: {}\nPhase:          {phase}{took}\n",
+            test.name,
+            test.kind,
+            time(&test.started_at),
+            time(&test.finished_at),
+        ));
+        if let Some(message) = test.message.as_deref().filter(|_| test.phase == TestPhase::Failed) {
+            for line in message.lines() {
+                out.push_str(&format!("  {line}\n"));
+            }
+        }
+    }
+    out
 }
 
 /// The line printed when the wait has ended: `shop: Ready at revision 5: rolled back to
@@ -304,7 +372,10 @@ async fn ask(args: &RequestArgs, request: Request) -> Result<ExitCode, RequestEr
     // on a token it had not seen.
     let before = patched.status.and_then(|s| s.revision);
     let (outcome, status) = wait(&api, &target, request, &token, before, args.timeout).await?;
-    println!("{}", summary(&target.name, &status));
+    match request {
+        Request::Test => print!("{}", test_report(&target.name, &status)),
+        _ => println!("{}", summary(&target.name, &status)),
+    }
     Ok(outcome.exit_code())
 }
 
@@ -408,6 +479,7 @@ mod tests {
         match request {
             Request::Reconcile { .. } => status.last_handled_reconcile_at = Some(TOKEN.into()),
             Request::Rollback { .. } => status.last_handled_rollback_at = Some(TOKEN.into()),
+            Request::Test => status.last_handled_test_at = Some(TOKEN.into()),
         }
         status
     }

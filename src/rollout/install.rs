@@ -195,6 +195,9 @@ pub fn begin(
     status.last_applied_digest = Some(digest.to_string());
     status.phase = Some(ReleasePhase::Deploying);
     status.layers = layout(revision);
+    // The tests of the revision before are not this one's.
+    status.tests.clear();
+    status.conditions.retain(|c| c.type_ != TEST_SUCCESS);
     let message = match chart_version {
         Some(version) => format!("deploying revision {number} (chart version {version})"),
         None => format!("deploying revision {number}"),
