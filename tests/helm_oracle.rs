@@ -392,10 +392,7 @@ async fn helm_side(
         args.extend(timeout);
         let started = Instant::now();
         let (ok, text) = helm(home.path(), &op.server.url(), args.clone()).await;
-        let expected = !matches!(
-            operation,
-            Operation::FailedInstall | Operation::FailedTest
-        );
+        let expected = !matches!(operation, Operation::FailedInstall | Operation::FailedTest);
         assert_eq!(
             ok,
             expected,

@@ -14,11 +14,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use kube::api::{Patch, PatchParams};
+use sequenced::api::TEST_REQUEST_ANNOTATION;
 use sequenced::api::v1alpha1::{
     LayerPhase, ReleasePhase, RemediationAction, SequencedRelease, SequencedReleaseStatus,
     TestPhase,
 };
-use sequenced::api::TEST_REQUEST_ANNOTATION;
 use serde_json::json;
 use support::charts::{chart, condition, config_map, is_ready, is_stalled, message, release};
 use support::operator::{Operator, is_write};
@@ -83,8 +83,14 @@ fn shop() -> TempDir {
     chart(
         "shop",
         &[
-            ("templates/settings.yaml", &config_map("settings", "helm.sh/layer: config")),
-            ("templates/tests/connection.yaml", &connection_pod("connection")),
+            (
+                "templates/settings.yaml",
+                &config_map("settings", "helm.sh/layer: config"),
+            ),
+            (
+                "templates/tests/connection.yaml",
+                &connection_pod("connection"),
+            ),
             ("templates/tests/smoke.yaml", &smoke_job("smoke", 0)),
             ("templates/tests/last.yaml", &smoke_job("a-last", 5)),
         ],
@@ -148,18 +154,30 @@ async fn passing_tests_run_one_at_a_time_in_helms_order_after_the_install_and_th
 {
     within(async {
         let op = Operator::start(4).await;
-        let _jobs = op.server.job_controller_running_scripts(Duration::from_millis(50));
+        let _jobs = op
+            .server
+            .job_controller_running_scripts(Duration::from_millis(50));
         let dir = shop();
         op.create(
             "default",
-            release("shop", &dir.path().join("shop"), json!({"test": {"enable": true}})),
+            release(
+                "shop",
+                &dir.path().join("shop"),
+                json!({"test": {"enable": true}}),
+            ),
         )
         .await;
         let sr = op.wait_release("default", "shop", "Ready", is_ready).await;
         let st = status(&sr);
-        let stages: Vec<(&str, LayerPhase)> =
-            st.layers.iter().map(|l| (l.name.as_str(), l.phase)).collect();
-        assert_eq!(stages, [("config", LayerPhase::Ready), ("(test)", LayerPhase::Ready)]);
+        let stages: Vec<(&str, LayerPhase)> = st
+            .layers
+            .iter()
+            .map(|l| (l.name.as_str(), l.phase))
+            .collect();
+        assert_eq!(
+            stages,
+            [("config", LayerPhase::Ready), ("(test)", LayerPhase::Ready)]
+        );
         assert_eq!(st.layers[1].resources, 3);
         assert_eq!(
             tests(&sr),
@@ -177,7 +195,11 @@ async fn passing_tests_run_one_at_a_time_in_helms_order_after_the_install_and_th
             && t.message.is_none()));
         assert_eq!(
             condition(&sr, "TestSuccess").unwrap(),
-            ("True".into(), "TestSucceeded".into(), "revision 1: 3 tests succeeded".into())
+            (
+                "True".into(),
+                "TestSucceeded".into(),
+                "revision 1: 3 tests succeeded".into()
+            )
         );
         assert!(
             message(&sr).ends_with("; 3 tests succeeded"),
@@ -201,9 +223,7 @@ async fn passing_tests_run_one_at_a_time_in_helms_order_after_the_install_and_th
         let at = |verb: &str, name: &str| {
             requests
                 .iter()
-                .position(|r| {
-                    r.verb == verb && r.name.as_deref() == Some(name) && r.status < 300
-                })
+                .position(|r| r.verb == verb && r.name.as_deref() == Some(name) && r.status < 300)
                 .unwrap_or_else(|| panic!("{verb} {name}"))
         };
         assert!(at("apply", "settings") < at("apply", "connection"));
@@ -216,8 +236,7 @@ async fn passing_tests_run_one_at_a_time_in_helms_order_after_the_install_and_th
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_test_fails_the_install_with_its_pods_log_and_keep_with_retries_tries_it_again()
-{
+async fn a_failing_test_fails_the_install_with_its_pods_log_and_keep_with_retries_tries_it_again() {
     within(async {
         let op = Operator::start(4).await;
         let _jobs = op.server.job_controller_running_scripts(Duration::from_millis(50));
@@ -285,7 +304,9 @@ async fn a_failing_test_fails_the_install_with_its_pods_log_and_keep_with_retrie
 async fn a_failing_test_after_an_upgrade_with_on_failure_rollback_rolls_back() {
     within(async {
         let op = Operator::start(4).await;
-        let _jobs = op.server.job_controller_running_scripts(Duration::from_millis(50));
+        let _jobs = op
+            .server
+            .job_controller_running_scripts(Duration::from_millis(50));
         let dir = shop();
         op.create(
             "default",
@@ -296,8 +317,10 @@ async fn a_failing_test_after_an_upgrade_with_on_failure_rollback_rolls_back() {
             ),
         )
         .await;
-        op.wait_release("default", "shop", "revision 1 Ready", is_ready).await;
-        op.patch_spec("shop", json!({"values": {"broken": true}})).await;
+        op.wait_release("default", "shop", "revision 1 Ready", is_ready)
+            .await;
+        op.patch_spec("shop", json!({"values": {"broken": true}}))
+            .await;
         let sr = op
             .wait_release("default", "shop", "rolled back (revision 3)", |sr| {
                 is_ready(sr) && revision_is(3)(sr)
@@ -311,12 +334,18 @@ async fn a_failing_test_after_an_upgrade_with_on_failure_rollback_rolls_back() {
         assert_eq!(remediation.action, RemediationAction::Rollback);
         let failure = remediation.failure.as_deref().unwrap_or_default();
         assert!(
-            failure.starts_with("test hook Job/smoke (chart shop, templates/tests/smoke.yaml) failed"),
+            failure
+                .starts_with("test hook Job/smoke (chart shop, templates/tests/smoke.yaml) failed"),
             "{failure}"
         );
-        assert!(failure.ends_with("FAIL: /healthz answered 503"), "{failure}");
         assert!(
-            message(&sr).starts_with("rolled back to revision 1 after revision 2 failed: test hook Job/smoke"),
+            failure.ends_with("FAIL: /healthz answered 503"),
+            "{failure}"
+        );
+        assert!(
+            message(&sr).starts_with(
+                "rolled back to revision 1 after revision 2 failed: test hook Job/smoke"
+            ),
             "{}",
             message(&sr)
         );
@@ -324,10 +353,18 @@ async fn a_failing_test_after_an_upgrade_with_on_failure_rollback_rolls_back() {
             st.history.iter().map(|h| (h.revision, h.phase)).collect();
         assert_eq!(
             phases,
-            [(3, ReleasePhase::Ready), (2, ReleasePhase::Failed), (1, ReleasePhase::Ready)]
+            [
+                (3, ReleasePhase::Ready),
+                (2, ReleasePhase::Failed),
+                (1, ReleasePhase::Ready)
+            ]
         );
         // A rollback is not tested (as Flux): no (test) stage, no results of revision 2 left.
-        assert!(st.layers.iter().all(|l| l.name != "(test)"), "{:?}", st.layers);
+        assert!(
+            st.layers.iter().all(|l| l.name != "(test)"),
+            "{:?}",
+            st.layers
+        );
         assert!(st.tests.is_empty());
         assert!(condition(&sr, "TestSuccess").is_none());
         op.stop().await;
@@ -339,7 +376,9 @@ async fn a_failing_test_after_an_upgrade_with_on_failure_rollback_rolls_back() {
 async fn a_failing_test_with_retries_then_on_failure_uninstall_removes_the_release_objects() {
     within(async {
         let op = Operator::start(4).await;
-        let _jobs = op.server.job_controller_running_scripts(Duration::from_millis(50));
+        let _jobs = op
+            .server
+            .job_controller_running_scripts(Duration::from_millis(50));
         let dir = shop();
         op.create(
             "default",
@@ -431,7 +470,9 @@ async fn ignore_failures_keeps_the_release_ready_and_tells_the_failed_test() {
 async fn filters_select_and_exclude_tests_by_name() {
     within(async {
         let op = Operator::start(4).await;
-        let _jobs = op.server.job_controller_running_scripts(Duration::from_millis(50));
+        let _jobs = op
+            .server
+            .job_controller_running_scripts(Duration::from_millis(50));
         let dir = shop();
         // Excluded: a-last; of those left, only the selected run (the broken smoke test is not
         // selected, so the release is Ready).
@@ -455,7 +496,11 @@ async fn filters_select_and_exclude_tests_by_name() {
             tests(&sr),
             [("connection".to_string(), TestPhase::Succeeded)]
         );
-        let layer = status(&sr).layers.iter().find(|l| l.name == "(test)").unwrap();
+        let layer = status(&sr)
+            .layers
+            .iter()
+            .find(|l| l.name == "(test)")
+            .unwrap();
         assert_eq!(layer.resources, 1);
         assert_eq!(test_writes(&op, 0), ["create Pod/connection"]);
         op.stop().await;
@@ -467,7 +512,9 @@ async fn filters_select_and_exclude_tests_by_name() {
 async fn tests_run_on_request_without_a_new_revision_and_a_failure_is_not_remediated() {
     within(async {
         let op = Operator::start(4).await;
-        let _jobs = op.server.job_controller_running_scripts(Duration::from_millis(50));
+        let _jobs = op
+            .server
+            .job_controller_running_scripts(Duration::from_millis(50));
         let dir = shop();
         // Tests not enabled: the install does not run them; the chart's smoke test is broken.
         op.create(
@@ -507,14 +554,19 @@ async fn tests_run_on_request_without_a_new_revision_and_a_failure_is_not_remedi
             ]
         );
         assert!(
-            st.tests[1].message.as_deref().unwrap_or_default().ends_with("FAIL: /healthz answered 503")
+            st.tests[1]
+                .message
+                .as_deref()
+                .unwrap_or_default()
+                .ends_with("FAIL: /healthz answered 503")
         );
         assert_eq!(
             st.layers.last().map(|l| (l.name.as_str(), l.phase)),
             Some(("(test)", LayerPhase::Failed))
         );
         assert!(st.remediation.is_none() && st.rollback.is_none());
-        let written: Vec<(String, String)> = op.writes("Secret").into_iter().skip(records).collect();
+        let written: Vec<(String, String)> =
+            op.writes("Secret").into_iter().skip(records).collect();
         assert!(written.is_empty(), "no release record written: {written:?}");
 
         // A second run creates the tests again (the Pod left by the first is replaced:

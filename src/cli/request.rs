@@ -24,8 +24,8 @@ use crate::api::{
     ROLLBACK_REVISION_ANNOTATION, ReleasePhase, SequencedRelease, SequencedReleaseStatus,
     TEST_REQUEST_ANNOTATION, TEST_SUCCESS, TestPhase,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::readiness::format_duration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// How often the release is read while waiting.
 const POLL: Duration = Duration::from_millis(250);
@@ -233,7 +233,11 @@ pub fn test_report(name: &str, status: &SequencedReleaseStatus) -> String {
             time(&test.started_at),
             time(&test.finished_at),
         ));
-        if let Some(message) = test.message.as_deref().filter(|_| test.phase == TestPhase::Failed) {
+        if let Some(message) = test
+            .message
+            .as_deref()
+            .filter(|_| test.phase == TestPhase::Failed)
+        {
             for line in message.lines() {
                 out.push_str(&format!("  {line}\n"));
             }
@@ -525,6 +529,94 @@ mod tests {
                 "rollback.sequenced.dev/requestedAt": TOKEN,
                 "rollback.sequenced.dev/revision": null,
             }}})
+        );
+    }
+
+    #[test]
+    fn a_test_run_ends_by_its_test_success_and_a_refusal_is_its_own_outcome() {
+        assert_eq!(
+            patch(Request::Test, TOKEN),
+            json!({"metadata": {"annotations": {"test.sequenced.dev/requestedAt": TOKEN}}})
+        );
+        let test = Request::Test;
+        let ready = status(ReleasePhase::Ready, 2, "revision 2 is ready");
+        assert_eq!(judge(test, TOKEN, Some(2), &ready), Wait::Unhandled);
+        let running = handled(status(ReleasePhase::Testing, 2, "running"), test);
+        assert_eq!(judge(test, TOKEN, Some(2), &running), Wait::InProgress);
+        let condition = |value: &str| k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: TEST_SUCCESS.into(),
+            status: value.into(),
+            reason: "TestFailed".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        };
+        let mut passed = handled(ready.clone(), test);
+        passed.conditions.push(condition("True"));
+        assert_eq!(
+            judge(test, TOKEN, Some(2), &passed),
+            Wait::Ended(Outcome::Ready)
+        );
+        let mut failed = handled(ready.clone(), test);
+        failed.conditions.push(condition("False"));
+        assert_eq!(
+            judge(test, TOKEN, Some(2), &failed),
+            Wait::Ended(Outcome::Failed)
+        );
+        let mut refused = handled(status(ReleasePhase::Failed, 3, "boom"), test);
+        refused.test_refused = Some("tests not run: the release is Failed".into());
+        assert_eq!(
+            judge(test, TOKEN, Some(3), &refused),
+            Wait::Ended(Outcome::Refused)
+        );
+        assert_eq!(
+            test_report("shop", &refused),
+            "shop: tests not run: the release is Failed\n"
+        );
+    }
+
+    #[test]
+    fn a_test_report_prints_each_test_as_helm_test_with_a_failed_ones_log_lines() {
+        let at = |s: i64| Some(Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap()));
+        let mut st = status(
+            ReleasePhase::Ready,
+            2,
+            "revision 2 is ready; test Job/smoke failed (run on request)",
+        );
+        st.tests = vec![
+            crate::api::TestStatus {
+                name: "connection".into(),
+                kind: "Pod".into(),
+                phase: TestPhase::Succeeded,
+                started_at: at(0),
+                finished_at: at(3),
+                duration: Some("3s".into()),
+                message: None,
+            },
+            crate::api::TestStatus {
+                name: "smoke".into(),
+                kind: "Job".into(),
+                phase: TestPhase::Failed,
+                started_at: at(3),
+                finished_at: at(7),
+                duration: Some("4s".into()),
+                message: Some("test hook Job/smoke failed\nlast 1 log line of pod smoke-x (container c):\nFAIL".into()),
+            },
+        ];
+        assert_eq!(
+            test_report("shop", &st),
+            "shop: Ready at revision 2: revision 2 is ready; test Job/smoke failed (run on request)\n\
+             TEST SUITE:     connection (Pod)\n\
+             Last Started:   1970-01-01T00:00:00Z\n\
+             Last Completed: 1970-01-01T00:00:03Z\n\
+             Phase:          Succeeded (3s)\n\
+             TEST SUITE:     smoke (Job)\n\
+             Last Started:   1970-01-01T00:00:03Z\n\
+             Last Completed: 1970-01-01T00:00:07Z\n\
+             Phase:          Failed (4s)\n\
+             \x20 test hook Job/smoke failed\n\
+             \x20 last 1 log line of pod smoke-x (container c):\n\
+             \x20 FAIL\n"
         );
     }
 

@@ -444,8 +444,10 @@ pub fn step(
                         // deletion must not come before that.
                         entry.phase = LayerPhase::CleaningUp;
                         entry.message = Some(with_log(&message, log, message.len() + STATUS_TAIL));
-                        out.outcomes
-                            .push((index, HookOutcome::Failed(entry.message.clone().unwrap_or_default())));
+                        out.outcomes.push((
+                            index,
+                            HookOutcome::Failed(entry.message.clone().unwrap_or_default()),
+                        ));
                         if stage.clean_up(entry).is_empty() {
                             continue;
                         }

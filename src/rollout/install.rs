@@ -1113,10 +1113,7 @@ fn tests_told(revision: &Revision, st: &mut SequencedReleaseStatus, now: &Time) 
     } else {
         "spec.test.ignoreFailures"
     };
-    Some(format!(
-        "test {} failed ({why})",
-        failed.join(", ")
-    ))
+    Some(format!("test {} failed ({why})", failed.join(", ")))
 }
 
 /// The objects the actions write or delete that have not been looked at.

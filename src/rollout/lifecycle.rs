@@ -783,7 +783,10 @@ pub(super) fn with_tests<'a>(
         None => (enabled, None),
         Some(status) => {
             let testing = status.phase == Some(ReleasePhase::Testing);
-            let staged = status.layers.iter().any(|l| l.name == hook_stage(TEST_EVENT));
+            let staged = status
+                .layers
+                .iter()
+                .any(|l| l.name == hook_stage(TEST_EVENT));
             let on_demand = status.last_handled_test_at.clone().filter(|_| testing);
             (enabled || staged || testing, on_demand)
         }
@@ -818,7 +821,11 @@ fn begin_test(facts: &Facts, token: &str, source: &Source, settings: &Settings) 
     };
     let me = facts.identity();
     let revision = Revision::of(deployable, record, *settings, &me, record.is_upgrade())
-        .with_tests(&deployable.hooks, &facts.release.spec, Some(token.to_string()));
+        .with_tests(
+            &deployable.hooks,
+            &facts.release.spec,
+            Some(token.to_string()),
+        );
     let mut st = status.clone();
     st.last_handled_test_at = Some(token.to_string());
     st.test_refused = None;
