@@ -112,6 +112,9 @@ struct Observed {
     trouble: Option<String>,
     /// [`hook_requests`], for `SEQUENCED_ORACLE_TRACE`.
     requests: Vec<String>,
+    /// After a test run, what `helm status` prints of it: the `TEST SUITE` and `Phase` lines
+    /// (the times aside), read by the real helm from each side's release record.
+    test_suites: Vec<String>,
 }
 
 fn chart_dir(pattern: &str) -> PathBuf {
@@ -412,9 +415,24 @@ async fn helm_side(
             objects: objects(&op, scope).await,
             trouble: None,
             requests: hook_requests(&op, from, scope),
+            test_suites: test_suites(home.path(), &op.server.url(), name, *operation).await,
         });
     }
     seen
+}
+
+/// The `TEST SUITE` and `Phase` lines of `helm status NAME` on the server at `url`, after a
+/// test run (nothing for other operations).
+async fn test_suites(home: &Path, url: &str, name: &str, operation: Operation) -> Vec<String> {
+    if !matches!(operation, Operation::Test | Operation::FailedTest) {
+        return Vec::new();
+    }
+    let (ok, text) = helm(home, url, vec!["status".into(), name.into()]).await;
+    assert!(ok, "helm status {name}: {text}");
+    text.lines()
+        .filter(|l| l.starts_with("TEST SUITE") || l.starts_with("Phase:"))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The last requests from `from` on, one line each, for a report on the oracle itself.
@@ -494,6 +512,7 @@ async fn sequenced_side(
 ) -> Vec<Observed> {
     let (op, _jobs, _deployments) = cluster(true).await;
     let api = op.releases(NAMESPACE);
+    let home = TempDir::new().expect("helm home");
     let mut seen = Vec::new();
     for (n, operation) in operations.iter().enumerate() {
         let from = op.server.requests().len();
@@ -587,6 +606,7 @@ async fn sequenced_side(
             objects: objects(&op, scope).await,
             trouble: outcome.err(),
             requests: hook_requests(&op, from, scope),
+            test_suites: test_suites(home.path(), &op.server.url(), name, *operation).await,
         });
         if stuck {
             break;
@@ -653,7 +673,8 @@ async fn compare(pattern: &str, name: &str, operations: &[Operation]) {
         };
         let same_writes = helm.hook_writes == seq.hook_writes;
         let same_objects = helm.objects == seq.objects;
-        let ok = same_writes && same_objects && seq.trouble.is_none();
+        let same_suites = helm.test_suites == seq.test_suites;
+        let ok = same_writes && same_objects && same_suites && seq.trouble.is_none();
         differs |= !ok;
         report.push_str(&format!(
             "## {}: {}\n",
@@ -677,6 +698,13 @@ async fn compare(pattern: &str, name: &str, operations: &[Operation]) {
             report.push_str(&format!(
                 "  objects left (DIFFERENT):\n{}",
                 sets_side_by_side(&helm.objects, &seq.objects)
+            ));
+        }
+        if !helm.test_suites.is_empty() || !same_suites {
+            report.push_str(&format!(
+                "  helm status, the test run{}:\n{}",
+                if same_suites { "" } else { " (DIFFERENT)" },
+                side_by_side(&helm.test_suites, &seq.test_suites)
             ));
         }
         if std::env::var_os("SEQUENCED_ORACLE_TRACE").is_some() {

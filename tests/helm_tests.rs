@@ -140,6 +140,20 @@ fn exists(op: &Operator, api_version: &str, kind: &str, name: &str) -> bool {
         .is_some()
 }
 
+/// Runs the real helm against the test API server, in namespace default.
+async fn helm(op: &Operator, args: &[&str]) -> String {
+    let url = op.server.url();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let dir = TempDir::new().unwrap();
+        let kubeconfig = support::kubeconfig(&dir, &url, "default");
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        support::run_helm(&kubeconfig, &args)
+    })
+    .await
+    .expect("helm")
+}
+
 /// Asks for a test run as `sequenced test` does: a fresh token on the annotation.
 async fn request_tests(op: &Operator, name: &str, token: &str) {
     let patch = json!({"metadata": {"annotations": {TEST_REQUEST_ANNOTATION: token}}});
@@ -565,9 +579,32 @@ async fn tests_run_on_request_without_a_new_revision_and_a_failure_is_not_remedi
             Some(("(test)", LayerPhase::Failed))
         );
         assert!(st.remediation.is_none() && st.rollback.is_none());
+        // No new revision: revision 1's record keeps the run, and its status, as helm reads it.
         let written: Vec<(String, String)> =
             op.writes("Secret").into_iter().skip(records).collect();
-        assert!(written.is_empty(), "no release record written: {written:?}");
+        assert!(
+            written
+                .iter()
+                .all(|(_, name)| name == "default/sh.helm.release.v1.shop.v1"),
+            "{written:?}"
+        );
+        let printed = helm(&op, &["status", "shop"]).await;
+        assert!(printed.contains("\nREVISION: 1\n"), "{printed}");
+        assert!(printed.contains("\nSTATUS: deployed\n"), "{printed}");
+        let suites: Vec<&str> = printed
+            .lines()
+            .filter(|l| l.starts_with("TEST SUITE") || l.starts_with("Phase:"))
+            .collect();
+        assert_eq!(
+            suites,
+            [
+                "TEST SUITE:     connection",
+                "Phase:          Succeeded",
+                "TEST SUITE:     smoke",
+                "Phase:          Failed",
+            ],
+            "{printed}"
+        );
 
         // A second run creates the tests again (the Pod left by the first is replaced:
         // before-hook-creation).

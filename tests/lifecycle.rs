@@ -157,6 +157,7 @@ fn record(revision: i64, digest: &str, inventory: Inventory) -> Option<Arc<Recor
         crds: None,
         plan: None,
         rollback_to: None,
+        tests: Vec::new(),
         content: Default::default(),
         info: Default::default(),
     }))

@@ -519,6 +519,7 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
         crds: Some(settings.crd_policy(is_upgrade)),
         plan: Some(deployable.stored()),
         rollback_to: None,
+        tests: Vec::new(),
         content: deployable.content.clone(),
         info: Info {
             status: if is_upgrade {
@@ -600,6 +601,7 @@ fn superseded(status: &SequencedReleaseStatus, number: i64) -> Vec<RecordUpdate>
             status: HelmStatus::Superseded,
             description: format!("Superseded by revision {number} before it finished"),
             only_from: None,
+            tests: None,
         })
         .into_iter()
         .collect()
@@ -1109,6 +1111,7 @@ fn uninstall_failed(facts: &Facts, status: &SequencedReleaseStatus, starting: bo
             status: HelmStatus::Uninstalled,
             description: "Uninstallation complete".to_string(),
             only_from: None,
+            tests: None,
         }];
         // The revision deployed before is no longer deployed either: its objects are gone too.
         records.extend(
@@ -1117,6 +1120,7 @@ fn uninstall_failed(facts: &Facts, status: &SequencedReleaseStatus, starting: bo
                 status: HelmStatus::Superseded,
                 description: format!("Uninstalled after revision {number} failed"),
                 only_from: Some(HelmStatus::Deployed),
+                tests: None,
             }),
         );
         Next::Write(Box::new(Write {
@@ -1171,6 +1175,7 @@ fn uninstall_failed(facts: &Facts, status: &SequencedReleaseStatus, starting: bo
                     status: HelmStatus::Uninstalling,
                     description: "Deletion in progress".to_string(),
                     only_from: None,
+                    tests: None,
                 });
             }
             Next::Uninstall(Box::new(step))
@@ -1223,6 +1228,7 @@ fn uninstall(facts: &Facts) -> Next {
                 status: HelmStatus::Uninstalled,
                 description: "Uninstallation complete".to_string(),
                 only_from: None,
+                tests: None,
             });
             (kept.into_iter().collect(), Vec::new())
         } else {

@@ -592,6 +592,8 @@ pub struct RecordUpdate {
     pub description: String,
     /// Only when the record has this status now (a `deployed` one becomes `superseded`).
     pub only_from: Option<HelmStatus>,
+    /// The revision's last test run, when this update records one ([`Record::tests`]).
+    pub tests: Option<Vec<crate::api::TestStatus>>,
 }
 
 impl RecordUpdate {
@@ -601,6 +603,7 @@ impl RecordUpdate {
             status,
             description,
             only_from: None,
+            tests: None,
         }
     }
 }
