@@ -606,6 +606,30 @@ async fn tests_run_on_request_without_a_new_revision_and_a_failure_is_not_remedi
             "{printed}"
         );
 
+        // A drift correction re-creates a deleted object and is Ready again, without running
+        // the tests again or failing on the ones that failed on request.
+        let from = op.server.requests().len();
+        let config_maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+            kube::Api::namespaced(op.server.client(), "default");
+        config_maps
+            .delete("settings", &kube::api::DeleteParams::default())
+            .await
+            .expect("delete the ConfigMap");
+        let sr = op
+            .wait_release("default", "shop", "Ready after the correction", |sr| {
+                is_ready(sr)
+                    && sr
+                        .status
+                        .as_ref()
+                        .is_some_and(|s| s.last_drift_correction.is_some())
+            })
+            .await;
+        assert_eq!(status(&sr).revision, Some(1));
+        assert!(
+            test_writes(&op, from).is_empty(),
+            "{:?}",
+            test_writes(&op, from)
+        );
         // A second run creates the tests again (the Pod left by the first is replaced:
         // before-hook-creation).
         let from = op.server.requests().len();

@@ -553,6 +553,12 @@ pub fn step(
     let (pre, post) = stages(revision);
     let timeout = settings.readiness_timeout;
     let mut timeouts = 0;
+    // Tests that failed before this step were told then: ignored, run on request, or the
+    // failure of an operation that ended. A drift correction of the revision does not run
+    // them again, nor fail on them.
+    let tests_failed_before = s
+        .test
+        .is_some_and(|i| st.layers[i].phase == LayerPhase::Failed);
     let done = |st: &SequencedReleaseStatus, slot: Option<usize>| {
         slot.is_none_or(|i| st.layers[i].phase == LayerPhase::Ready)
     };
@@ -764,7 +770,7 @@ pub fn step(
     let tests_done = post_done
         && s.test.is_none_or(|i| {
             st.layers[i].phase == LayerPhase::Ready
-                || (st.layers[i].phase == LayerPhase::Failed && ignored)
+                || (st.layers[i].phase == LayerPhase::Failed && (ignored || tests_failed_before))
         });
 
     // Before anything is written: whose are the objects about to be written or deleted?
