@@ -18,7 +18,7 @@ use kube::api::{Patch, PatchParams};
 use sequenced::api::v1alpha1::LayerPhase;
 use serde_json::json;
 use support::charts::{is_ready, release, repo};
-use support::operator::{Operator, is_dry_run, is_write};
+use support::operator::{Operator, is_dry_run, is_shard_keeping, is_write};
 use support::process::cpu_time;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -107,6 +107,7 @@ async fn idle_reconciles(op: &Operator, touches: usize) -> Idle {
         .iter()
         .filter(|r| {
             is_write(r)
+                && !is_shard_keeping(r)
                 && !(r.kind.as_deref() == Some("SequencedRelease") && r.subresource.is_none())
         })
         .count();
@@ -116,7 +117,9 @@ async fn idle_reconciles(op: &Operator, touches: usize) -> Idle {
         .requests()
         .iter()
         .filter(|r| {
-            matches!(r.verb, "get" | "list") && r.kind.as_deref() != Some("SequencedRelease")
+            matches!(r.verb, "get" | "list")
+                && r.kind.as_deref() != Some("SequencedRelease")
+                && !is_shard_keeping(r)
         })
         .count();
     Idle {

@@ -15,8 +15,8 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Buckets from a millisecond to ten minutes: API calls, renders, layer waits.
@@ -67,6 +67,10 @@ pub struct Metrics {
     pub readiness_timeouts: IntCounter,
     /// Drift corrections started (`spec.driftDetection: enabled`).
     pub drift_corrections: IntCounter,
+    /// Shards this replica owns (acts on, watches and caches the releases of).
+    pub shards_owned: IntGauge,
+    /// Shards this replica gained (`acquired`) or stopped owning (`released`).
+    pub shard_moves: IntCounterVec,
     synced: AtomicBool,
     /// Reads the phase of every release when `sequenced_releases` is scraped.
     phases: std::sync::Mutex<Option<PhaseSource>>,
@@ -148,6 +152,17 @@ impl Metrics {
                 "sequenced_drift_corrections_total",
                 "Drift corrections: releases whose deleted or changed objects were applied again",
             )?,
+            shards_owned: IntGauge::new(
+                "sequenced_shards_owned",
+                "Shards this replica owns: it reconciles, watches and caches their releases only",
+            )?,
+            shard_moves: IntCounterVec::new(
+                Opts::new(
+                    "sequenced_shard_moves_total",
+                    "Shards this replica acquired or released (handed over, given back or lost)",
+                ),
+                &["move"],
+            )?,
             registry,
             synced: AtomicBool::new(false),
             phases: std::sync::Mutex::new(None),
@@ -164,6 +179,14 @@ impl Metrics {
         r.register(Box::new(metrics.lock_takeovers.clone()))?;
         r.register(Box::new(metrics.readiness_timeouts.clone()))?;
         r.register(Box::new(metrics.drift_corrections.clone()))?;
+        r.register(Box::new(metrics.shards_owned.clone()))?;
+        r.register(Box::new(metrics.shard_moves.clone()))?;
+        for direction in ["acquired", "released"] {
+            metrics
+                .shard_moves
+                .with_label_values(&[direction])
+                .inc_by(0);
+        }
         #[cfg(target_os = "linux")]
         r.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),

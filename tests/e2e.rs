@@ -173,7 +173,9 @@ struct Running {
 }
 
 impl Running {
-    fn start(config: &Config, identity: String) -> Running {
+    /// A controller whose shard Leases are in `namespace` (the test's own, so that the
+    /// controllers of tests running at once do not divide one set of shards among them).
+    fn start(config: &Config, identity: String, namespace: &str) -> Running {
         let cache = tempfile::tempdir().unwrap();
         let options = Options {
             helm: Helm::at(support::helm()),
@@ -182,6 +184,11 @@ impl Running {
             identity: identity.clone(),
             metrics: std::sync::Arc::new(sequenced::metrics::Metrics::new().unwrap()),
             tenancy: Default::default(),
+            sharding: sequenced::lock::Sharding {
+                namespace: namespace.to_string(),
+                lease_duration: std::time::Duration::from_secs(3),
+                ..Default::default()
+            },
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let controller_config = config.clone();
@@ -238,7 +245,7 @@ async fn setup() -> Option<E2e> {
         .create(&PostParams::default(), &ns)
         .await
         .expect("namespace");
-    let controller = Running::start(&config, format!("e2e-{namespace}"));
+    let controller = Running::start(&config, format!("e2e-{namespace}"), &namespace);
     let kubelet = play_kubelet(&client, &namespace).await;
     Some(E2e {
         client,
@@ -606,7 +613,11 @@ async fn e2e_depends_on_and_twenty_releases() {
 async fn e2e_two_controllers_share_releases_and_a_stopped_one_hands_over() {
     let Some(mut e2e) = setup().await else { return };
     let first = e2e.controller.take().unwrap();
-    let second = Running::start(&e2e.config, format!("e2e-{}-b", e2e.namespace));
+    let second = Running::start(
+        &e2e.config,
+        format!("e2e-{}-b", e2e.namespace),
+        &e2e.namespace,
+    );
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(e2e.client.clone(), &e2e.namespace);
     let holder = |name: String| {

@@ -19,6 +19,22 @@ pub const MANAGED_BY: &str = "sequenced";
 /// The label selector of everything the operator writes.
 pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=sequenced";
 
+/// The label on every object a release applies (and on its Lease): the release's shard, a
+/// number below `--shards`, so that a replica's watches ask the API server for its shards only.
+pub const SHARD_LABEL: &str = "sequenced.dev/shard";
+/// The label on the Leases that divide the shards among replicas: `shard` or `member`.
+pub const SHARD_LEASE_LABEL: &str = "sequenced.dev/lease";
+
+/// The shard of the release whose uid is `uid`, of `shards`: the first 8 bytes of the SHA-256 of
+/// the uid, modulo `shards` (documented, so that any tool finds a release's shard).
+pub fn shard_of(uid: &str, shards: u32) -> u32 {
+    use sha2::{Digest as _, Sha256};
+    let digest = Sha256::digest(uid.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    (u64::from_be_bytes(first) % u64::from(shards.max(1))) as u32
+}
+
 /// The annotation naming the SequencedRelease (`namespace/name`) an object belongs to.
 pub const OWNER_ANNOTATION: &str = "sequenced.dev/owner";
 /// Helm's ownership annotations, on every applied object.

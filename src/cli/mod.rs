@@ -1,5 +1,6 @@
 //! The `sequenced` command line.
 
+mod diff;
 mod graph;
 mod lint;
 mod ready;
@@ -127,6 +128,25 @@ pub enum Command {
                       code 0 when every test passed, 1 when one failed or the run was refused."
     )]
     Test(RequestArgs),
+    /// Show what the next revision of a SequencedRelease would do to the cluster.
+    #[command(
+        long_about = "Show what the next revision of a SequencedRelease would do to the cluster, stage by \
+                      stage and layer by layer in rollout order: the CRDs, the hooks that would run, the \
+                      objects to create, the objects to change (each with a unified diff of the fields \
+                      sequenced manages, from a server-side apply dry run against the live object), the \
+                      objects to prune in their delete order, and the layers whose order changed. Secret \
+                      values are never shown, only whether they change. Nothing is written to the cluster.\n\n\
+                      Three forms: `sequenced diff -f release.yaml` (a SequencedRelease manifest, against \
+                      the live release of its name, or against nothing when there is none yet); \
+                      `sequenced diff NAME [-f values.yaml] [--set k=v]` (the live release with these \
+                      values merged over its own, as if they were added last to its spec); `sequenced \
+                      diff NAME --revision N` (what a rollback to revision N would do).\n\n\
+                      The chart is rendered here with helm, through the same pipeline as the operator: a \
+                      chart.path is a path on this machine, relative to the current directory. Exit code \
+                      0, also when something would change unless --exit-code is given; with --exit-code, \
+                      2 when something would change; 1 on an error."
+    )]
+    Diff(DiffArgs),
     /// Print the help of every command as Markdown (the book's docs/src/reference/cli.md).
     #[command(hide = true)]
     CliReference,
@@ -203,6 +223,26 @@ pub struct RunArgs {
     /// (Stalled, reason CrossNamespaceRef).
     #[arg(long, env = "SEQUENCED_NO_CROSS_NAMESPACE_REFS")]
     pub no_cross_namespace_refs: bool,
+    /// How many shards releases are divided into (by a hash of their uid); every replica must
+    /// use the same number. Each replica owns a share of them through one Lease per shard.
+    #[arg(long, value_name = "N", default_value_t = crate::lock::shards::DEFAULT_SHARDS, env = "SEQUENCED_SHARDS", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub shards: u32,
+    /// The namespace of the shard Leases (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, value_name = "NAMESPACE", env = "SEQUENCED_SHARD_NAMESPACE")]
+    pub shard_namespace: Option<String>,
+    /// How long a shard Lease lasts without renewal (renewed every third of it): how long the
+    /// shards of a replica that died wait before others take them.
+    #[arg(long, value_name = "DURATION", default_value = "15s", env = "SEQUENCED_SHARD_LEASE_DURATION", value_parser = lease_duration)]
+    pub shard_lease_duration: std::time::Duration,
+}
+
+/// A shard Lease duration: a Go duration of at least 3s.
+fn lease_duration(text: &str) -> Result<std::time::Duration, String> {
+    match crate::readiness::duration::parse_duration(text) {
+        Ok(d) if d >= std::time::Duration::from_secs(3) => Ok(d),
+        Ok(_) => Err(format!("{text:?}: a shard Lease lasts at least 3s")),
+        Err(e) => Err(format!("{text:?}: {e}")),
+    }
 }
 
 /// A ServiceAccount name: a DNS subdomain (lowercase letters, digits, '-' and '.').
@@ -385,15 +425,70 @@ pub enum StatusOutput {
 }
 
 #[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// Name of a live SequencedRelease (omit it to give the release as a manifest with -f).
+    pub name: Option<String>,
+    /// Without NAME: the SequencedRelease manifest (YAML or JSON; `-` for stdin). With NAME: a
+    /// values file merged over the release's values (repeatable; later files win).
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// With NAME: set a value over the release's values, as `helm --set` (repeatable).
+    #[arg(long, value_name = "KEY=VALUE", requires = "name")]
+    pub set: Vec<String>,
+    /// With NAME: set a string value, as `helm --set-string` (repeatable).
+    #[arg(long, value_name = "KEY=VALUE", requires = "name")]
+    pub set_string: Vec<String>,
+    /// With NAME: set a JSON value, as `helm --set-json` (repeatable).
+    #[arg(long, value_name = "KEY=JSON", requires = "name")]
+    pub set_json: Vec<String>,
+    /// With NAME: set a literal string value, as `helm --set-literal` (repeatable).
+    #[arg(long, value_name = "KEY=VALUE", requires = "name")]
+    pub set_literal: Vec<String>,
+    /// With NAME: show what a rollback to this revision would do instead.
+    #[arg(long, value_name = "N", requires = "name", conflicts_with_all = ["files", "set", "set_string", "set_json", "set_literal"])]
+    #[arg(value_parser = clap::value_parser!(u32).range(1..))]
+    pub revision: Option<u32>,
+    /// Namespace of the release (default: the manifest's, else the kubeconfig context's).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: DiffOutput,
+    /// Exit with code 2 when something would change (as `git diff --exit-code`).
+    #[arg(long)]
+    pub exit_code: bool,
+    /// No colour, even on a terminal (also when NO_COLOR is set).
+    #[arg(long)]
+    pub no_color: bool,
+    /// Directory of the chart download cache.
+    #[arg(long, value_name = "DIR", env = "SEQUENCED_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DiffOutput {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
 pub struct ReadyArgs {
     /// File with the objects, `-` for stdin.
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
     pub file: PathBuf,
 }
 
-/// Parses the command line and runs the command.
+/// Parses the command line and runs the command. A command line `sequenced diff` cannot use
+/// exits 1, not clap's 2: `diff --exit-code` says "changes" with 2.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("diff") => {
+            let _ = e.print();
+            return ExitCode::from(diff::EXIT_ERROR);
+        }
+        Err(e) => e.exit(),
+    };
     run(cli)
 }
 
@@ -448,6 +543,7 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Status(args) => status::run(&args),
         Command::Ready(args) => ready::run(&args),
+        Command::Diff(args) => diff::run(&args),
         Command::Reconcile(args) => request::run(
             &args.request,
             request::Request::Reconcile { force: args.force },

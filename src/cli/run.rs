@@ -47,6 +47,16 @@ pub fn run(args: &RunArgs) -> ExitCode {
             default_service_account: args.default_service_account.clone(),
             no_cross_namespace_refs: args.no_cross_namespace_refs,
         },
+        sharding: crate::lock::Sharding {
+            shards: args.shards,
+            namespace: args.shard_namespace.clone().unwrap_or_else(|| {
+                std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or_else(|| "default".to_string())
+            }),
+            lease_duration: args.shard_lease_duration,
+        },
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

@@ -686,11 +686,36 @@ impl Cluster {
     /// (`kubectl edit`, `kubectl patch`, another apply) are taken back, as the chart says.
     /// Returns the metadata of the object as applied.
     pub async fn apply(&self, key: &ObjectKey, object: &Value) -> Result<ObjectMeta, ClusterError> {
+        self.apply_as(key, object, false)
+            .await
+            .map(|applied| applied.metadata)
+    }
+
+    /// What [`Cluster::apply`] would make of the object, asked of the API server as a dry run
+    /// (`dryRun=All`: admitted, defaulted and given its managed fields, but nothing is stored):
+    /// the same requests, with the same field manager and the same forcing.
+    pub async fn apply_dry_run(
+        &self,
+        key: &ObjectKey,
+        object: &Value,
+    ) -> Result<Value, ClusterError> {
+        self.apply_as(key, object, true)
+            .await
+            .map(|applied| serde_json::to_value(applied).unwrap_or(Value::Null))
+    }
+
+    async fn apply_as(
+        &self,
+        key: &ObjectKey,
+        object: &Value,
+        dry_run: bool,
+    ) -> Result<DynamicObject, ClusterError> {
         let kind = self.kind(&key.api_version, &key.kind).await?;
         let api = self.api(&kind, key.namespace.as_deref());
-        let params = PatchParams::apply(FIELD_MANAGER);
+        let mut params = PatchParams::apply(FIELD_MANAGER);
+        params.dry_run = dry_run;
         let conflicts = match api.patch(&key.name, &params, &Patch::Apply(object)).await {
-            Ok(applied) => return Ok(applied.metadata),
+            Ok(applied) => return Ok(applied),
             Err(kube::Error::Api(status)) if status.code == 409 => match conflicts_of(&status) {
                 Some(conflicts) => conflicts,
                 None => {
@@ -707,7 +732,6 @@ impl Cluster {
         }
         api.patch(&key.name, &params.force(), &Patch::Apply(&object))
             .await
-            .map(|applied| applied.metadata)
             .map_err(|e| self.error("applying", key, e))
     }
 
@@ -929,5 +953,35 @@ fn differences(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
         } else {
             path.to_string()
         }),
+    }
+}
+
+/// The backoff of the controller's watches when their connection fails: from 250 ms, doubling,
+/// at most 4 s, with ±25 % jitter, back to the start after a minute without failure. kube's
+/// default reaches 30 s, which after an API-server outage left watches (and the releases they
+/// wake) idle for up to half a minute after the server answered again.
+pub fn reconnect_backoff() -> kube::runtime::utils::ResetTimerBackoff<Reconnect> {
+    kube::runtime::utils::ResetTimerBackoff::new(Reconnect::default(), Duration::from_secs(60))
+}
+
+/// See [`reconnect_backoff`].
+#[derive(Debug, Default, Clone)]
+pub struct Reconnect {
+    failures: u32,
+}
+
+impl Iterator for Reconnect {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let base = Duration::from_millis(250).saturating_mul(1 << self.failures.min(4));
+        self.failures = self.failures.saturating_add(1);
+        Some(base.mul_f64(0.75 + fastrand::f64() * 0.5))
+    }
+}
+
+impl kube::runtime::utils::Backoff for Reconnect {
+    fn reset(&mut self) {
+        self.failures = 0;
     }
 }

@@ -19,7 +19,7 @@ use super::source::Sources;
 use super::watches::Watches;
 use crate::api::{ReleasePhase, SequencedRelease};
 use crate::cluster::{Account, Cluster};
-use crate::lock::Locks;
+use crate::lock::{Locks, Shards};
 use crate::rollout;
 
 /// What every reconcile shares.
@@ -40,6 +40,8 @@ pub(crate) struct Context {
     pub plans: Plans,
     pub records: Records,
     pub locks: Arc<Locks>,
+    /// The shards this replica owns: it acts on their releases only.
+    pub shards: Arc<Shards>,
     /// When this controller first saw each operation in progress (`spec.timeout`).
     pub operations: Operations,
     /// When each release's objects were last compared with what it applied.
@@ -69,6 +71,7 @@ impl Context {
         watches: Watches,
         events: Events,
         locks: Arc<Locks>,
+        shards: Arc<Shards>,
     ) -> Context {
         Context {
             cluster: Arc::new(Cluster::new(client.clone())),
@@ -87,6 +90,7 @@ impl Context {
             drift_checks: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
             locks,
+            shards,
             stopping: AtomicBool::new(false),
         }
     }
@@ -102,6 +106,14 @@ impl Context {
         let n = map.entry(release).or_insert(0);
         *n = n.saturating_add(1);
         *n
+    }
+
+    /// The API server answers again after an outage: every release's errors in a row are
+    /// forgotten, so that the backoff grown while it was away does not hold them back.
+    pub fn forgive_all(&self) {
+        if let Ok(mut failures) = self.failures.lock() {
+            failures.clear();
+        }
     }
 
     /// A reconcile of `release` went through: the errors in a row start again from none.

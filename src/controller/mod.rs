@@ -19,9 +19,9 @@
 mod context;
 mod events;
 mod objects;
-mod plans;
+pub mod plans;
 mod reconcile;
-mod records;
+pub mod records;
 mod run;
 pub mod source;
 pub mod stats;
@@ -36,6 +36,7 @@ use crate::cluster::ClusterError;
 use crate::helm::Helm;
 use crate::lock::LockError;
 
+pub use objects::as_applied;
 pub use run::{backoff, run};
 
 /// How the controller runs.
@@ -51,6 +52,8 @@ pub struct Options {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Whose rights releases act with, and which references they may make.
     pub tenancy: Tenancy,
+    /// How releases are divided among replicas.
+    pub sharding: crate::lock::Sharding,
 }
 
 /// The ServiceAccount `sr` acts as: its `spec.serviceAccountName`, else the controller's

@@ -9,7 +9,8 @@ use super::Error;
 use super::context::Context;
 use crate::api::{
     Claim, HOOK_RUN_ANNOTATION, Identity, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION,
-    ObjectKey, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, Reason, SequencedRelease,
+    ObjectKey, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, Reason, SHARD_LABEL,
+    SequencedRelease,
 };
 use crate::cluster::{Cluster, ClusterError, Kind, Verb};
 use crate::history::HookRecord;
@@ -305,7 +306,8 @@ impl Objects<'_> {
                     let Some(resource) = deployable.plan.resources.get(r) else {
                         return Ok(None);
                     };
-                    let ignored = self.ignore.for_object(key);
+                    let mut ignored = self.ignore.for_object(key);
+                    ignored.push(ignore::shard_label());
                     cluster
                         .drift(key, &self.owned(&resource.object, key), &ignored)
                         .await
@@ -502,39 +504,51 @@ impl Objects<'_> {
 
     /// The object as it is applied: its namespace, and the ownership labels and annotations.
     fn owned(&self, object: &Value, key: &ObjectKey) -> Value {
-        let mut object = object.clone();
-        let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
-            return object;
-        };
-        if let Some(ns) = &key.namespace {
-            metadata.insert("namespace".into(), Value::String(ns.clone()));
-        }
-        let mut map = |field: &str| {
-            let entry = metadata
-                .entry(field)
-                .or_insert_with(|| Value::Object(Default::default()));
-            if !entry.is_object() {
-                *entry = Value::Object(Default::default());
-            }
-            entry
-                .as_object_mut()
-                .map(std::mem::take)
-                .unwrap_or_default()
-        };
-        let mut labels = map("labels");
-        let mut annotations = map("annotations");
-        labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
-        annotations.insert(
-            RELEASE_NAME_ANNOTATION.into(),
-            self.me.release_name.clone().into(),
-        );
-        annotations.insert(
-            RELEASE_NAMESPACE_ANNOTATION.into(),
-            self.me.target_namespace.clone().into(),
-        );
-        annotations.insert(OWNER_ANNOTATION.into(), self.me.owner.clone().into());
-        metadata.insert("labels".into(), Value::Object(labels));
-        metadata.insert("annotations".into(), Value::Object(annotations));
-        object
+        let shard = self.ctx.shards.shard(&self.me.uid).to_string();
+        as_applied(object, key, self.me, Some(&shard))
     }
+}
+
+/// `object` (of plan identity `key`) as release `me` applies it: with its namespace, the
+/// ownership labels and annotations, and the label of its release's `shard` (the operator's
+/// shard count decides it: `sequenced diff` passes the live object's). `sequenced diff` sends
+/// exactly this in its dry runs.
+pub fn as_applied(object: &Value, key: &ObjectKey, me: &Identity, shard: Option<&str>) -> Value {
+    let mut object = object.clone();
+    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return object;
+    };
+    if let Some(ns) = &key.namespace {
+        metadata.insert("namespace".into(), Value::String(ns.clone()));
+    }
+    let mut map = |field: &str| {
+        let entry = metadata
+            .entry(field)
+            .or_insert_with(|| Value::Object(Default::default()));
+        if !entry.is_object() {
+            *entry = Value::Object(Default::default());
+        }
+        entry
+            .as_object_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    };
+    let mut labels = map("labels");
+    let mut annotations = map("annotations");
+    labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
+    if let Some(shard) = shard {
+        labels.insert(SHARD_LABEL.into(), shard.into());
+    }
+    annotations.insert(
+        RELEASE_NAME_ANNOTATION.into(),
+        me.release_name.clone().into(),
+    );
+    annotations.insert(
+        RELEASE_NAMESPACE_ANNOTATION.into(),
+        me.target_namespace.clone().into(),
+    );
+    annotations.insert(OWNER_ANNOTATION.into(), me.owner.clone().into());
+    metadata.insert("labels".into(), Value::Object(labels));
+    metadata.insert("annotations".into(), Value::Object(annotations));
+    object
 }

@@ -23,7 +23,7 @@ use crate::rollout::Deployable;
 use crate::rollout::lifecycle::{PlanFact, Refusal};
 
 /// The last plan of each release.
-pub(super) struct Plans {
+pub struct Plans {
     cached: Mutex<HashMap<ObjectRef<SequencedRelease>, Cached>>,
     /// Renders at once: as many as the machine has cores (`helm template` is CPU-bound, about
     /// 50 ms a chart), whatever the reconcile concurrency.
@@ -148,10 +148,10 @@ impl Plans {
             release_name: prepared.release_name.clone(),
             namespace: prepared.namespace.clone(),
             values: prepared.values.clone(),
+            flags: prepared.flags.clone(),
             kube_version,
             api_versions,
             is_upgrade,
-            ..RenderRequest::default()
         };
         let permit = self.rendering.acquire().await;
         let rendering = std::time::Instant::now();

@@ -32,7 +32,7 @@ type Stored = HashMap<(Release, i64), Option<Arc<Deployable>>>;
 const MAX_RECORD: usize = 1024 * 1024 - 16 * 1024;
 
 /// The records of every release, as read or written by this controller.
-pub(super) struct Records {
+pub struct Records {
     client: Client,
     cached: Mutex<HashMap<(Release, i64), Cached>>,
     stored: Mutex<Stored>,
@@ -45,7 +45,7 @@ pub(super) struct Records {
 
 /// What [`Records::put`] did.
 #[derive(Debug, PartialEq)]
-pub(super) enum Put {
+pub enum Put {
     Written,
     /// The record's name was taken although the release's revisions were taken to be none:
     /// they must be listed before a revision number is chosen.

@@ -18,7 +18,7 @@ use super::events::Events;
 use super::watches::Watches;
 use super::{Error, Halt, Options, Stop, kube_error, reconcile, stats};
 use crate::api::{ReleasePhase, SequencedRelease};
-use crate::lock::Locks;
+use crate::lock::{Locks, Shards};
 use crate::rollout;
 
 /// The longest backoff after API errors.
@@ -51,14 +51,29 @@ pub async fn run(
             "listing SequencedReleases (is the CRD installed? `sequenced crd | kubectl apply -f -`)",
         ))?;
     let (trigger, triggers) = futures::channel::mpsc::unbounded();
-    let controller = Controller::new(api.clone(), watcher::Config::default().any_semantic());
+    let controller = Controller::new(api.clone(), watcher::Config::default().any_semantic())
+        .trigger_backoff(crate::cluster::reconnect_backoff());
     let store = controller.store();
     let concurrency = options.concurrency;
+    let identity = options.identity.clone();
+    let shards = Arc::new(Shards::new(
+        client.clone(),
+        identity.clone(),
+        options.sharding.clone(),
+    ));
+    // The first round before anything else: a lone replica owns every shard from the start.
+    shards.round().await;
+    options
+        .metrics
+        .shards_owned
+        .set(shards.watch().borrow().len() as i64);
     let phases = store.clone();
+    let phase_shards = Arc::clone(&shards);
     options.metrics.set_phase_source(Box::new(move || {
         phases
             .state()
             .iter()
+            .filter(|sr| phase_shards.owns(&sr.uid().unwrap_or_default()))
             .map(|sr| phase_name(sr.status.as_ref().and_then(|s| s.phase)))
             .collect()
     }));
@@ -80,19 +95,24 @@ pub async fn run(
         }
     });
     let trigger_for_discovery = trigger.clone();
-    let identity = options.identity.clone();
-    let locks = Arc::new(Locks::new(client.clone(), identity.clone()));
+    let locks = Arc::new(Locks::new(
+        client.clone(),
+        identity.clone(),
+        Arc::clone(&shards),
+    ));
     locks.watch(trigger.clone());
     let context = Arc::new(Context::new(
         client.clone(),
         config,
         options,
         store.clone(),
-        Watches::new(client.clone(), trigger.clone()),
+        Watches::new(client.clone(), trigger.clone(), Arc::clone(&shards)),
         Events::new(client, "sequenced".to_string(), identity.clone()),
         locks,
+        shards,
     ));
-    let discovery = watch_discovery(&context, trigger_for_discovery);
+    let discovery = watch_discovery(&context, trigger_for_discovery.clone());
+    let _keeping = Aborted(keep_shards(&context, trigger_for_discovery));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let signal = {
         let context = Arc::clone(&context);
@@ -151,8 +171,97 @@ pub async fn run(
                 RELEASE_BOUND.as_secs()
             );
         }
+        if tokio::time::timeout(RELEASE_BOUND, context.shards.hand_over())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "could not give the shards back in time; their Leases expire by themselves"
+            );
+        }
     }
     Ok(())
+}
+
+/// A task aborted when this is dropped (when `run` returns, or its future is dropped).
+struct Aborted(tokio::task::JoinHandle<()>);
+
+impl Drop for Aborted {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Keeps this replica's shards, one round every third of a shard Lease's duration. Releases of
+/// shards gained are reconciled at once (resumed from their status); those of shards lost are
+/// forgotten (and woken, so that a lock still held on one is handed over). When the API server
+/// answers again after rounds that could not reach it, the releases in the middle of an
+/// operation go on at once, their backoff forgotten: the backoff grown while the server was away
+/// does not decide when they go on. Releases with nothing to do are not woken.
+fn keep_shards(
+    context: &Arc<Context>,
+    trigger: futures::channel::mpsc::UnboundedSender<ObjectRef<SequencedRelease>>,
+) -> tokio::task::JoinHandle<()> {
+    let context = Arc::clone(context);
+    tokio::spawn(async move {
+        let shards = Arc::clone(&context.shards);
+        let metrics = Arc::clone(&context.options.metrics);
+        loop {
+            tokio::time::sleep(shards.period()).await;
+            if context.stopping() {
+                return;
+            }
+            let round = shards.round().await;
+            metrics
+                .shards_owned
+                .set(shards.watch().borrow().len() as i64);
+            metrics
+                .shard_moves
+                .with_label_values(&["acquired"])
+                .inc_by(round.gained.len() as u64);
+            metrics
+                .shard_moves
+                .with_label_values(&["released"])
+                .inc_by(round.lost.len() as u64);
+            if round.gained.is_empty() && round.lost.is_empty() && !round.reconnected {
+                continue;
+            }
+            if round.reconnected {
+                context.forgive_all();
+            }
+            for sr in context.store.state() {
+                let shard = shards.shard(&sr.uid().unwrap_or_default());
+                let key = ObjectRef::from_obj(&*sr);
+                let wake = if round.lost.contains(&shard) {
+                    context.forget(&key);
+                    context.locks.holds(&key)
+                } else {
+                    round.gained.contains(&shard)
+                        || (round.reconnected
+                            && shards.owns(&sr.uid().unwrap_or_default())
+                            && in_progress(&sr))
+                };
+                if wake && trigger.unbounded_send(key).is_err() {
+                    return;
+                }
+            }
+        }
+    })
+}
+
+/// Whether a release is in the middle of something: an operation, an uninstall, or reconciles
+/// that fail.
+fn in_progress(sr: &SequencedRelease) -> bool {
+    if sr.metadata.deletion_timestamp.is_some() {
+        return true;
+    }
+    let Some(status) = sr.status.as_ref() else {
+        return true;
+    };
+    !matches!(
+        status.phase,
+        Some(ReleasePhase::Ready | ReleasePhase::Failed)
+    ) || rollout::status::tells_reconcile_failure(status)
 }
 
 /// Watches what changes discovery: CustomResourceDefinitions and APIServices (metadata only,
@@ -307,6 +416,14 @@ pub fn backoff(failures: u32, random: f64) -> Duration {
 /// from the fresher object, and the halts become the requeue they call for.
 async fn reconcile_one(sr: Arc<SequencedRelease>, ctx: Arc<Context>) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(&*sr);
+    if !ctx.shards.owns(&sr.uid().unwrap_or_default()) {
+        // Another replica's release: nothing to do here, but hand over a lock still held on it
+        // (its shard moved in the middle of an operation).
+        if ctx.locks.holds(&key) {
+            interrupt_all(&ctx, std::slice::from_ref(&key)).await;
+        }
+        return Ok(Action::await_change());
+    }
     let release = format!("{}/{}", sr.namespace().unwrap_or_default(), sr.name_any());
     let span = tracing::info_span!("reconcile", release = %release);
     let started = std::time::Instant::now();

@@ -18,7 +18,7 @@ use crate::api::{CommonMetadata, KeyReference, Reason, SequencedRelease, ValuesK
 use crate::chart::source::{ChartCache, ChartReference, Credentials};
 use crate::digest::{Asked, Digests};
 use crate::helm::Helm;
-use crate::pipeline::{self, ChartSource, Resolved, ValuesEntry, ValuesFile};
+use crate::pipeline::{self, ChartSource, Resolved, ValueFlags, ValuesEntry, ValuesFile};
 use crate::rollout::lifecycle::{Refusal, Source};
 
 /// A spec made concrete: the chart resolved, the values files, and their digest.
@@ -31,6 +31,9 @@ pub struct Prepared {
     pub namespace: String,
     /// `spec.commonMetadata`, stamped on what is rendered.
     pub common_metadata: Option<CommonMetadata>,
+    /// `--set` flags given to helm after the values files: none for a release (the operator
+    /// has only files); `sequenced diff NAME --set` previews a change with them.
+    pub flags: ValueFlags,
     /// The digests under every scheme that can express the spec (see [`crate::digest`]); the
     /// current one is what the plan is cached by and a new revision records.
     pub digests: Digests,
@@ -59,7 +62,7 @@ type Merged = (String, Vec<ValuesFile>);
 /// The resolutions of remote charts, by release: a version range is resolved again once
 /// `interval` has passed, or when the chart reference changes.
 #[derive(Default)]
-pub(super) struct Sources {
+pub struct Sources {
     resolved: Mutex<HashMap<ObjectRef<SequencedRelease>, (ChartSource, Resolved, Instant)>>,
     /// Values merged with `targetPath` entries (helm sets each path), by release, with the
     /// digest they were merged for.
@@ -174,6 +177,7 @@ impl Sources {
             release_name,
             namespace: target,
             common_metadata,
+            flags: ValueFlags::default(),
             digests,
         }))
     }

@@ -20,10 +20,12 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::api::{
-    OWNER_ANNOTATION, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, SequencedRelease,
-    owner_of,
+    OWNER_ANNOTATION, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, SHARD_LABEL,
+    SequencedRelease, owner_of,
 };
-use crate::cluster::{Account, Cluster, Kind};
+use crate::cluster::{Account, Cluster, Kind, reconnect_backoff};
+use crate::lock::Shards;
+use crate::lock::shards::following;
 
 type Trigger = UnboundedSender<ObjectRef<SequencedRelease>>;
 
@@ -38,6 +40,17 @@ struct WatchKey {
 }
 /// An object by namespace and name.
 type ObjectName = (Option<String>, String);
+
+/// The two watches of a kind: the objects of this replica's shards (label selector
+/// `sequenced.dev/shard in (...)`, followed as the shards move), and the objects without a shard
+/// label (objects of no release, and those applied before shards existed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Part {
+    Shards,
+    Unlabelled,
+}
+
+type IndexKey = (WatchKey, Part);
 
 /// The objects of one kind that exist, each with what the index keeps of it ([`Seen`]).
 #[derive(Default)]
@@ -166,7 +179,7 @@ impl Readers {
 /// `cluster`'s account sees them: the one over the cluster when there is one, else the
 /// namespace's.
 fn index_key(
-    present: &HashMap<WatchKey, Present>,
+    present: &HashMap<IndexKey, Present>,
     cluster: &Cluster,
     group: &str,
     kind: &str,
@@ -178,7 +191,7 @@ fn index_key(
         kind: kind.to_string(),
         namespace: None,
     };
-    if !present.contains_key(&key) {
+    if !present.contains_key(&(key.clone(), Part::Shards)) {
         key.namespace = namespace.map(str::to_string);
     }
     key
@@ -190,7 +203,9 @@ pub struct Watches {
     trigger: Trigger,
     kinds: Mutex<HashSet<WatchKey>>,
     /// The managed objects that exist, by watch, as the managed watches last saw them.
-    present: Arc<Mutex<HashMap<WatchKey, Present>>>,
+    present: Arc<Mutex<HashMap<IndexKey, Present>>>,
+    /// This replica's shards: the managed watches ask for their objects.
+    shards: Arc<Shards>,
     external: Arc<Mutex<HashMap<ExternalKey, HashSet<ObjectRef<SequencedRelease>>>>>,
     readers: Arc<Mutex<Readers>>,
     /// The input watches started, by kind and namespace.
@@ -210,10 +225,11 @@ impl Drop for Watches {
 }
 
 impl Watches {
-    pub fn new(client: Client, trigger: Trigger) -> Watches {
+    pub fn new(client: Client, trigger: Trigger, shards: Arc<Shards>) -> Watches {
         Watches {
             client,
             trigger,
+            shards,
             kinds: Mutex::new(HashSet::new()),
             present: Arc::new(Mutex::new(HashMap::new())),
             external: Arc::new(Mutex::new(HashMap::new())),
@@ -253,11 +269,10 @@ impl Watches {
             Some(ns) => Api::namespaced_with(cluster.client().clone(), ns, &kind.resource),
             None => Api::all_with(cluster.client().clone(), &kind.resource),
         };
-        // Every object of the kind, not only the managed ones: whether an object this release
-        // is about to write exists, and whose it is, is then known without reading it.
+        // Every object of the kind in this replica's shards, and every object of no shard (not
+        // only the managed ones): whether an object this release is about to write exists, and
+        // whose it is, is then known without reading it, unless it may be of another shard.
         let config = watcher::Config::default().any_semantic();
-        let trigger = self.trigger.clone();
-        let api_version = kind.resource.api_version.clone();
         let what = format!(
             "{}/{}{}",
             kind.resource.api_version,
@@ -267,10 +282,53 @@ impl Watches {
                 .map(|a| format!(" as {a}"))
                 .unwrap_or_default()
         );
+        let sharded = {
+            let (api, config) = (api.clone(), config.clone());
+            following(
+                self.shards.watch(),
+                move |selector| {
+                    watcher(api.clone(), config.clone().labels(selector))
+                        .backoff(reconnect_backoff())
+                        .boxed()
+                },
+                || {
+                    futures::stream::iter([Ok(Event::Init), Ok(Event::InitDone)])
+                        .chain(futures::stream::pending())
+                        .boxed()
+                },
+            )
+        };
+        let unlabelled = watcher(api, config.labels(&format!("!{SHARD_LABEL}")))
+            .backoff(reconnect_backoff())
+            .boxed();
+        for (part, events) in [(Part::Shards, sharded), (Part::Unlabelled, unlabelled)] {
+            let task = self.index(
+                (key.clone(), part),
+                events,
+                kind.resource.api_version.clone(),
+                what.clone(),
+            );
+            self.keep(task);
+        }
+    }
+
+    /// Keeps the index of one watch of managed objects, and wakes the owners of the objects
+    /// that change.
+    fn index(
+        &self,
+        key: IndexKey,
+        events: futures::stream::BoxStream<
+            'static,
+            Result<Event<PartialObjectMeta<DynamicObject>>, watcher::Error>,
+        >,
+        api_version: String,
+        what: String,
+    ) -> tokio::task::JoinHandle<()> {
+        let trigger = self.trigger.clone();
         let present = Arc::clone(&self.present);
-        let task = tokio::spawn(async move {
-            tracing::debug!(kind = %what, "watching managed objects");
-            let mut events = watcher(api, config).default_backoff().boxed();
+        tokio::spawn(async move {
+            tracing::debug!(kind = %what, part = ?key.1, "watching managed objects");
+            let mut events = events;
             // The objects of a (re)list, swapped in once it is complete.
             let mut listing: HashMap<ObjectName, Seen> = HashMap::new();
             while let Some(event) = events.next().await {
@@ -325,8 +383,7 @@ impl Watches {
                     return;
                 }
             }
-        });
-        self.keep(task);
+        })
     }
 
     /// Whether an object of this group and kind exists, as the watch of `cluster`'s account
@@ -383,7 +440,10 @@ impl Watches {
         };
         let (group, kind_name) = (&kind.resource.group, &kind.resource.kind);
         let key = index_key(&present, cluster, group, kind_name, namespace);
-        if let Some(index) = present.get_mut(&key).filter(|index| index.synced) {
+        if let Some(index) = present
+            .get_mut(&(key, Part::Shards))
+            .filter(|index| index.synced)
+        {
             let namespace = namespace.filter(|_| kind.namespaced).map(str::to_string);
             index.objects.insert((namespace, name), Seen::of_meta(meta));
         }
@@ -402,11 +462,28 @@ impl Watches {
         answer: impl FnOnce(Option<&Seen>, &str, &ObjectName) -> T,
     ) -> Option<T> {
         let present = self.present.lock().ok()?;
-        let index = present.get(&index_key(&present, cluster, group, kind, namespace))?;
+        let key = index_key(&present, cluster, group, kind, namespace);
+        let sharded = present.get(&(key.clone(), Part::Shards))?;
+        let unlabelled = present.get(&(key, Part::Unlabelled))?;
+        if !(sharded.synced && unlabelled.synced) {
+            return None;
+        }
         let name = (namespace.map(str::to_string), name.to_string());
-        index
-            .synced
-            .then(|| answer(index.objects.get(&name), &index.api_version, &name))
+        let found = sharded
+            .objects
+            .get(&name)
+            .or_else(|| unlabelled.objects.get(&name));
+        // Not seen: it does not exist, unless it is an object of a shard this replica does not
+        // watch (another release's); only a replica that owns every shard can tell.
+        if found.is_none() && !self.shards.owns_all() {
+            return None;
+        }
+        let api_version = if sharded.api_version.is_empty() {
+            &unlabelled.api_version
+        } else {
+            &sharded.api_version
+        };
+        Some(answer(found, api_version, &name))
     }
 
     /// Wakes `owner` when the external object changes (werf's external dependencies), watched

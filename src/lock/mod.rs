@@ -31,9 +31,12 @@ use kube::{Client, Resource, ResourceExt};
 use sha2::{Digest as _, Sha256};
 
 use crate::api::{
-    LockStatus, MANAGED_BY, MANAGED_BY_LABEL, MANAGED_SELECTOR, OWNER_ANNOTATION, SequencedRelease,
-    owner_of, owner_value,
+    LockStatus, MANAGED_BY, MANAGED_BY_LABEL, MANAGED_SELECTOR, OWNER_ANNOTATION, SHARD_LABEL,
+    SequencedRelease, owner_of, owner_value,
 };
+
+pub mod shards;
+pub use shards::{Sharding, Shards};
 
 /// Lease names: this prefix and the release's name.
 pub const LEASE_PREFIX: &str = "sequenced.lock.";
@@ -201,6 +204,8 @@ pub struct Locks {
     /// Releases blocked by another session's lease, to wake when it is released.
     waiting: Mutex<HashSet<Release>>,
     watch: Mutex<Option<tokio::task::AbortHandle>>,
+    /// The shards of this replica: which replicas are dead, and each release's shard label.
+    shards: std::sync::Arc<Shards>,
 }
 
 impl Drop for Locks {
@@ -234,10 +239,11 @@ fn seconds_i32(duration: Duration) -> i32 {
 }
 
 impl Locks {
-    pub fn new(client: Client, identity: String) -> Locks {
+    pub fn new(client: Client, identity: String, shards: std::sync::Arc<Shards>) -> Locks {
         Locks {
             client,
             identity,
+            shards,
             held: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashSet::new()),
@@ -249,16 +255,37 @@ impl Locks {
         Api::namespaced(self.client.clone(), api_namespace(release))
     }
 
-    /// Watches every lease the controllers made, to keep the sightings current and to wake, via
-    /// `trigger`, a release waiting for a lease that has just been released.
+    /// Watches the leases of the releases of this replica's shards, and those without a shard
+    /// label (written before shards existed; labelled at their next write), to keep the sightings
+    /// current and to wake, via `trigger`, a release waiting for a lease that has just been
+    /// released.
     pub fn watch(self: &std::sync::Arc<Self>, trigger: UnboundedSender<Release>) {
         let api: Api<Lease> = Api::all(self.client.clone());
-        let config = watcher::Config::default()
-            .labels(MANAGED_SELECTOR)
-            .any_semantic();
         let locks = std::sync::Arc::downgrade(self);
+        let base = watcher::Config::default().any_semantic();
+        let sharded = {
+            let (api, base) = (api.clone(), base.clone());
+            shards::following(
+                self.shards.watch(),
+                move |selector| {
+                    let config = base
+                        .clone()
+                        .labels(&format!("{MANAGED_SELECTOR},{selector}"));
+                    watcher(api.clone(), config)
+                        .backoff(crate::cluster::reconnect_backoff())
+                        .boxed()
+                },
+                || futures::stream::pending().boxed(),
+            )
+        };
+        let unlabelled = watcher(
+            api,
+            base.labels(&format!("{MANAGED_SELECTOR},!{SHARD_LABEL}")),
+        )
+        .backoff(crate::cluster::reconnect_backoff())
+        .boxed();
+        let mut events = futures::stream::select(sharded, unlabelled);
         let task = tokio::spawn(async move {
-            let mut events = watcher(api, config).default_backoff().boxed();
             while let Some(event) = events.next().await {
                 let Some(locks) = locks.upgrade() else {
                     return;
@@ -297,6 +324,15 @@ impl Locks {
         verdict
     }
 
+    /// Whether the session `holder` is over: it belongs to a replica whose member Lease expired,
+    /// or it is an earlier session of this controller's own identity that it no longer holds (a
+    /// lease it could not release while the API server was away, or one of the process this one
+    /// replaced under the same name).
+    fn dead(&self, holder: &str) -> bool {
+        let (identity, _) = split_holder(holder);
+        identity == self.identity || self.shards.is_dead(identity)
+    }
+
     /// Whether this controller holds the release's lock.
     pub fn holds(&self, release: &Release) -> bool {
         guard(&self.held).contains_key(release)
@@ -311,6 +347,7 @@ impl Locks {
         }
         let sighting = guard(&self.seen).get(release).cloned()?;
         match standing(&sighting, Instant::now()) {
+            Standing::Held { holder, .. } if self.dead(&holder) => None,
             Standing::Held { holder, remaining } => {
                 guard(&self.waiting).insert(release.clone());
                 Some((holder, remaining))
@@ -392,6 +429,12 @@ impl Locks {
             Some(current) => {
                 let outcome = match self.saw(&release, &current) {
                     Standing::Free => Acquired::Fresh,
+                    // Its holder's replica is dead (its member Lease expired): this replica
+                    // owns the release's shard now, and nobody else acts on it.
+                    Standing::Held { holder, .. } if self.dead(&holder) => Acquired::TakenOver {
+                        previous: holder,
+                        unchanged_for: Duration::ZERO,
+                    },
                     Standing::Held { holder, remaining } => {
                         guard(&self.waiting).insert(release.clone());
                         return Ok(Acquired::Busy {
@@ -520,10 +563,11 @@ impl Locks {
             ..ObjectMeta::default()
         });
         metadata.managed_fields = None;
-        metadata
-            .labels
-            .get_or_insert_with(Default::default)
-            .insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string());
+        let labels = metadata.labels.get_or_insert_with(Default::default);
+        labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string());
+        if let Some(uid) = sr.uid() {
+            labels.insert(SHARD_LABEL.to_string(), self.shards.shard(&uid).to_string());
+        }
         metadata
             .annotations
             .get_or_insert_with(Default::default)
@@ -568,6 +612,7 @@ impl Locks {
         let Some(held) = guard(&self.held).remove(release) else {
             return Ok(());
         };
+        let held_again = held.clone();
         let mut lease = held.lease;
         lease.metadata.managed_fields = None;
         if let Some(spec) = lease.spec.as_mut() {
@@ -592,7 +637,12 @@ impl Locks {
                 guard(&self.seen).remove(release);
                 Ok(())
             }
-            Err(source) => Err(api_error("releasing", release)(source)),
+            Err(source) => {
+                // Still held (the API server did not answer, say): kept, to be released or
+                // renewed later rather than left to expire in a session this controller forgot.
+                guard(&self.held).insert(release.clone(), held_again);
+                Err(api_error("releasing", release)(source))
+            }
         }
     }
 

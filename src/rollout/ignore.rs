@@ -22,6 +22,24 @@ pub struct Pointer {
     tokens: Vec<String>,
 }
 
+/// The pointer of the shard label (`/metadata/labels/sequenced.dev~1shard`): a drift check leaves
+/// it alone, so that objects applied before shards existed are not corrected for lacking it (the
+/// next revision labels them; meanwhile the watch of unlabelled objects sees them).
+pub fn shard_label() -> &'static Pointer {
+    static SHARD: std::sync::LazyLock<Pointer> = std::sync::LazyLock::new(|| Pointer {
+        text: format!(
+            "/metadata/labels/{}",
+            crate::api::SHARD_LABEL.replace('/', "~1")
+        ),
+        tokens: vec![
+            "metadata".to_string(),
+            "labels".to_string(),
+            crate::api::SHARD_LABEL.to_string(),
+        ],
+    });
+    &SHARD
+}
+
 impl Pointer {
     /// Reads a JSON pointer: `""`, or `/` followed by tokens separated by `/` in which `~` is
     /// only ever `~0` or `~1`.

@@ -1187,7 +1187,7 @@ fn uninstall_failed(facts: &Facts, status: &SequencedReleaseStatus, starting: bo
 /// an upgrade when one was (or when the revision before it was an upgrade itself). A first
 /// install and its retries are installs (as Flux retries a failed install), rendered with
 /// `.Release.IsInstall` and running the `pre-install`/`post-install` hooks.
-fn earlier_ready(status: &SequencedReleaseStatus, number: i64) -> bool {
+pub fn earlier_ready(status: &SequencedReleaseStatus, number: i64) -> bool {
     status
         .history
         .iter()

@@ -197,9 +197,15 @@ struct Inner {
     rv_tx: tokio::sync::watch::Sender<u64>,
     /// Clients whose watch streams deliver nothing for now ([`TestApiServer::pause_watches`]).
     paused: Mutex<std::collections::HashSet<String>>,
+    /// The server is down ([`TestApiServer::set_down`]).
+    down: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
+    fn is_down(&self) -> bool {
+        self.down.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -239,6 +245,7 @@ impl TestApiServer {
             state: Mutex::new(state),
             rv_tx,
             paused: Mutex::new(std::collections::HashSet::new()),
+            down: std::sync::atomic::AtomicBool::new(false),
         });
         let server = inner.clone();
         tokio::spawn(async move {
@@ -246,11 +253,22 @@ impl TestApiServer {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                if server.is_down() {
+                    // As a server that is not there: the connection ends at once.
+                    drop(stream);
+                    continue;
+                }
                 let inner = server.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req| {
                         let inner = inner.clone();
-                        async move { Ok::<_, Infallible>(serve(inner, req).await) }
+                        async move {
+                            if inner.is_down() {
+                                // A connection kept alive from before: closed without answer.
+                                return Err(std::io::Error::other("the API server is down"));
+                            }
+                            Ok::<_, std::io::Error>(serve(inner, req).await)
+                        }
                     });
                     let _ = http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
@@ -329,6 +347,17 @@ impl TestApiServer {
     ) -> kube::Client {
         kube::Client::try_from(self.config_as_user(name_for_recording, user, groups))
             .expect("kube client")
+    }
+
+    /// Takes the server down (as kube-apiserver stopped: new connections are closed at once,
+    /// requests on open ones get no answer, watches end) or brings it back with everything it
+    /// held, as a restarted kube-apiserver over the same etcd.
+    pub fn set_down(&self, down: bool) {
+        self.inner
+            .down
+            .store(down, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the watch streams, which end while the server is down.
+        self.inner.rv_tx.send_modify(|_| {});
     }
 
     /// Holds back every watch event for `client` (as a slow or partitioned watch connection
@@ -1841,6 +1870,9 @@ impl WatchStream {
 
     async fn next(mut self) -> Option<(Result<Frame<Bytes>, Infallible>, WatchStream)> {
         loop {
+            if self.inner.is_down() {
+                return None;
+            }
             if self.paused() {
                 if self.rx.changed().await.is_err() {
                     return None;

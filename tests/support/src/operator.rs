@@ -67,6 +67,10 @@ impl Controller {
             identity: identity.to_string(),
             metrics: std::sync::Arc::new(sequenced::metrics::Metrics::new().unwrap()),
             tenancy,
+            sharding: sequenced::lock::Sharding {
+                lease_duration: Duration::from_secs(3),
+                ..sequenced::lock::Sharding::default()
+            },
         };
         let metrics = options.metrics.clone();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -311,6 +315,55 @@ impl Operator {
         }
     }
 
+    /// Who holds each shard Lease (in `default`, where the testkit's controllers keep them):
+    /// shard number to holder, for the shards whose Lease names one.
+    pub async fn shard_holders(&self) -> std::collections::BTreeMap<u32, String> {
+        let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+            kube::Api::namespaced(self.client.clone(), "default");
+        let listed = leases
+            .list(&kube::api::ListParams::default().labels("sequenced.dev/lease=shard"))
+            .await
+            .expect("list the shard Leases");
+        listed
+            .items
+            .into_iter()
+            .filter_map(|lease| {
+                let n = lease.metadata.labels.as_ref()?.get("sequenced.dev/shard")?;
+                let holder = lease.spec?.holder_identity.filter(|h| !h.is_empty())?;
+                Some((n.parse().ok()?, holder))
+            })
+            .collect()
+    }
+
+    /// Waits until the 32 shards are held by `replicas` and by nobody else, evenly (none holds
+    /// more than its share, `ceil(32 / n)`); the holders' counts.
+    pub async fn wait_shards_spread(
+        &self,
+        replicas: &[&str],
+    ) -> std::collections::BTreeMap<String, usize> {
+        let share = 32usize.div_ceil(replicas.len());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let holders = self.shard_holders().await;
+            let mut counts = std::collections::BTreeMap::new();
+            for holder in holders.values() {
+                *counts.entry(holder.clone()).or_insert(0usize) += 1;
+            }
+            let spread = holders.len() == 32
+                && counts.len() == replicas.len()
+                && replicas.iter().all(|r| counts.contains_key(*r))
+                && counts.values().all(|&c| c <= share);
+            if spread {
+                return counts;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the shards never spread over {replicas:?}: {counts:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Plays the Deployment controller and the kubelet: the Deployment's Pods are all available.
     pub fn deployment_ready(&self, namespace: &str, name: &str) -> bool {
         mark_deployment_ready(&self.server, namespace, name)
@@ -454,12 +507,35 @@ fn mark_deployment_ready(server: &TestApiServer, namespace: &str, name: &str) ->
     )
 }
 
-/// Whether a request writes (a dry run does not).
+/// Whether a request writes for a release (a dry run does not, nor the renewal of the replicas'
+/// shard and member Leases, which belong to no release: [`is_shard_keeping`]).
 pub fn is_write(r: &RecordedRequest) -> bool {
     matches!(
         r.verb,
         "create" | "update" | "patch" | "apply" | "delete" | "deletecollection"
     ) && !is_dry_run(r)
+        && !is_shard_keeping(r)
+}
+
+/// Whether a request keeps the replicas' shards: the shard and member Leases (listed, renewed,
+/// claimed and given back every few seconds), which belong to no release.
+pub fn is_shard_keeping(r: &RecordedRequest) -> bool {
+    if r.kind.as_deref() != Some("Lease") {
+        return false;
+    }
+    let named = r
+        .name
+        .as_deref()
+        .is_some_and(|n| n.starts_with("sequenced.shard.") || n.starts_with("sequenced.member."));
+    let labelled = r
+        .body
+        .as_ref()
+        .and_then(|b| b.pointer("/metadata/labels"))
+        .and_then(|l| l.get(sequenced::api::SHARD_LEASE_LABEL))
+        .is_some();
+    let listed = r.query.contains("labelSelector=sequenced.dev%2Flease")
+        || r.query.contains("labelSelector=sequenced.dev/lease");
+    named || labelled || listed
 }
 
 /// Whether a request asked for a dry run (`dryRun=All`): the drift check's applies.
