@@ -30,7 +30,7 @@ const CPU_BUCKETS: &[f64] = &[
 ];
 
 /// Every phase a release can be in, so that `sequenced_releases` shows zeros too.
-pub const PHASES: [&str; 8] = [
+pub const PHASES: [&str; 9] = [
     "None",
     "Pending",
     "Rendering",
@@ -39,6 +39,7 @@ pub const PHASES: [&str; 8] = [
     "Failed",
     "RollingBack",
     "Uninstalling",
+    "Testing",
 ];
 
 /// The controller's metrics, registered in their own registry, and its readiness.

@@ -223,6 +223,7 @@ fn every_spec_and_status_field_of_the_design_is_there() {
             "Failed",
             "RollingBack",
             "Uninstalling",
+            "Testing",
             "Superseded"
         ])
     );

@@ -1363,3 +1363,121 @@ async fn e2e_target_paths_common_metadata_and_ignore_rules_hold_under_drift_dete
     assert!(webhooks.get_opt(&webhook).await.unwrap().is_none());
     e2e.finish().await;
 }
+
+/// Done when (Helm tests, issue 26): a chart's failing test hook fails the release with the
+/// failing Pod's log tail in the status, and `onFailure: rollback` then rolls back. The test
+/// Job prints two lines and, once the values say `broken`, exits 1. On a cluster with Nodes its
+/// kubelet runs busybox and keeps the log; on one without, the played kubelet fails the Pod and
+/// there is no log to read (the failure is told without it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_failing_helm_test_fails_the_upgrade_with_its_log_and_rolls_back() {
+    let Some(e2e) = setup().await else { return };
+    let smoke = r#"apiVersion: batch/v1
+kind: Job
+metadata:
+  name: smoke
+  annotations:
+    helm.sh/hook: test
+    helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: smoke
+          image: busybox:1.36
+          command: ["sh", "-c", "echo GET /healthz; {{ if .Values.broken }}echo 'FAIL: /healthz answered 503'; exit 1{{ else }}echo ok{{ end }}"]
+"#;
+    let dir = chart(
+        "proved",
+        &[
+            (
+                "templates/config.yaml",
+                &config_map("config", "helm.sh/layer: config"),
+            ),
+            ("templates/tests/smoke.yaml", smoke),
+        ],
+    );
+    e2e.create(release(
+        "proved",
+        &dir.path().join("proved"),
+        json!({"test": {"enable": true}, "onFailure": "rollback"}),
+    ))
+    .await;
+    let sr = e2e.wait("proved", "Ready", is_ready).await;
+    assert_eq!(
+        condition(&sr, "TestSuccess").map(|c| (c.0, c.1)),
+        Some(("True".to_string(), "TestSucceeded".to_string()))
+    );
+    let status = sr.status.as_ref().unwrap();
+    assert_eq!(status.tests.len(), 1);
+    assert_eq!(status.tests[0].name, "smoke");
+    assert_eq!(
+        status.tests[0].phase,
+        sequenced::api::v1alpha1::TestPhase::Succeeded
+    );
+    // hook-succeeded: the Job is gone once the tests passed.
+    assert_eq!(e2e.jobs().await, Vec::<String>::new());
+
+    let patch = json!({"spec": {"values": {"broken": true}}});
+    e2e.releases()
+        .patch("proved", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let sr = e2e
+        .wait("proved", "rolled back after the failed test", |sr| {
+            is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(3)
+        })
+        .await;
+    let status = sr.status.as_ref().unwrap();
+    assert_eq!(status.rollback.as_ref().unwrap().to, 1);
+    let remediation = status.remediation.as_ref().expect("status.remediation");
+    assert_eq!(remediation.failed_revision, 2);
+    let failure = remediation.failure.clone().unwrap_or_default();
+    assert!(
+        failure.starts_with("test hook Job/smoke (chart proved, templates/tests/smoke.yaml) failed: Job smoke: failed"),
+        "{failure}"
+    );
+    if e2e.kubelet.is_none() {
+        // A real kubelet ran the test: the end of its Pod's log is in the status.
+        assert!(
+            failure.contains("\nlast 2 log lines of pod smoke-"),
+            "{failure}"
+        );
+        assert!(
+            failure.ends_with("GET /healthz\nFAIL: /healthz answered 503"),
+            "{failure}"
+        );
+    }
+    let phases: Vec<(i64, ReleasePhase)> = status
+        .history
+        .iter()
+        .map(|h| (h.revision, h.phase))
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            (3, ReleasePhase::Ready),
+            (2, ReleasePhase::Failed),
+            (1, ReleasePhase::Ready)
+        ]
+    );
+    // The failed test's Job stays (no hook-failed policy), for kubectl logs.
+    assert_eq!(e2e.jobs().await, ["smoke"]);
+    if let Some(path) = std::env::var_os("SEQUENCED_E2E_KUBECONFIG") {
+        let text = support::run_helm(
+            std::path::Path::new(&path),
+            &["history", "proved", "-o", "json", "-n", &e2e.namespace],
+        );
+        let history: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let statuses: Vec<&str> = history
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["status"].as_str().unwrap())
+            .collect();
+        assert_eq!(statuses, ["superseded", "failed", "deployed"]);
+    }
+    e2e.finish().await;
+}

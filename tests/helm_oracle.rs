@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use sequenced::api::v1alpha1::{ReleasePhase, SequencedRelease};
-use sequenced::api::{ROLLBACK_REQUEST_ANNOTATION, ROLLBACK_REVISION_ANNOTATION};
+use sequenced::api::{
+    ROLLBACK_REQUEST_ANNOTATION, ROLLBACK_REVISION_ANNOTATION, TEST_REQUEST_ANNOTATION,
+};
 use serde_json::{Value, json};
 use support::charts::{condition, is_ready, release};
 use support::operator::{Operator, is_write};
@@ -68,6 +70,11 @@ enum Operation {
     Rollback,
     /// `helm uninstall --wait` / deleting the SequencedRelease and waiting until it is gone.
     Uninstall,
+    /// `helm test` / the test request annotation (`sequenced test`), waiting until its run
+    /// passed.
+    Test,
+    /// `helm test` that must fail (a failing test) / the run ends with `TestSuccess` False.
+    FailedTest,
 }
 
 impl Operation {
@@ -78,6 +85,8 @@ impl Operation {
             Operation::Upgrade => "upgrade",
             Operation::Rollback => "rollback to 1",
             Operation::Uninstall => "uninstall",
+            Operation::Test => "test",
+            Operation::FailedTest => "test (failing)",
         }
     }
 }
@@ -103,6 +112,9 @@ struct Observed {
     trouble: Option<String>,
     /// [`hook_requests`], for `SEQUENCED_ORACLE_TRACE`.
     requests: Vec<String>,
+    /// After a test run, what `helm status` prints of it: the `TEST SUITE` and `Phase` lines
+    /// (the times aside), read by the real helm from each side's release record.
+    test_suites: Vec<String>,
 }
 
 fn chart_dir(pattern: &str) -> PathBuf {
@@ -378,11 +390,12 @@ async fn helm_side(
                 vec!["rollback".into(), name.into(), "1".into(), "--wait".into()]
             }
             Operation::Uninstall => vec!["uninstall".into(), name.into(), "--wait".into()],
+            Operation::Test | Operation::FailedTest => vec!["test".into(), name.into()],
         };
         args.extend(timeout);
         let started = Instant::now();
         let (ok, text) = helm(home.path(), &op.server.url(), args.clone()).await;
-        let expected = *operation != Operation::FailedInstall;
+        let expected = !matches!(operation, Operation::FailedInstall | Operation::FailedTest);
         assert_eq!(
             ok,
             expected,
@@ -393,8 +406,8 @@ async fn helm_side(
         );
         // It failed for the reason the pattern is about, not for another.
         assert!(
-            ok || text.contains("failed pre-install"),
-            "the oracle: helm {args:?} failed, but not in a pre-install hook:\n{text}"
+            ok || text.contains("failed pre-install") || text.contains("Phase:          Failed"),
+            "the oracle: helm {args:?} failed, but not in a pre-install hook or a test:\n{text}"
         );
         tokio::time::sleep(SETTLE).await;
         seen.push(Observed {
@@ -402,9 +415,24 @@ async fn helm_side(
             objects: objects(&op, scope).await,
             trouble: None,
             requests: hook_requests(&op, from, scope),
+            test_suites: test_suites(home.path(), &op.server.url(), name, *operation).await,
         });
     }
     seen
+}
+
+/// The `TEST SUITE` and `Phase` lines of `helm status NAME` on the server at `url`, after a
+/// test run (nothing for other operations).
+async fn test_suites(home: &Path, url: &str, name: &str, operation: Operation) -> Vec<String> {
+    if !matches!(operation, Operation::Test | Operation::FailedTest) {
+        return Vec::new();
+    }
+    let (ok, text) = helm(home, url, vec!["status".into(), name.into()]).await;
+    assert!(ok, "helm status {name}: {text}");
+    text.lines()
+        .filter(|l| l.starts_with("TEST SUITE") || l.starts_with("Phase:"))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The last requests from `from` on, one line each, for a report on the oracle itself.
@@ -484,8 +512,9 @@ async fn sequenced_side(
 ) -> Vec<Observed> {
     let (op, _jobs, _deployments) = cluster(true).await;
     let api = op.releases(NAMESPACE);
+    let home = TempDir::new().expect("helm home");
     let mut seen = Vec::new();
-    for operation in operations {
+    for (n, operation) in operations.iter().enumerate() {
         let from = op.server.requests().len();
         let outcome = match operation {
             Operation::Install | Operation::FailedInstall => {
@@ -545,6 +574,30 @@ async fn sequenced_side(
                     .expect("delete the release");
                 wait(&op, name, None).await
             }
+            Operation::Test | Operation::FailedTest => {
+                // What `sequenced test NAME` asks (src/cli/request.rs `patch`).
+                let passes = if *operation == Operation::Test {
+                    "True"
+                } else {
+                    "False"
+                };
+                let token = format!("oracle-test-{n}");
+                let patch = json!({"metadata": {"annotations": {TEST_REQUEST_ANNOTATION: token}}});
+                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .expect("request the tests");
+                wait(
+                    &op,
+                    name,
+                    Some(&|sr| {
+                        sr.status.as_ref().is_some_and(|s| {
+                            s.last_handled_test_at.as_deref() == Some(token.as_str())
+                                && s.phase == Some(ReleasePhase::Ready)
+                        }) && condition(sr, "TestSuccess").is_some_and(|c| c.0 == passes)
+                    }),
+                )
+                .await
+            }
         };
         tokio::time::sleep(SETTLE).await;
         let stuck = outcome.is_err();
@@ -553,6 +606,7 @@ async fn sequenced_side(
             objects: objects(&op, scope).await,
             trouble: outcome.err(),
             requests: hook_requests(&op, from, scope),
+            test_suites: test_suites(home.path(), &op.server.url(), name, *operation).await,
         });
         if stuck {
             break;
@@ -619,7 +673,8 @@ async fn compare(pattern: &str, name: &str, operations: &[Operation]) {
         };
         let same_writes = helm.hook_writes == seq.hook_writes;
         let same_objects = helm.objects == seq.objects;
-        let ok = same_writes && same_objects && seq.trouble.is_none();
+        let same_suites = helm.test_suites == seq.test_suites;
+        let ok = same_writes && same_objects && same_suites && seq.trouble.is_none();
         differs |= !ok;
         report.push_str(&format!(
             "## {}: {}\n",
@@ -643,6 +698,13 @@ async fn compare(pattern: &str, name: &str, operations: &[Operation]) {
             report.push_str(&format!(
                 "  objects left (DIFFERENT):\n{}",
                 sets_side_by_side(&helm.objects, &seq.objects)
+            ));
+        }
+        if !helm.test_suites.is_empty() || !same_suites {
+            report.push_str(&format!(
+                "  helm status, the test run{}:\n{}",
+                if same_suites { "" } else { " (DIFFERENT)" },
+                side_by_side(&helm.test_suites, &seq.test_suites)
             ));
         }
         if std::env::var_os("SEQUENCED_ORACLE_TRACE").is_some() {
@@ -704,10 +766,43 @@ async fn crd_hook() {
     within(compare("crd-hook", "widgets", LIFECYCLE)).await;
 }
 
-/// `helm test` hooks: no operation creates them.
+/// `helm test` hooks: no operation but `helm test` (`sequenced test`) creates them; each run
+/// one at a time, by weight then name, the Pod left by a run deleted before the next creates it
+/// (`before-hook-creation`), the Job deleted once both passed (`hook-succeeded`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_hooks() {
-    within(compare("test-hooks", "tested", LIFECYCLE)).await;
+    within(compare(
+        "test-hooks",
+        "tested",
+        &[
+            Operation::Install,
+            Operation::Test,
+            Operation::Upgrade,
+            Operation::Test,
+            Operation::Rollback,
+            Operation::Uninstall,
+        ],
+    ))
+    .await;
+}
+
+/// `helm test` whose second test fails (`hook-failed`) after a ConfigMap and a Pod that passed
+/// (`hook-succeeded`), and a test after it that never runs; twice, the second run after an
+/// upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_test() {
+    within(compare(
+        "failing-test",
+        "checked",
+        &[
+            Operation::Install,
+            Operation::FailedTest,
+            Operation::Upgrade,
+            Operation::FailedTest,
+            Operation::Uninstall,
+        ],
+    ))
+    .await;
 }
 
 /// Backup hooks before upgrade, rollback and delete, a verify Job after upgrade and rollback,

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use sequenced::api::{
     Claim, CrdPolicy, EventReason, LayerPhase, ObjectKey, Reason, ReleasePhase, SequencedRelease,
-    SequencedReleaseStatus,
+    SequencedReleaseStatus, TEST_REQUEST_ANNOTATION,
 };
 use sequenced::digest::Digests;
 use sequenced::history::{Inventory, Record};
@@ -157,6 +157,7 @@ fn record(revision: i64, digest: &str, inventory: Inventory) -> Option<Arc<Recor
         crds: None,
         plan: None,
         rollback_to: None,
+        tests: Vec::new(),
         content: Default::default(),
         info: Default::default(),
     }))
@@ -406,14 +407,15 @@ fn hook_stages_surround_the_layers_and_the_record_lists_hooks_apart() {
     // A first install runs the pre-install hooks; post-upgrade hooks have no stage.
     assert_eq!(stage_names(&begin), ["(pre-install)", "(default)"]);
     assert_eq!(begin.status.layers[0].resources, 1);
-    // The hooks are kept apart from the inventory; test hooks are never run, so not kept.
+    // The hooks are kept apart from the inventory, test hooks too (`sequenced test` runs them
+    // from it); without spec.test.enable the revision has no (test) stage.
     let hooks: Vec<&str> = begin
         .record
         .hooks
         .iter()
         .map(|h| h.key.name.as_str())
         .collect();
-    assert_eq!(hooks, ["db-migrate", "notify"]);
+    assert_eq!(hooks, ["db-migrate", "notify", "smoke"]);
     let inventory: Vec<&str> = begin
         .record
         .inventory
@@ -1268,4 +1270,107 @@ fn in_a_terminating_namespace_without_records_the_kept_inventory_is_uninstalled(
         records.is_empty() && delete.is_empty(),
         "the namespace controller deletes the records"
     );
+}
+
+#[test]
+fn enabled_tests_are_the_last_stage_and_a_request_runs_them_on_a_ready_release_only() {
+    // spec.test.enable: the revision's last stage is (test).
+    let mut f = facts(release(json!({"test": {"enable": true}}), json!({})));
+    f.source = source("sha256:1");
+    f.plan = Some(PlanFact {
+        digest: "sha256:1".into(),
+        is_upgrade: false,
+        outcome: Ok(hooked()),
+    });
+    assert_eq!(
+        stage_names(&begin_with(&f)),
+        ["(pre-install)", "(default)", "(test)"]
+    );
+
+    // Asked for on a Ready release without spec.test: its (test) stage is added, the release
+    // is Testing, still Ready, at the same revision.
+    let asked = json!({"annotations": {TEST_REQUEST_ANNOTATION: "t1"}});
+    let mut status = ready(1, "sha256:1");
+    status.layers = vec![sequenced::api::LayerStatus {
+        chart: "shop".into(),
+        name: "(default)".into(),
+        phase: LayerPhase::Ready,
+        resources: 1,
+        ready: 1,
+        ..Default::default()
+    }];
+    let mut f = facts(with_status(
+        release(json!({}), asked.clone()),
+        status.clone(),
+    ));
+    f.source = source("sha256:1");
+    f.plan = Some(PlanFact {
+        digest: "sha256:1".into(),
+        is_upgrade: false,
+        outcome: Ok(hooked()),
+    });
+    f.records
+        .insert(1, record(1, "sha256:1", Inventory::default()));
+    let Next::Write(write) = next(&f) else {
+        panic!("the test run starts: {:?}", next(&f))
+    };
+    let st = &write.status;
+    assert_eq!(st.phase, Some(ReleasePhase::Testing));
+    assert_eq!(st.revision, Some(1));
+    assert_eq!(st.last_handled_test_at.as_deref(), Some("t1"));
+    assert_eq!(st.test_refused, None);
+    let layers: Vec<(&str, LayerPhase)> = st
+        .layers
+        .iter()
+        .map(|l| (l.name.as_str(), l.phase))
+        .collect();
+    assert_eq!(
+        layers,
+        [
+            ("(default)", LayerPhase::Ready),
+            ("(test)", LayerPhase::Pending)
+        ]
+    );
+    assert_eq!(
+        condition(st, "Ready"),
+        condition(&status, "Ready"),
+        "Ready is not touched"
+    );
+    assert_eq!(condition(st, "Reconciling").0, "True");
+    assert!(write.records.is_empty());
+
+    // Asked for while an operation is under way: it waits for its end (the token is not
+    // handled yet).
+    let mut deploying = status.clone();
+    deploying.phase = Some(ReleasePhase::Deploying);
+    let mut f2 = facts(with_status(release(json!({}), asked.clone()), deploying));
+    f2.source = f.source.clone();
+    f2.plan = f.plan.clone();
+    f2.records = f.records.clone();
+    match next(&f2) {
+        Next::Write(w) => panic!("not a test run while deploying: {w:?}"),
+        Next::Install(step) => assert_eq!(step.status.last_handled_test_at, None),
+        _ => {}
+    }
+
+    // Asked for on a Failed release: refused, the rest as it was.
+    let mut failed = status;
+    failed.phase = Some(ReleasePhase::Failed);
+    failed.message = Some("layer app of chart shop failed: boom".into());
+    let mut f3 = facts(with_status(release(json!({}), asked), failed.clone()));
+    f3.source = f.source.clone();
+    let Next::Write(write) = next(&f3) else {
+        panic!("refused: {:?}", next(&f3))
+    };
+    assert_eq!(write.status.last_handled_test_at.as_deref(), Some("t1"));
+    assert_eq!(
+        write.status.test_refused.as_deref(),
+        Some(
+            "tests not run: the release is Failed at revision 1, not Ready: layer app of chart shop failed: boom"
+        )
+    );
+    assert_eq!(write.status.phase, Some(ReleasePhase::Failed));
+    assert_eq!(write.status.message, failed.message);
+    assert_eq!(write.events.len(), 1);
+    assert_eq!(write.events[0].reason, EventReason::TestRefused);
 }

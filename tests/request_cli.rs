@@ -1,7 +1,7 @@
-//! `sequenced reconcile` and `sequenced rollback` as a user runs them: the built binary and a
+//! `sequenced reconcile`, `sequenced rollback` and `sequenced test` as a user runs them: the built binary and a
 //! kubeconfig that points at the in-process test API server. In most tests the test plays the
 //! operator: it reads the request's token from the annotation and writes the status through the
-//! status subresource, as the operator does. The last one runs the real controller, to keep the
+//! status subresource, as the operator does. The last two run the real controller, to keep the
 //! commands and the operator agreeing on the annotations and the status.
 
 use sequenced_testkit as support;
@@ -609,6 +609,181 @@ async fn rollback_and_reconcile_with_the_real_operator() {
             "{}",
             stdout(&out)
         );
+        op.stop().await;
+    })
+    .await;
+}
+
+/// Chart `tested`: a layer Job `check` that fails when the values say `failLayer`; a test Pod
+/// `connection` that passes, and a test Job `smoke` that prints `GET /healthz` and, when the
+/// values say `broken`, `FAIL: /healthz answered 503` and exits 1.
+fn tested_chart() -> TempDir {
+    let check = r#"apiVersion: batch/v1
+kind: Job
+metadata:
+  name: check
+  annotations:
+    helm.sh/layer: check
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: check
+          image: busybox:1.36
+          command: ["sh", "-c", "{{ if .Values.failLayer }}echo no; exit 1{{ else }}echo yes{{ end }}"]
+"#;
+    let connection = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: connection
+  annotations:
+    helm.sh/hook: test
+spec:
+  restartPolicy: Never
+  containers:
+    - name: wget
+      image: busybox:1.36
+      command: ["sh", "-c", "echo connected"]
+"#;
+    let smoke = r#"apiVersion: batch/v1
+kind: Job
+metadata:
+  name: smoke
+  annotations:
+    helm.sh/hook: test
+    helm.sh/hook-weight: "1"
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: smoke
+          image: busybox:1.36
+          command: ["sh", "-c", "echo GET /healthz; {{ if .Values.broken }}echo 'FAIL: /healthz answered 503'; exit 1{{ else }}echo ok{{ end }}"]
+"#;
+    chart(
+        "tested",
+        &[
+            ("templates/check.yaml", check),
+            ("templates/tests/connection.yaml", connection),
+            ("templates/tests/smoke.yaml", smoke),
+        ],
+    )
+}
+
+/// The lines of a `TEST SUITE` block: its name and kind, and its phase line.
+fn suites(out: &str) -> Vec<(String, String)> {
+    let lines: Vec<&str> = out.lines().collect();
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("TEST SUITE:     "))
+        .map(|(i, l)| {
+            let phase = lines.get(i + 3).copied().unwrap_or_default();
+            (
+                l.trim_start_matches("TEST SUITE:     ").to_string(),
+                phase.split(" (").next().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_with_the_real_operator_prints_each_test_and_exits_1_on_a_failure_or_a_refusal() {
+    within(async {
+        let op = Operator::start(4).await;
+        let _jobs = op
+            .server
+            .job_controller_running_scripts(Duration::from_millis(50));
+        let dir = tested_chart();
+        op.create(
+            "default",
+            release("tested", &dir.path().join("tested"), json!({})),
+        )
+        .await;
+        op.wait_release("default", "tested", "Ready", is_ready).await;
+        let home = TempDir::new().unwrap();
+        let kubeconfig = support::kubeconfig(&home, &op.server.url(), "default");
+
+        // Every test passes: exit 0, each test as helm test prints it.
+        let out = sequenced(&kubeconfig, &["test", "tested", "--timeout", "50s"]).await;
+        let printed = stdout(&out);
+        assert!(out.status.success(), "{printed}{}", stderr(&out));
+        assert_eq!(
+            printed.lines().next(),
+            Some(
+                "tested: Ready at revision 1: revision 1 (chart version 0.1.0) is ready: 1 layers, 1 resources; 2 tests succeeded"
+            ),
+            "{printed}"
+        );
+        assert_eq!(
+            suites(&printed),
+            [
+                ("connection (Pod)".to_string(), "Phase:          Succeeded".to_string()),
+                ("smoke (Job)".to_string(), "Phase:          Succeeded".to_string()),
+            ],
+            "{printed}"
+        );
+        assert!(printed.contains("\nLast Started:   20"), "{printed}");
+
+        // The smoke test fails: exit 1, its message and log lines under it; still Ready.
+        op.patch_spec("tested", json!({"values": {"broken": true}}))
+            .await;
+        op.wait_release("default", "tested", "revision 2 Ready", |sr| {
+            is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(2)
+        })
+        .await;
+        let out = sequenced(&kubeconfig, &["test", "tested", "--timeout", "50s"]).await;
+        let printed = stdout(&out);
+        assert_eq!(out.status.code(), Some(1), "{printed}{}", stderr(&out));
+        assert!(
+            printed.starts_with(
+                "tested: Ready at revision 2: revision 2 (chart version 0.1.0) is ready: 1 layers, 1 resources; test Job/smoke failed (run on request)\n"
+            ),
+            "{printed}"
+        );
+        assert_eq!(
+            suites(&printed),
+            [
+                ("connection (Pod)".to_string(), "Phase:          Succeeded".to_string()),
+                ("smoke (Job)".to_string(), "Phase:          Failed".to_string()),
+            ],
+            "{printed}"
+        );
+        let tail: Vec<&str> = printed
+            .lines()
+            .skip_while(|l| !l.starts_with("Phase:          Failed"))
+            .skip(1)
+            .collect();
+        assert_eq!(tail.len(), 4, "{printed}");
+        assert_eq!(
+            tail[0],
+            "  test hook Job/smoke (chart tested, templates/tests/smoke.yaml) failed: Job smoke: failed (BackoffLimitExceeded: Job has reached the specified backoff limit)"
+        );
+        assert!(tail[1].starts_with("  last 2 log lines of pod smoke-"), "{printed}");
+        assert_eq!(tail[2..], ["  GET /healthz", "  FAIL: /healthz answered 503"]);
+
+        // A Failed release (its Job's template changed, which the API server refuses) is not
+        // tested: refused, exit 1, and why.
+        op.patch_spec("tested", json!({"values": {"failLayer": true}}))
+            .await;
+        op.wait_release("default", "tested", "revision 3 Failed", |sr| {
+            support::charts::is_stalled(sr) && sr.status.as_ref().unwrap().revision == Some(3)
+        })
+        .await;
+        let out = sequenced(&kubeconfig, &["test", "tested", "--timeout", "50s"]).await;
+        let printed = stdout(&out);
+        assert_eq!(out.status.code(), Some(1), "{printed}{}", stderr(&out));
+        assert!(
+            printed.starts_with(
+                "tested: tests not run: the release is Failed at revision 3, not Ready: applying Job default/check: "
+            ),
+            "{printed}"
+        );
+        assert_eq!(printed.lines().count(), 1, "{printed}");
         op.stop().await;
     })
     .await;

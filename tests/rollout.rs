@@ -104,6 +104,7 @@ impl Fixture {
             run: "uid-shop/1".into(),
             settings: self.settings,
             me: &self.me,
+            test: None,
         }
     }
 

@@ -51,6 +51,10 @@ pub const STALLED: &str = "Stalled";
 /// The condition `spec.driftDetection: warn` sets while objects differ from what was applied.
 pub const DRIFTED: &str = "Drifted";
 
+/// The condition of the last Helm test run, as Flux names it: True when every test passed,
+/// False when one failed, Unknown while they run.
+pub const TEST_SUCCESS: &str = "TestSuccess";
+
 /// The `status.layers` entry of the CRD stage.
 pub const CRD_LAYER: &str = "(crds)";
 /// The `status.layers` entry of the prune stage.
@@ -60,6 +64,9 @@ pub const PRUNE_LAYER: &str = "(prune)";
 pub fn hook_stage(event: &str) -> String {
     format!("({event})")
 }
+
+/// The hook event of Helm's tests, and of their `status.layers` entry (`(test)`).
+pub const TEST_EVENT: &str = "test";
 
 /// The annotation on a hook object naming the run that created it:
 /// `<release uid>/<revision>/<event>`. An object that carries the current run's value was
@@ -77,6 +84,9 @@ pub const FORCE_REQUEST_ANNOTATION: &str = "reconcile.sequenced.dev/forceAt";
 /// [`ROLLBACK_REVISION_ANNOTATION`], or to the Ready revision before the current one. The value
 /// acted on last is `status.lastHandledRollbackAt`.
 pub const ROLLBACK_REQUEST_ANNOTATION: &str = "rollback.sequenced.dev/requestedAt";
+/// A Helm test run on request (`sequenced test`): a new value runs the tests of the Ready
+/// revision. The value acted on last is `status.lastHandledTestAt`.
+pub const TEST_REQUEST_ANNOTATION: &str = "test.sequenced.dev/requestedAt";
 /// The revision a rollback on request goes back to.
 pub const ROLLBACK_REVISION_ANNOTATION: &str = "rollback.sequenced.dev/revision";
 

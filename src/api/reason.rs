@@ -26,6 +26,11 @@ pub enum Reason {
     RolledBack,
     /// A failed revision's objects were uninstalled (`spec.onFailure: uninstall`).
     Uninstalled,
+    /// Every Helm test of the last test run passed (condition `TestSuccess`).
+    TestSucceeded,
+    /// A Helm test failed (condition `TestSuccess`; and `Ready`, when the failure fails the
+    /// revision).
+    TestFailed,
     /// Objects of the release were changed or deleted by someone else
     /// (`spec.driftDetection`): being corrected, or reported only (`warn`).
     Drifted,
@@ -89,6 +94,8 @@ impl Reason {
             Reason::RollingBack => "RollingBack",
             Reason::RolledBack => "RolledBack",
             Reason::Drifted => "Drifted",
+            Reason::TestSucceeded => "TestSucceeded",
+            Reason::TestFailed => "TestFailed",
             Reason::Timeout => "Timeout",
             Reason::Uninstalled => "Uninstalled",
             Reason::InvalidSpec => "InvalidSpec",
@@ -118,7 +125,7 @@ impl Reason {
     }
 
     /// Every reason.
-    pub const ALL: [Reason; 27] = [
+    pub const ALL: [Reason; 29] = [
         Reason::Progressing,
         Reason::Succeeded,
         Reason::DependencyNotReady,
@@ -129,6 +136,8 @@ impl Reason {
         Reason::RolledBack,
         Reason::Uninstalled,
         Reason::Drifted,
+        Reason::TestSucceeded,
+        Reason::TestFailed,
         Reason::InvalidSpec,
         Reason::InvalidChart,
         Reason::RenderFailed,
@@ -178,6 +187,12 @@ pub enum EventReason {
     ReconcileRequested,
     DriftDetected,
     DriftCorrected,
+    /// Every Helm test of a test run passed.
+    TestSucceeded,
+    /// A Helm test failed.
+    TestFailed,
+    /// A test run asked for with `sequenced test` was refused: the release is not Ready.
+    TestRefused,
     /// A reconcile failed again (from the second failure in a row), naming what failed.
     ReconcileFailed,
 }
@@ -206,6 +221,9 @@ impl EventReason {
             EventReason::ReconcileRequested => "ReconcileRequested",
             EventReason::DriftDetected => "DriftDetected",
             EventReason::DriftCorrected => "DriftCorrected",
+            EventReason::TestSucceeded => "TestSucceeded",
+            EventReason::TestFailed => "TestFailed",
+            EventReason::TestRefused => "TestRefused",
         }
     }
 }

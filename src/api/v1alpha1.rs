@@ -214,6 +214,13 @@ pub struct SequencedReleaseSpec {
     #[schemars(schema_with = "drift_detection_schema")]
     pub drift_detection: DriftDetectionSpec,
 
+    /// The chart's Helm tests (`helm.sh/hook: test`), run by the operator as Flux runs them:
+    /// with `enable`, after every install and upgrade is ready, one at a time in Helm's order;
+    /// the release is Ready only when they pass (unless `ignoreFailures`). `sequenced test NAME`
+    /// runs them on demand, enabled or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<TestSpec>,
+
     /// How often a Ready release is looked at again even when nothing changed: the chart
     /// source is resolved again (a new version in a range, a changed chart path in the
     /// operator's file system, `valuesFrom` read again), a new revision starts when that changed
@@ -574,6 +581,87 @@ pub struct IgnoreTarget {
     pub namespace: Option<String>,
 }
 
+/// `spec.test`: the chart's Helm tests, with Flux's names.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TestSpec {
+    /// Run the tests after every install and upgrade that is ready; a failed test fails the
+    /// revision (counted against `retries`, then `onFailure`).
+    #[serde(default)]
+    pub enable: bool,
+    /// How long each test may take (as `helm test --timeout`); defaults to `spec.timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    pub timeout: Option<String>,
+    /// A failed test is told (condition `TestSuccess` False, `status.tests`, an event) but
+    /// does not fail the release: it stays Ready.
+    #[serde(default)]
+    pub ignore_failures: bool,
+    /// Which tests run, by hook name (`metadata.name`), as `helm test --filter`: a filter
+    /// without `exclude` selects a test (when there is one, only the selected tests run), one
+    /// with `exclude: true` leaves a test out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub filters: Vec<TestFilter>,
+}
+
+/// One test filter of `spec.test.filters`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TestFilter {
+    /// The test hook's `metadata.name`.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Leave this test out instead of selecting it.
+    #[serde(default)]
+    pub exclude: bool,
+}
+
+impl TestSpec {
+    /// Whether the test hook named `name` runs, as `helm test` filters: excluded names never
+    /// run; when some name is selected, only selected names run.
+    pub fn selects(&self, name: &str) -> bool {
+        let excluded = self.filters.iter().any(|f| f.exclude && f.name == name);
+        let mut selected = self.filters.iter().filter(|f| !f.exclude).peekable();
+        let chosen = selected.peek().is_none() || selected.any(|f| f.name == name);
+        !excluded && chosen
+    }
+}
+
+/// The outcome of one Helm test of the last test run.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TestStatus {
+    /// The test hook's `metadata.name`.
+    pub name: String,
+    /// Its kind (`Pod`, `Job`).
+    pub kind: String,
+    /// Running, Succeeded or Failed.
+    pub phase: TestPhase,
+    /// When it was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When it succeeded or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// How long it ran (`12s`), once finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    /// Why it failed, with the last lines of its pod's log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Where a Helm test is, with the names of Helm's hook phases.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TestPhase {
+    #[default]
+    Running,
+    Succeeded,
+    Failed,
+}
+
 /// Another SequencedRelease this one waits for.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -617,7 +705,7 @@ pub struct SequencedReleaseStatus {
     /// Ready layers out of all layers of the current revision, such as `3/5`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<String>,
-    /// Ready, Reconciling and Stalled, with kstatus meanings.
+    /// Ready, Reconciling and Stalled, with kstatus meanings; Drifted and TestSuccess.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -645,6 +733,17 @@ pub struct SequencedReleaseStatus {
     /// The `rollback.sequenced.dev/requestedAt` value last acted on (`sequenced rollback`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_rollback_at: Option<String>,
+    /// The `test.sequenced.dev/requestedAt` value last acted on (`sequenced test`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_test_at: Option<String>,
+    /// Why the test run asked for with `lastHandledTestAt` was refused (the release was not
+    /// Ready); absent when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_refused: Option<String>,
+    /// The Helm tests of the current revision's last test run (`spec.test`, `sequenced test`),
+    /// in the order they ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tests: Vec<TestStatus>,
     /// Set while the release runs a revision rolled back to (on request or after a failure): it
     /// stays there until its spec or chart changes, or a reconcile is requested.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -759,6 +858,8 @@ pub enum ReleasePhase {
     Failed,
     RollingBack,
     Uninstalling,
+    /// The Helm tests of a Ready revision run on request (`sequenced test`).
+    Testing,
     /// A revision replaced by a newer one before it finished (history entries only).
     Superseded,
 }

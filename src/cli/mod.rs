@@ -116,6 +116,18 @@ pub enum Command {
                       when it failed or was refused."
     )]
     Rollback(RollbackArgs),
+    /// Ask the operator to run the Helm tests of a SequencedRelease now, as `helm test`.
+    #[command(
+        long_about = "Ask the operator to run the Helm tests (`helm.sh/hook: test`) of a Ready \
+                      SequencedRelease now (annotation test.sequenced.dev/requestedAt), whether \
+                      spec.test.enable is set or not, with spec.test's filters and timeout. A release \
+                      in the middle of an operation is tested once it ends Ready; one that is not \
+                      Ready is refused. A failed test is reported, never remediated: the release \
+                      stays Ready, its TestSuccess condition False. Waits until the tests have run and \
+                      prints each test's outcome, with the last log lines of the failed ones; exit \
+                      code 0 when every test passed, 1 when one failed or the run was refused."
+    )]
+    Test(RequestArgs),
     /// Show what the next revision of a SequencedRelease would do to the cluster.
     #[command(
         long_about = "Show what the next revision of a SequencedRelease would do to the cluster, stage by \
@@ -153,7 +165,7 @@ pub enum CrdFormat {
     Markdown,
 }
 
-/// What `reconcile` and `rollback` share.
+/// What `reconcile`, `rollback` and `test` share.
 #[derive(Debug, Args)]
 pub struct RequestArgs {
     /// Name of the SequencedRelease.
@@ -542,6 +554,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 revision: args.revision,
             },
         ),
+        Command::Test(args) => request::run(&args, request::Request::Test),
     }
 }
 

@@ -1,6 +1,6 @@
-//! `sequenced reconcile` and `sequenced rollback`: ask the operator, through annotations on the
-//! SequencedRelease, to reconcile it now or to roll it back, then wait until it has acted and the
-//! operation has ended (as `flux reconcile` does).
+//! `sequenced reconcile`, `sequenced rollback` and `sequenced test`: ask the operator, through
+//! annotations on the SequencedRelease, to reconcile it now, to roll it back or to run its Helm
+//! tests, then wait until it has acted and the operation has ended (as `flux reconcile` does).
 //!
 //! Asking is one merge patch of the release's annotations, carrying a fresh token; the operator
 //! writes the token it acted on to the status. Reading the release is I/O ([`run`]); the patch,
@@ -22,8 +22,10 @@ use super::{RequestArgs, fail};
 use crate::api::{
     FORCE_REQUEST_ANNOTATION, RECONCILE_REQUEST_ANNOTATION, ROLLBACK_REQUEST_ANNOTATION,
     ROLLBACK_REVISION_ANNOTATION, ReleasePhase, SequencedRelease, SequencedReleaseStatus,
+    TEST_REQUEST_ANNOTATION, TEST_SUCCESS, TestPhase,
 };
 use crate::readiness::format_duration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// How often the release is read while waiting.
 const POLL: Duration = Duration::from_millis(250);
@@ -37,6 +39,7 @@ const READ_ATTEMPTS: u32 = 3;
 pub enum Request {
     Reconcile { force: bool },
     Rollback { revision: Option<u32> },
+    Test,
 }
 
 impl Request {
@@ -51,6 +54,7 @@ impl Request {
             Request::Rollback {
                 revision: Some(revision),
             } => format!("a rollback of {release} to revision {revision}"),
+            Request::Test => format!("a test run of {release}"),
         }
     }
 
@@ -59,6 +63,7 @@ impl Request {
         match self {
             Request::Reconcile { .. } => status.last_handled_reconcile_at.as_deref(),
             Request::Rollback { .. } => status.last_handled_rollback_at.as_deref(),
+            Request::Test => status.last_handled_test_at.as_deref(),
         }
     }
 
@@ -66,6 +71,7 @@ impl Request {
         match self {
             Request::Reconcile { .. } => "status.lastHandledReconcileAt",
             Request::Rollback { .. } => "status.lastHandledRollbackAt",
+            Request::Test => "status.lastHandledTestAt",
         }
     }
 }
@@ -83,6 +89,7 @@ pub fn patch(request: Request, token: &str) -> Value {
             ROLLBACK_REQUEST_ANNOTATION: token,
             ROLLBACK_REVISION_ANNOTATION: revision.map(|r| Value::from(r.to_string())),
         }),
+        Request::Test => json!({ TEST_REQUEST_ANNOTATION: token }),
     };
     json!({"metadata": {"annotations": annotations}})
 }
@@ -130,7 +137,8 @@ fn in_progress(phase: ReleasePhase) -> bool {
         | ReleasePhase::Rendering
         | ReleasePhase::Deploying
         | ReleasePhase::RollingBack
-        | ReleasePhase::Uninstalling => true,
+        | ReleasePhase::Uninstalling
+        | ReleasePhase::Testing => true,
         ReleasePhase::Ready | ReleasePhase::Failed | ReleasePhase::Superseded => false,
     }
 }
@@ -152,6 +160,9 @@ pub fn judge(
     if request.handled(status) != Some(token) {
         return Wait::Unhandled;
     }
+    if request == Request::Test && status.test_refused.is_some() {
+        return Wait::Ended(Outcome::Refused);
+    }
     match status.phase {
         None => Wait::InProgress,
         Some(phase) if in_progress(phase) => Wait::InProgress,
@@ -169,8 +180,70 @@ pub fn judge(
                 })
             }
             Request::Reconcile { .. } => Wait::Ended(Outcome::Ready),
+            // The run ended: every test passed, or one failed (the release stays Ready).
+            Request::Test => Wait::Ended(if tests_passed(status) {
+                Outcome::Ready
+            } else {
+                Outcome::Failed
+            }),
         },
     }
+}
+
+/// Whether the `TestSuccess` condition says the last test run passed.
+fn tests_passed(status: &SequencedReleaseStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == TEST_SUCCESS && c.status == "True")
+}
+
+/// What `sequenced test` prints once the run ended: the refusal, or the release's line and
+/// each test as `helm test` prints it (`TEST SUITE`, `Last Started`, `Last Completed`,
+/// `Phase`), with a failed test's message and log lines indented under it.
+pub fn test_report(name: &str, status: &SequencedReleaseStatus) -> String {
+    if let Some(refused) = &status.test_refused {
+        return format!("{name}: {}\n", one_line(refused));
+    }
+    let mut out = format!("{}\n", summary(name, status));
+    if status.tests.is_empty()
+        && let Some(c) = status.conditions.iter().find(|c| c.type_ == TEST_SUCCESS)
+    {
+        out.push_str(&format!("TEST SUITE: None ({})\n", c.message));
+    }
+    let time = |t: &Option<Time>| {
+        t.as_ref()
+            .map_or_else(|| "-".to_string(), |t| t.0.to_string())
+    };
+    for test in &status.tests {
+        let phase = match test.phase {
+            TestPhase::Running => "Running",
+            TestPhase::Succeeded => "Succeeded",
+            TestPhase::Failed => "Failed",
+        };
+        let took = test
+            .duration
+            .as_deref()
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "TEST SUITE:     {} ({})\nLast Started:   {}\nLast Completed: {}\nPhase:          {phase}{took}\n",
+            test.name,
+            test.kind,
+            time(&test.started_at),
+            time(&test.finished_at),
+        ));
+        if let Some(message) = test
+            .message
+            .as_deref()
+            .filter(|_| test.phase == TestPhase::Failed)
+        {
+            for line in message.lines() {
+                out.push_str(&format!("  {line}\n"));
+            }
+        }
+    }
+    out
 }
 
 /// The line printed when the wait has ended: `shop: Ready at revision 5: rolled back to
@@ -303,7 +376,10 @@ async fn ask(args: &RequestArgs, request: Request) -> Result<ExitCode, RequestEr
     // on a token it had not seen.
     let before = patched.status.and_then(|s| s.revision);
     let (outcome, status) = wait(&api, &target, request, &token, before, args.timeout).await?;
-    println!("{}", summary(&target.name, &status));
+    match request {
+        Request::Test => print!("{}", test_report(&target.name, &status)),
+        _ => println!("{}", summary(&target.name, &status)),
+    }
     Ok(outcome.exit_code())
 }
 
@@ -407,6 +483,7 @@ mod tests {
         match request {
             Request::Reconcile { .. } => status.last_handled_reconcile_at = Some(TOKEN.into()),
             Request::Rollback { .. } => status.last_handled_rollback_at = Some(TOKEN.into()),
+            Request::Test => status.last_handled_test_at = Some(TOKEN.into()),
         }
         status
     }
@@ -452,6 +529,94 @@ mod tests {
                 "rollback.sequenced.dev/requestedAt": TOKEN,
                 "rollback.sequenced.dev/revision": null,
             }}})
+        );
+    }
+
+    #[test]
+    fn a_test_run_ends_by_its_test_success_and_a_refusal_is_its_own_outcome() {
+        assert_eq!(
+            patch(Request::Test, TOKEN),
+            json!({"metadata": {"annotations": {"test.sequenced.dev/requestedAt": TOKEN}}})
+        );
+        let test = Request::Test;
+        let ready = status(ReleasePhase::Ready, 2, "revision 2 is ready");
+        assert_eq!(judge(test, TOKEN, Some(2), &ready), Wait::Unhandled);
+        let running = handled(status(ReleasePhase::Testing, 2, "running"), test);
+        assert_eq!(judge(test, TOKEN, Some(2), &running), Wait::InProgress);
+        let condition = |value: &str| k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: TEST_SUCCESS.into(),
+            status: value.into(),
+            reason: "TestFailed".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        };
+        let mut passed = handled(ready.clone(), test);
+        passed.conditions.push(condition("True"));
+        assert_eq!(
+            judge(test, TOKEN, Some(2), &passed),
+            Wait::Ended(Outcome::Ready)
+        );
+        let mut failed = handled(ready.clone(), test);
+        failed.conditions.push(condition("False"));
+        assert_eq!(
+            judge(test, TOKEN, Some(2), &failed),
+            Wait::Ended(Outcome::Failed)
+        );
+        let mut refused = handled(status(ReleasePhase::Failed, 3, "boom"), test);
+        refused.test_refused = Some("tests not run: the release is Failed".into());
+        assert_eq!(
+            judge(test, TOKEN, Some(3), &refused),
+            Wait::Ended(Outcome::Refused)
+        );
+        assert_eq!(
+            test_report("shop", &refused),
+            "shop: tests not run: the release is Failed\n"
+        );
+    }
+
+    #[test]
+    fn a_test_report_prints_each_test_as_helm_test_with_a_failed_ones_log_lines() {
+        let at = |s: i64| Some(Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap()));
+        let mut st = status(
+            ReleasePhase::Ready,
+            2,
+            "revision 2 is ready; test Job/smoke failed (run on request)",
+        );
+        st.tests = vec![
+            crate::api::TestStatus {
+                name: "connection".into(),
+                kind: "Pod".into(),
+                phase: TestPhase::Succeeded,
+                started_at: at(0),
+                finished_at: at(3),
+                duration: Some("3s".into()),
+                message: None,
+            },
+            crate::api::TestStatus {
+                name: "smoke".into(),
+                kind: "Job".into(),
+                phase: TestPhase::Failed,
+                started_at: at(3),
+                finished_at: at(7),
+                duration: Some("4s".into()),
+                message: Some("test hook Job/smoke failed\nlast 1 log line of pod smoke-x (container c):\nFAIL".into()),
+            },
+        ];
+        assert_eq!(
+            test_report("shop", &st),
+            "shop: Ready at revision 2: revision 2 is ready; test Job/smoke failed (run on request)\n\
+             TEST SUITE:     connection (Pod)\n\
+             Last Started:   1970-01-01T00:00:00Z\n\
+             Last Completed: 1970-01-01T00:00:03Z\n\
+             Phase:          Succeeded (3s)\n\
+             TEST SUITE:     smoke (Job)\n\
+             Last Started:   1970-01-01T00:00:03Z\n\
+             Last Completed: 1970-01-01T00:00:07Z\n\
+             Phase:          Failed (4s)\n\
+             \x20 test hook Job/smoke failed\n\
+             \x20 last 1 log line of pod smoke-x (container c):\n\
+             \x20 FAIL\n"
         );
     }
 

@@ -425,6 +425,7 @@ pub(super) fn release_phase(phase: ReleasePhase) -> &'static str {
         ReleasePhase::RollingBack => "RollingBack",
         ReleasePhase::Uninstalling => "Uninstalling",
         ReleasePhase::Superseded => "Superseded",
+        ReleasePhase::Testing => "Testing",
     }
 }
 

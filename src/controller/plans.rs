@@ -379,7 +379,7 @@ async fn deployable(
         );
     }
     let mut hooks = Vec::with_capacity(plan.hooks.len());
-    for hook in plan.hooks.iter().filter(|h| !h.only_test()) {
+    for hook in &plan.hooks {
         let key = key_of(
             &hook.resource,
             cluster,

@@ -410,7 +410,12 @@ impl Records {
         let applies = update
             .only_from
             .is_none_or(|from| status == from || status == HelmStatus::Unknown);
-        if !applies || (status == update.status && record.info.description == update.description) {
+        let same_tests = update.tests.as_ref().is_none_or(|t| *t == record.tests);
+        if !applies
+            || (status == update.status
+                && record.info.description == update.description
+                && same_tests)
+        {
             return Ok(());
         }
         // Rewritten whole: with its stored plan and content.
@@ -419,6 +424,9 @@ impl Records {
         };
         changed.info.status = update.status;
         changed.info.description = update.description.clone();
+        if let Some(tests) = &update.tests {
+            changed.tests = tests.clone();
+        }
         if status == HelmStatus::Unknown {
             // Written in the earlier format: create it in Helm's, then drop the old one.
             self.put(release, me, &changed).await?;

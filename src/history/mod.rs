@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::api::PRUNE_LAYER;
-use crate::api::{CrdPolicy, InventoryEntry, ObjectKey};
+use crate::api::{CrdPolicy, InventoryEntry, ObjectKey, TestPhase, TestStatus};
 use crate::plan::{ExternalDependency, Hook, Plan};
 
 pub use helm::HelmStatus;
@@ -292,6 +292,10 @@ pub struct Record {
     /// For a rollback, the revision whose plan it applies again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_to: Option<i64>,
+    /// The last run of the revision's Helm tests: what `helm status` prints of its test hooks
+    /// (`TEST SUITE`, `Last Started`, `Last Completed`, `Phase`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tests: Vec<TestStatus>,
     /// Helm's fields: kept in the record where Helm reads them, not in sequenced's part.
     #[serde(skip)]
     pub content: Content,
@@ -356,9 +360,52 @@ impl Record {
             },
             config: self.content.values.clone(),
             manifest: self.content.manifest.clone(),
-            hooks: Vec::new(),
+            hooks: self.helm_test_hooks(),
             sequenced,
         }
+    }
+
+    /// The revision's test hooks as Helm keeps hooks in a release (`helm get hooks`), each with
+    /// its last run from [`Record::tests`] (never run: Helm's zero time, which `helm status`
+    /// skips). The other hooks are not written for Helm: only the test runs are something
+    /// Helm's readers show.
+    fn helm_test_hooks(&self) -> Vec<Value> {
+        const NEVER: &str = "0001-01-01T00:00:00Z";
+        self.hooks
+            .iter()
+            .filter(|h| h.events.iter().any(|e| crate::plan::is_test_event(e)))
+            .map(|hook| {
+                let run = self.tests.iter().find(|t| t.name == hook.key.name);
+                let time = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+                    t.map_or_else(|| NEVER.to_string(), |t| t.0.to_string())
+                };
+                let phase = match run.map(|r| r.phase) {
+                    None => "Unknown",
+                    Some(TestPhase::Running) => "Running",
+                    Some(TestPhase::Succeeded) => "Succeeded",
+                    Some(TestPhase::Failed) => "Failed",
+                };
+                serde_json::json!({
+                    "name": hook.key.name,
+                    "kind": hook.key.kind,
+                    "path": format!("{}/{}", hook.chart, hook.template),
+                    "manifest": serde_json::to_string(&hook.object).unwrap_or_default(),
+                    // As Helm stores them: Helm 2's `test-success` is `test`.
+                    "events": hook
+                        .events
+                        .iter()
+                        .map(|e| if crate::plan::is_test_event(e) { crate::api::TEST_EVENT } else { e.as_str() })
+                        .collect::<Vec<_>>(),
+                    "last_run": {
+                        "started_at": time(run.and_then(|r| r.started_at.as_ref())),
+                        "completed_at": time(run.and_then(|r| r.finished_at.as_ref())),
+                        "phase": phase,
+                    },
+                    "weight": hook.weight,
+                    "delete_policies": hook.delete_policies,
+                })
+            })
+            .collect()
     }
 
     /// Reads a record in Helm's format; `name` is the Secret, for the error. A release Helm
@@ -484,6 +531,7 @@ mod tests {
             crds: Some(CrdPolicy::CreateReplace),
             plan: None,
             rollback_to: None,
+            tests: Vec::new(),
             content: Content::default(),
             info: Info::default(),
         };

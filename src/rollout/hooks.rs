@@ -45,7 +45,7 @@ use super::status::elapsed;
 use super::{HookLog, Note, Observations, Outcome, Wanted, external_blocker};
 use crate::api::{
     Claim, EventReason, HOOK_RUN_ANNOTATION, Identity, LayerPhase, LayerStatus, Owner, Reason,
-    hook_stage,
+    TEST_EVENT, hook_stage,
 };
 use crate::history::HookRecord;
 use crate::readiness::{self, Rules, Verdict};
@@ -104,6 +104,31 @@ impl<'a> Stage<'a> {
             hooks,
             order,
             run: format!("{run}/{event}"),
+            timeout,
+        })
+    }
+
+    /// The stage of Helm's tests (`test`, and Helm 2's `test-success`) among `hooks`: those
+    /// `selects` keeps (by `metadata.name`, as `helm test --filter`), in run order; None when
+    /// none is left. `run` names this test run.
+    pub fn tests(
+        hooks: &'a [HookRecord],
+        selects: impl Fn(&str) -> bool,
+        run: String,
+        timeout: Duration,
+    ) -> Option<Stage<'a>> {
+        let order: Vec<usize> = hooks
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.events.iter().any(|e| crate::plan::is_test_event(e)))
+            .filter(|(_, h)| selects(&h.key.name))
+            .map(|(i, _)| i)
+            .collect();
+        (!order.is_empty()).then_some(Stage {
+            event: TEST_EVENT,
+            hooks,
+            order,
+            run,
             timeout,
         })
     }
@@ -185,11 +210,23 @@ impl<'a> Stage<'a> {
     }
 }
 
+/// What became of one hook in a step: created, succeeded, or failed (the message naming it,
+/// with its pod's last log lines).
+#[derive(Debug, Clone, PartialEq)]
+pub enum HookOutcome {
+    Started,
+    Succeeded,
+    Failed(String),
+}
+
 /// What one step of a hook stage decided.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StageStep {
     pub actions: Vec<HookAction>,
     pub events: Vec<Note>,
+    /// What became of the hooks (by index into the revision's hooks), in order: what the
+    /// status of a test run tells of each test.
+    pub outcomes: Vec<(usize, HookOutcome)>,
     /// The stage failed, its clean-up done: the reason and the message naming the hook.
     pub failure: Option<(Reason, String)>,
     /// When the running hook's timeout falls.
@@ -326,6 +363,7 @@ pub fn step(
                     hook: index,
                     run: stage.run.clone(),
                 });
+                out.outcomes.push((index, HookOutcome::Started));
                 entry.phase = LayerPhase::Waiting;
                 entry.started_at = Some(now.clone());
                 entry.message = Some(format!("{position}: {} created", hook.label()));
@@ -384,6 +422,7 @@ pub fn step(
                             EventReason::HookSucceeded,
                             with_log(&message, log, EVENT_NOTE),
                         ));
+                        out.outcomes.push((index, HookOutcome::Succeeded));
                         entry.ready += 1;
                         entry.phase = LayerPhase::Applying;
                         entry.message = None;
@@ -405,6 +444,10 @@ pub fn step(
                         // deletion must not come before that.
                         entry.phase = LayerPhase::CleaningUp;
                         entry.message = Some(with_log(&message, log, message.len() + STATUS_TAIL));
+                        out.outcomes.push((
+                            index,
+                            HookOutcome::Failed(entry.message.clone().unwrap_or_default()),
+                        ));
                         if stage.clean_up(entry).is_empty() {
                             continue;
                         }

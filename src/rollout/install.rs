@@ -8,15 +8,17 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
-use super::hooks::{self, HookAction, Stage};
-use super::status::{elapsed, failed, progressing, set_conditions};
+use super::hooks::{self, HookAction, HookOutcome, Stage};
+use super::status::{elapsed, failed, progressing, set_condition_to, set_conditions};
 use super::{
     ActionFailure, Note, Observations, Outcome, RecordUpdate, Revision, Wanted, external_blocker,
 };
 use crate::api::{
     CRD_LAYER, Claim, CrdPolicy, EventReason, HistoryEntry, Identity, LayerPhase, LayerStatus,
-    ObjectKey, Owner, PRUNE_LAYER, Reason, ReleasePhase, SequencedReleaseStatus,
+    ObjectKey, Owner, PRUNE_LAYER, Reason, ReleasePhase, SequencedReleaseStatus, TEST_EVENT,
+    TEST_SUCCESS, TestPhase, TestStatus, hook_stage,
 };
+use crate::history::HookRecord;
 use crate::readiness::{self, Rules, Verdict};
 
 /// One thing an install or upgrade does to the cluster.
@@ -33,6 +35,8 @@ pub enum InstallAction {
     Prune(Vec<ObjectKey>),
     /// Create or delete a hook of the stage before the layers (`post: false`) or after them.
     Hook { post: bool, action: HookAction },
+    /// Create or delete a Helm test of the `(test)` stage.
+    Test(HookAction),
 }
 
 /// The outcome of [`step`]: what to do, the status once it is done, and when to look again.
@@ -110,6 +114,7 @@ pub fn layout(revision: &Revision) -> Vec<LayerStatus> {
         layers.push(entry(&plan.chart, PRUNE_LAYER, revision.prune.len()));
     }
     layers.extend(post.map(|stage| stage.entry(&plan.chart)));
+    layers.extend(test_stage(revision).map(|stage| stage.entry(&plan.chart)));
     layers
 }
 
@@ -127,6 +132,12 @@ struct Slots {
     main: usize,
     prune: Option<usize>,
     post: Option<usize>,
+    test: Option<usize>,
+}
+
+/// The revision's `(test)` stage, when it has one with tests to run.
+fn test_stage<'r, 'a>(revision: &'r Revision<'a>) -> Option<&'r Stage<'a>> {
+    revision.test.as_ref()?.stage.as_ref()
 }
 
 fn slots(revision: &Revision) -> Slots {
@@ -137,12 +148,15 @@ fn slots(revision: &Revision) -> Slots {
     let after = main + revision.plan.layers.len();
     let prune = (!revision.prune.is_empty()).then_some(after);
     let post = post.map(|_| after + usize::from(prune.is_some()));
+    let test = test_stage(revision)
+        .map(|_| after + usize::from(prune.is_some()) + usize::from(post.is_some()));
     Slots {
         crds,
         pre,
         main,
         prune,
         post,
+        test,
     }
 }
 
@@ -155,6 +169,7 @@ fn slot_of(revision: &Revision, action: &InstallAction) -> usize {
         InstallAction::Prune(_) => s.main + revision.plan.layers.len(),
         InstallAction::Hook { post: false, .. } => s.pre.unwrap_or(0),
         InstallAction::Hook { post: true, .. } => s.post.unwrap_or(0),
+        InstallAction::Test(_) => s.test.unwrap_or(0),
     }
 }
 
@@ -180,6 +195,9 @@ pub fn begin(
     status.last_applied_digest = Some(digest.to_string());
     status.phase = Some(ReleasePhase::Deploying);
     status.layers = layout(revision);
+    // The tests of the revision before are not this one's.
+    status.tests.clear();
+    status.conditions.retain(|c| c.type_ != TEST_SUCCESS);
     let message = match chart_version {
         Some(version) => format!("deploying revision {number} (chart version {version})"),
         None => format!("deploying revision {number}"),
@@ -367,6 +385,9 @@ pub fn wanted(revision: &Revision, status: &SequencedReleaseStatus) -> Wanted {
             stage.wanted(&status.layers[slot], &mut wanted);
         }
     }
+    if let (Some(stage), Some(slot)) = (test_stage(revision), s.test) {
+        stage.wanted(&status.layers[slot], &mut wanted);
+    }
     wanted
 }
 
@@ -532,6 +553,12 @@ pub fn step(
     let (pre, post) = stages(revision);
     let timeout = settings.readiness_timeout;
     let mut timeouts = 0;
+    // Tests that failed before this step were told then: ignored, run on request, or the
+    // failure of an operation that ended. A drift correction of the revision does not run
+    // them again, nor fail on them.
+    let tests_failed_before = s
+        .test
+        .is_some_and(|i| st.layers[i].phase == LayerPhase::Failed);
     let done = |st: &SequencedReleaseStatus, slot: Option<usize>| {
         slot.is_none_or(|i| st.layers[i].phase == LayerPhase::Ready)
     };
@@ -727,6 +754,25 @@ pub fn step(
     }
     let post_done = pruned && done(&st, s.post);
 
+    // Stage 6: the Helm tests, once everything else is done.
+    if let (Some(stage), Some(slot)) = (test_stage(revision), s.test)
+        && post_done
+        && p.failure.is_none()
+        && let Outcome::Need(wanted) =
+            step_tests(stage, slot, &mut st, revision, observed, now, &mut p)
+    {
+        return Outcome::Need(wanted);
+    }
+    let ignored = revision
+        .test
+        .as_ref()
+        .is_some_and(|t| t.ignore_failures || t.on_demand.is_some());
+    let tests_done = post_done
+        && s.test.is_none_or(|i| {
+            st.layers[i].phase == LayerPhase::Ready
+                || (st.layers[i].phase == LayerPhase::Failed && (ignored || tests_failed_before))
+        });
+
     // Before anything is written: whose are the objects about to be written or deleted?
     let unseen = unseen(revision, &p.actions, observed);
     if !unseen.is_empty() {
@@ -790,7 +836,7 @@ pub fn step(
         failed.progress = st.progress.clone();
         st = failed;
         requeue_after = retry;
-    } else if post_done {
+    } else if tests_done {
         finished = true;
         st.phase = Some(ReleasePhase::Ready);
         st.failures = None;
@@ -811,11 +857,15 @@ pub fn step(
         } else {
             String::new()
         };
-        let message = format!(
+        let mut message = format!(
             "revision {number}{version} is ready: {} layers, {} resources{hooks}",
             plan.layers.len(),
             plan.resources.len()
         );
+        if let Some(tests) = tests_told(revision, &mut st, now) {
+            message.push_str("; ");
+            message.push_str(&tests);
+        }
         st.message = Some(message.clone());
         set_conditions(
             &mut st,
@@ -829,11 +879,16 @@ pub fn step(
             current.phase = ReleasePhase::Ready;
             current.finished_at = Some(now.clone());
         }
-        p.events
-            .push(Note::normal(EventReason::ReleaseReady, message));
+        // A test run on request ends with its own event (TestSucceeded, TestFailed).
+        if status.phase != Some(ReleasePhase::Testing) {
+            p.events
+                .push(Note::normal(EventReason::ReleaseReady, message));
+        }
     } else {
         finished = false;
-        st.phase = Some(if revision.rollback {
+        st.phase = Some(if status.phase == Some(ReleasePhase::Testing) {
+            ReleasePhase::Testing
+        } else if revision.rollback {
             ReleasePhase::RollingBack
         } else {
             ReleasePhase::Deploying
@@ -886,9 +941,185 @@ pub fn step(
     })
 }
 
-/// Whether a `status.layers` entry is a hook stage: `(pre-install)`, ...
+/// Whether a `status.layers` entry is a hook stage: `(pre-install)`, ..., `(test)`.
 pub(super) fn is_hook_stage(layer: &LayerStatus) -> bool {
-    layer.name.starts_with("(pre-") || layer.name.starts_with("(post-")
+    layer.name.starts_with("(pre-")
+        || layer.name.starts_with("(post-")
+        || layer.name == hook_stage(TEST_EVENT)
+}
+
+/// Steps the `(test)` stage at `slot` of `st` (started unless Ready or Failed) as any hook
+/// stage, and tells each test's outcome in `status.tests` and the run's in the `TestSuccess`
+/// condition and a `TestSucceeded` or `TestFailed` event. A failed test fails the revision
+/// unless the run ignores failures (`spec.test.ignoreFailures`, a run on request).
+fn step_tests(
+    stage: &Stage,
+    slot: usize,
+    st: &mut SequencedReleaseStatus,
+    revision: &Revision,
+    observed: &Observations,
+    now: &Time,
+    progress: &mut Progress,
+) -> Outcome<()> {
+    let phase = st.layers[slot].phase;
+    if matches!(phase, LayerPhase::Ready | LayerPhase::Failed) {
+        return Outcome::Decided(());
+    }
+    let mut entry = st.layers[slot].clone();
+    let out = match hooks::step(stage, &mut entry, observed, revision.me, now) {
+        Outcome::Need(wanted) => return Outcome::Need(wanted),
+        Outcome::Decided(out) => out,
+    };
+    let number = st.revision.unwrap_or(0);
+    if phase == LayerPhase::Pending {
+        st.tests.clear();
+        let count = stage.order.len();
+        let message = format!(
+            "revision {number}: running {count} test{}",
+            if count == 1 { "" } else { "s" }
+        );
+        set_test_success(st, None, Reason::Progressing, &message, now);
+    }
+    st.layers[slot] = entry;
+    progress
+        .actions
+        .extend(out.actions.into_iter().map(InstallAction::Test));
+    progress.events.extend(out.events);
+    progress.requeue_after = min_duration(progress.requeue_after, out.requeue_after);
+    for (hook, outcome) in out.outcomes {
+        if let Some(hook) = stage.hooks.get(hook) {
+            record_test(st, hook, outcome, now);
+        }
+    }
+    match st.layers[slot].phase {
+        LayerPhase::Ready => {
+            let count = stage.order.len();
+            let message = format!(
+                "revision {number}: {count} test{} succeeded",
+                if count == 1 { "" } else { "s" }
+            );
+            set_test_success(st, Some(true), Reason::TestSucceeded, &message, now);
+            progress
+                .events
+                .push(Note::normal(EventReason::TestSucceeded, message));
+        }
+        LayerPhase::Failed => {
+            let why = out
+                .failure
+                .map(|(_, message)| message)
+                .or_else(|| st.layers[slot].message.clone())
+                .unwrap_or_else(|| "a test failed".to_string());
+            // A test still running failed with the stage (its time ran out, say).
+            for test in st.tests.iter_mut() {
+                if test.phase == TestPhase::Running {
+                    test.phase = TestPhase::Failed;
+                    test.finished_at = Some(now.clone());
+                    test.message = Some(why.clone());
+                }
+            }
+            let ignored = revision
+                .test
+                .as_ref()
+                .is_some_and(|t| t.ignore_failures || t.on_demand.is_some());
+            let message = format!("revision {number}: {why}");
+            set_test_success(st, Some(false), Reason::TestFailed, &message, now);
+            progress
+                .events
+                .push(Note::warning(EventReason::TestFailed, message.clone()));
+            if !ignored {
+                progress.failure.get_or_insert((Reason::TestFailed, why));
+            }
+        }
+        _ => {}
+    }
+    Outcome::Decided(())
+}
+
+/// Sets the `TestSuccess` condition: True, False, or Unknown (`None`) while the tests run.
+fn set_test_success(
+    st: &mut SequencedReleaseStatus,
+    value: Option<bool>,
+    reason: Reason,
+    message: &str,
+    now: &Time,
+) {
+    let generation = st.observed_generation;
+    set_condition_to(
+        &mut st.conditions,
+        TEST_SUCCESS,
+        value,
+        reason,
+        message,
+        generation,
+        now,
+    );
+}
+
+/// What became of one test, in `status.tests`.
+fn record_test(
+    st: &mut SequencedReleaseStatus,
+    hook: &HookRecord,
+    outcome: HookOutcome,
+    now: &Time,
+) {
+    let at = st.tests.iter().position(|t| t.name == hook.key.name);
+    if let HookOutcome::Started = outcome {
+        let test = TestStatus {
+            name: hook.key.name.clone(),
+            kind: hook.key.kind.clone(),
+            phase: TestPhase::Running,
+            started_at: Some(now.clone()),
+            ..TestStatus::default()
+        };
+        match at {
+            Some(i) => st.tests[i] = test,
+            None => st.tests.push(test),
+        }
+        return;
+    }
+    let Some(test) = at.and_then(|i| st.tests.get_mut(i)) else {
+        return;
+    };
+    test.finished_at = Some(now.clone());
+    test.duration = elapsed(test.started_at.as_ref(), now).map(readiness::format_duration);
+    match outcome {
+        HookOutcome::Failed(message) => {
+            test.phase = TestPhase::Failed;
+            test.message = Some(message);
+        }
+        _ => test.phase = TestPhase::Succeeded,
+    }
+}
+
+/// What the Ready message says of the revision's tests (`2 tests succeeded`, `test
+/// Pod/shop-test failed (spec.test.ignoreFailures)`), None when it ran none; a revision that
+/// tests a chart without tests says so in `TestSuccess`.
+fn tests_told(revision: &Revision, st: &mut SequencedReleaseStatus, now: &Time) -> Option<String> {
+    let test = revision.test.as_ref()?;
+    if test.stage.is_none() {
+        let message = format!("revision {}: no tests to run", st.revision.unwrap_or(0));
+        set_test_success(st, Some(true), Reason::TestSucceeded, &message, now);
+        return None;
+    }
+    let failed: Vec<String> = st
+        .tests
+        .iter()
+        .filter(|t| t.phase == TestPhase::Failed)
+        .map(|t| format!("{}/{}", t.kind, t.name))
+        .collect();
+    if failed.is_empty() {
+        let count = st.tests.len();
+        return Some(format!(
+            "{count} test{} succeeded",
+            if count == 1 { "" } else { "s" }
+        ));
+    }
+    let why = if test.on_demand.is_some() {
+        "run on request"
+    } else {
+        "spec.test.ignoreFailures"
+    };
+    Some(format!("test {} failed ({why})", failed.join(", ")))
 }
 
 /// The objects the actions write or delete that have not been looked at.
@@ -912,7 +1143,9 @@ fn unseen(revision: &Revision, actions: &[InstallAction], observed: &Observation
                     .filter(|k| !observed.present.contains_key(*k))
                     .cloned(),
             ),
-            InstallAction::ApplyCrds { .. } | InstallAction::Hook { .. } => {}
+            InstallAction::ApplyCrds { .. }
+            | InstallAction::Hook { .. }
+            | InstallAction::Test(_) => {}
         }
     }
     wanted
@@ -1010,7 +1243,7 @@ pub fn fail_action(
         now,
     );
     let reason = match action {
-        Some(InstallAction::Hook { .. }) => EventReason::HookFailed,
+        Some(InstallAction::Hook { .. } | InstallAction::Test(_)) => EventReason::HookFailed,
         _ => EventReason::LayerFailed,
     };
     let event = Note::warning(reason, failure.message.clone());
@@ -1044,6 +1277,17 @@ pub fn time_out(
     let mut actions = Vec::new();
     let (pre, post) = stages(revision);
     let s = slots(revision);
+    if let (Some(stage), Some(slot)) = (test_stage(revision), s.test)
+        && let Some(entry) = st.layers.get(slot)
+        && entry.phase == LayerPhase::Waiting
+    {
+        actions.extend(
+            stage
+                .clean_up(entry)
+                .into_iter()
+                .map(|hook| InstallAction::Test(HookAction::Delete { hook })),
+        );
+    }
     for (stage, slot, post) in [(pre, s.pre, false), (post, s.post, true)] {
         if let (Some(stage), Some(slot)) = (stage, slot)
             && let Some(entry) = st.layers.get(slot)
@@ -1114,7 +1358,7 @@ fn unreached(
         if let Some(layer) = status.layers.get_mut(slot_of(revision, action))
             && matches!(layer.phase, LayerPhase::Waiting | LayerPhase::Deleting)
         {
-            if matches!(action, InstallAction::Hook { .. }) {
+            if matches!(action, InstallAction::Hook { .. } | InstallAction::Test(_)) {
                 layer.phase = LayerPhase::Applying;
             } else {
                 layer.phase = LayerPhase::Pending;

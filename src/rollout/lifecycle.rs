@@ -20,12 +20,13 @@ use super::drift::{self, DriftReport};
 use super::ignore::IgnoreRules;
 use super::install::{self, InstallStep};
 use super::recovery::{self, Cause, Requests, RollbackRequest};
-use super::status::{holds_lock, pending, retry_due, stalled};
+use super::status::{holds_lock, pending, retry_due, set_condition_to, stalled};
 use super::uninstall::{self, Uninstall, UninstallStep, uninstall_step};
 use super::{Deployable, Note, Observations, Outcome, RecordUpdate, Revision, Settings, Wanted};
 use crate::api::{
-    DriftDetection, EventReason, FINALIZER, Identity, OnFailure, Reason, ReleasePhase,
-    RemediationAction, RemediationStatus, SequencedRelease, SequencedReleaseStatus,
+    DriftDetection, EventReason, FINALIZER, Identity, LayerPhase, OnFailure, RECONCILING, Reason,
+    ReleasePhase, RemediationAction, RemediationStatus, SequencedRelease, SequencedReleaseStatus,
+    TEST_EVENT, TEST_SUCCESS, hook_stage,
 };
 use crate::digest::Digests;
 use crate::history::{HelmStatus, Info, Inventory, Record};
@@ -159,12 +160,12 @@ impl Facts {
         let settings = Settings::of(&self.release.spec);
         let deployable = self.deployable()?;
         let record = self.records.get(&self.status.revision?)?.as_ref()?;
-        Some(Revision::of(
+        let revision = Revision::of(deployable, record, settings, me, record.is_upgrade());
+        Some(with_tests(
+            revision,
             deployable,
-            record,
-            settings,
-            me,
-            record.is_upgrade(),
+            &self.release.spec,
+            Some(&self.status),
         ))
     }
 }
@@ -429,6 +430,15 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
             return uninstall_failed(facts, status, false);
         }
     }
+    // Tests asked for: run on the Ready revision; after an operation under way; refused when
+    // the release is not Ready.
+    if !new_revision && let Some(token) = &requests.test {
+        match status.phase {
+            Some(ReleasePhase::Ready) => return begin_test(facts, token, source, &settings),
+            phase if holds_lock(phase) => {}
+            _ => return refuse_test(facts, token, &not_ready(status), &settings),
+        }
+    }
     if new_revision {
         let wanted = dependencies::depends_on(sr);
         if !wanted.is_empty() {
@@ -509,6 +519,7 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
         crds: Some(settings.crd_policy(is_upgrade)),
         plan: Some(deployable.stored()),
         rollback_to: None,
+        tests: Vec::new(),
         content: deployable.content.clone(),
         info: Info {
             status: if is_upgrade {
@@ -526,6 +537,7 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
         },
     };
     let revision = Revision::of(deployable, &record, settings, &me, is_upgrade);
+    let revision = with_tests(revision, deployable, &sr.spec, None);
     let mut status = install::begin(
         &revision,
         number,
@@ -589,6 +601,7 @@ fn superseded(status: &SequencedReleaseStatus, number: i64) -> Vec<RecordUpdate>
             status: HelmStatus::Superseded,
             description: format!("Superseded by revision {number} before it finished"),
             only_from: None,
+            tests: None,
         })
         .into_iter()
         .collect()
@@ -686,24 +699,13 @@ fn step_revision(facts: &Facts, number: i64, source: &Source, settings: &Setting
         }
         Some(Some(record)) => record,
     };
-    let deployable = if record.rollback_to.is_some() {
-        match facts.stored.get(&number) {
-            None => return Next::Need(Need::StoredPlan(number)),
-            Some(Some(deployable)) => deployable,
-            Some(None) => {
-                let message =
-                    format!("the record of revision {number} has no stored plan to roll back with");
-                return stall(facts, Reason::InvalidSpec, &message, settings);
-            }
-        }
-    } else {
-        match rendered(facts, source, record.is_upgrade(), settings) {
-            Ok(deployable) => deployable,
-            Err(next) => return *next,
-        }
+    let deployable = match deployed(facts, record, source, settings) {
+        Ok(deployable) => deployable,
+        Err(next) => return *next,
     };
     let me = facts.identity();
     let revision = Revision::of(deployable, record, *settings, &me, record.is_upgrade());
+    let revision = with_tests(revision, deployable, &facts.release.spec, Some(status));
     if status.phase == Some(ReleasePhase::Ready) && settings.drift != DriftDetection::Disabled {
         let Some(report) = &facts.drift else {
             return Next::Need(Need::Drift);
@@ -740,8 +742,195 @@ fn step_revision(facts: &Facts, number: i64, source: &Source, settings: &Setting
     }
 }
 
+/// What revision `record` deploys: the plan rendered for the spec, or for a rollback the plan
+/// its record stored; or the step that asks for it or stalls on it.
+fn deployed<'a>(
+    facts: &'a Facts,
+    record: &Record,
+    source: &Source,
+    settings: &Settings,
+) -> Result<&'a Arc<Deployable>, Box<Next>> {
+    let number = record.revision;
+    if record.rollback_to.is_none() {
+        return rendered(facts, source, record.is_upgrade(), settings);
+    }
+    match facts.stored.get(&number) {
+        None => Err(Box::new(Next::Need(Need::StoredPlan(number)))),
+        Some(Some(deployable)) => Ok(deployable),
+        Some(None) => {
+            let message =
+                format!("the record of revision {number} has no stored plan to roll back with");
+            Err(Box::new(stall(
+                facts,
+                Reason::InvalidSpec,
+                &message,
+                settings,
+            )))
+        }
+    }
+}
+
+/// The revision with its `(test)` stage, when it has one: `spec.test.enable` (in a revision
+/// that is no rollback: as Flux, a rollback is not tested), a run on request under way (phase
+/// Testing, named after its token), or the stage such a run left in `status` (the layout of a
+/// revision does not change once it began). `status` is None for a revision that begins.
+pub(super) fn with_tests<'a>(
+    revision: Revision<'a>,
+    deployable: &'a Deployable,
+    spec: &crate::api::SequencedReleaseSpec,
+    status: Option<&SequencedReleaseStatus>,
+) -> Revision<'a> {
+    let enabled = spec.test.as_ref().is_some_and(|t| t.enable) && !revision.rollback;
+    let (present, on_demand) = match status {
+        None => (enabled, None),
+        Some(status) => {
+            let testing = status.phase == Some(ReleasePhase::Testing);
+            let staged = status
+                .layers
+                .iter()
+                .any(|l| l.name == hook_stage(TEST_EVENT));
+            let on_demand = status.last_handled_test_at.clone().filter(|_| testing);
+            (enabled || staged || testing, on_demand)
+        }
+    };
+    if present {
+        revision.with_tests(&deployable.hooks, spec, on_demand)
+    } else {
+        revision
+    }
+}
+
+/// Runs the tests of the Ready revision, as `sequenced test` asked with `token`: its `(test)`
+/// stage starts afresh (and is added to its layers when tests are not enabled), the release is
+/// Testing and stays Ready; a chart without tests passes at once.
+fn begin_test(facts: &Facts, token: &str, source: &Source, settings: &Settings) -> Next {
+    let status = &facts.status;
+    let now = &facts.now;
+    let Some(number) = status.revision else {
+        return refuse_test(facts, token, "the release has no revision yet", settings);
+    };
+    let record = match facts.records.get(&number) {
+        None => return Next::Need(Need::Record(number)),
+        Some(None) => {
+            let message = format!("the record of revision {number} is missing");
+            return refuse_test(facts, token, &message, settings);
+        }
+        Some(Some(record)) => record,
+    };
+    let deployable = match deployed(facts, record, source, settings) {
+        Ok(deployable) => deployable,
+        Err(next) => return *next,
+    };
+    let me = facts.identity();
+    let revision = Revision::of(deployable, record, *settings, &me, record.is_upgrade())
+        .with_tests(
+            &deployable.hooks,
+            &facts.release.spec,
+            Some(token.to_string()),
+        );
+    let mut st = status.clone();
+    st.last_handled_test_at = Some(token.to_string());
+    st.test_refused = None;
+    st.tests.clear();
+    let generation = st.observed_generation;
+    let stage = revision.test.as_ref().and_then(|t| t.stage.as_ref());
+    let Some(stage) = stage else {
+        let message = format!("revision {number}: no tests to run");
+        set_condition_to(
+            &mut st.conditions,
+            TEST_SUCCESS,
+            Some(true),
+            Reason::TestSucceeded,
+            &message,
+            generation,
+            now,
+        );
+        return Next::Write(Box::new(Write {
+            records: Vec::new(),
+            requeue: requeue(settings, &st, None, now),
+            events: vec![Note::normal(EventReason::TestSucceeded, message)],
+            status: st,
+        }));
+    };
+    let entry = stage.entry(&revision.plan.chart);
+    match st.layers.iter().position(|l| l.name == entry.name) {
+        Some(i) => st.layers[i] = entry,
+        None => st.layers.push(entry),
+    }
+    let count = stage.order.len();
+    let message = format!(
+        "revision {number}: running {count} test{}, as requested",
+        if count == 1 { "" } else { "s" }
+    );
+    st.phase = Some(ReleasePhase::Testing);
+    st.message = Some(message.clone());
+    // The release stays Ready while its tests run: nothing of it changes.
+    set_condition_to(
+        &mut st.conditions,
+        RECONCILING,
+        Some(true),
+        Reason::Progressing,
+        &message,
+        generation,
+        now,
+    );
+    Next::Write(Box::new(Write {
+        records: Vec::new(),
+        status: st,
+        events: Vec::new(),
+        requeue: Requeue::After(Duration::from_millis(100)),
+    }))
+}
+
+/// A test run asked for with `token` that cannot run (the release is not Ready): handled, and
+/// `status.testRefused` and a warning say why; nothing else changes.
+fn refuse_test(facts: &Facts, token: &str, why: &str, settings: &Settings) -> Next {
+    let mut st = facts.status.clone();
+    let message = format!("tests not run: {why}");
+    st.last_handled_test_at = Some(token.to_string());
+    st.test_refused = Some(message.clone());
+    Next::Write(Box::new(Write {
+        records: Vec::new(),
+        requeue: requeue(settings, &st, None, &facts.now),
+        status: st,
+        events: vec![Note::warning(EventReason::TestRefused, message)],
+    }))
+}
+
+/// Why a release in `status` cannot be tested now: it is not Ready.
+fn not_ready(status: &SequencedReleaseStatus) -> String {
+    let phase = status
+        .phase
+        .map_or_else(|| "new".to_string(), |p| format!("{p:?}"));
+    let mut why = match status.revision {
+        Some(revision) => format!("the release is {phase} at revision {revision}, not Ready"),
+        None => "the release has no revision yet".to_string(),
+    };
+    if let Some(message) = status.message.as_deref().and_then(|m| m.lines().next())
+        && status.revision.is_some()
+    {
+        why.push_str(": ");
+        why.push_str(message);
+    }
+    why
+}
+
 /// `spec.timeout` when the operation in progress has run that long, as this controller saw it.
+/// Tests under way are bounded by their own timeout (`spec.test.timeout`), each.
 fn timed_out(facts: &Facts, settings: &Settings) -> Option<Duration> {
+    let testing = facts.status.layers.iter().any(|l| {
+        l.name == hook_stage(TEST_EVENT)
+            && matches!(
+                l.phase,
+                LayerPhase::Applying
+                    | LayerPhase::Waiting
+                    | LayerPhase::Deleting
+                    | LayerPhase::CleaningUp
+            )
+    });
+    if testing {
+        return None;
+    }
     let since = facts.operation_since.as_ref()?;
     let ran = super::status::elapsed(Some(since), &facts.now)?;
     (holds_lock(facts.status.phase) && ran >= settings.timeout).then_some(settings.timeout)
@@ -922,6 +1111,7 @@ fn uninstall_failed(facts: &Facts, status: &SequencedReleaseStatus, starting: bo
             status: HelmStatus::Uninstalled,
             description: "Uninstallation complete".to_string(),
             only_from: None,
+            tests: None,
         }];
         // The revision deployed before is no longer deployed either: its objects are gone too.
         records.extend(
@@ -930,6 +1120,7 @@ fn uninstall_failed(facts: &Facts, status: &SequencedReleaseStatus, starting: bo
                 status: HelmStatus::Superseded,
                 description: format!("Uninstalled after revision {number} failed"),
                 only_from: Some(HelmStatus::Deployed),
+                tests: None,
             }),
         );
         Next::Write(Box::new(Write {
@@ -984,6 +1175,7 @@ fn uninstall_failed(facts: &Facts, status: &SequencedReleaseStatus, starting: bo
                     status: HelmStatus::Uninstalling,
                     description: "Deletion in progress".to_string(),
                     only_from: None,
+                    tests: None,
                 });
             }
             Next::Uninstall(Box::new(step))
@@ -1036,6 +1228,7 @@ fn uninstall(facts: &Facts) -> Next {
                 status: HelmStatus::Uninstalled,
                 description: "Uninstallation complete".to_string(),
                 only_from: None,
+                tests: None,
             });
             (kept.into_iter().collect(), Vec::new())
         } else {

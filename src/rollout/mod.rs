@@ -142,7 +142,8 @@ pub struct Deployable {
     pub keys: Vec<ObjectKey>,
     /// By index into `plan.crds`.
     pub crd_keys: Vec<ObjectKey>,
-    /// The hooks the operator may run (not those of `helm test` only), in run order.
+    /// The chart's hooks, in run order: those of `helm test` too, which run only in a
+    /// revision's `(test)` stage.
     pub hooks: Vec<HookRecord>,
     /// What the revision applies, in uninstall order.
     pub inventory: Inventory,
@@ -208,6 +209,22 @@ pub struct Revision<'a> {
     pub settings: Settings,
     /// The release, to judge whose the objects are.
     pub me: &'a Identity,
+    /// The Helm tests this revision runs after its last stage (`spec.test.enable`, or asked for
+    /// with `sequenced test`); None when it has no `(test)` stage.
+    pub test: Option<TestRun<'a>>,
+}
+
+/// The Helm tests of a revision: its `(test)` stage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TestRun<'a> {
+    /// The tests `spec.test.filters` selects; None when the chart has none (the run passes at
+    /// once, as Flux says "no test hooks").
+    pub stage: Option<hooks::Stage<'a>>,
+    /// `spec.test.ignoreFailures`: a failed test does not fail the revision.
+    pub ignore_failures: bool,
+    /// The token of the `sequenced test` request being run: a failed test is told, never a
+    /// failure of the release (as `helm test`).
+    pub on_demand: Option<String>,
 }
 
 impl<'a> Revision<'a> {
@@ -243,7 +260,37 @@ impl<'a> Revision<'a> {
             run: format!("{}/{}", me.uid, record.revision),
             settings,
             me,
+            test: None,
         }
+    }
+
+    /// The revision with a `(test)` stage running the tests of `hooks` (the revision's, test
+    /// hooks included; they run even with `spec.disableHooks`, as `helm test` does) that
+    /// `spec.test` selects, each within `spec.test.timeout` (else `spec.timeout`). `on_demand`
+    /// is the token of a `sequenced test` request: its run is named after it, so that the
+    /// tests of an earlier run are created again.
+    pub fn with_tests(
+        mut self,
+        hooks: &'a [HookRecord],
+        spec: &SequencedReleaseSpec,
+        on_demand: Option<String>,
+    ) -> Revision<'a> {
+        let test = spec.test.clone().unwrap_or_default();
+        let timeout = test
+            .timeout
+            .as_deref()
+            .and_then(|t| parse_duration(t).ok())
+            .unwrap_or(self.settings.timeout);
+        let run = match &on_demand {
+            Some(token) => format!("{}/{}/{token}", self.run, crate::api::TEST_EVENT),
+            None => format!("{}/{}", self.run, crate::api::TEST_EVENT),
+        };
+        self.test = Some(TestRun {
+            stage: hooks::Stage::tests(hooks, |name| test.selects(name), run, timeout),
+            ignore_failures: test.ignore_failures,
+            on_demand,
+        });
+        self
     }
 }
 
@@ -545,6 +592,8 @@ pub struct RecordUpdate {
     pub description: String,
     /// Only when the record has this status now (a `deployed` one becomes `superseded`).
     pub only_from: Option<HelmStatus>,
+    /// The revision's last test run, when this update records one ([`Record::tests`]).
+    pub tests: Option<Vec<crate::api::TestStatus>>,
 }
 
 impl RecordUpdate {
@@ -554,6 +603,7 @@ impl RecordUpdate {
             status,
             description,
             only_from: None,
+            tests: None,
         }
     }
 }

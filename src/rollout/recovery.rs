@@ -19,6 +19,7 @@ use crate::api::{
     CrdPolicy, EventReason, FORCE_REQUEST_ANNOTATION, OnFailure, RECONCILE_REQUEST_ANNOTATION,
     ROLLBACK_REQUEST_ANNOTATION, ROLLBACK_REVISION_ANNOTATION, Reason, ReleasePhase,
     RemediationAction, RemediationStatus, RollbackStatus, SequencedRelease, SequencedReleaseStatus,
+    TEST_REQUEST_ANNOTATION,
 };
 use crate::history::{HelmStatus, Info, Record};
 
@@ -30,6 +31,8 @@ pub struct Requests {
     /// With it, `--force`: a Ready release is applied again.
     pub force: bool,
     pub rollback: Option<RollbackRequest>,
+    /// A test run (`sequenced test`): its token.
+    pub test: Option<String>,
 }
 
 /// A rollback asked for with `sequenced rollback`.
@@ -68,10 +71,14 @@ pub fn requests(sr: &SequencedRelease, status: &SequencedReleaseStatus) -> Reque
                 },
             },
         });
+    let test = annotation(TEST_REQUEST_ANNOTATION)
+        .filter(|token| status.last_handled_test_at.as_deref() != Some(*token))
+        .map(str::to_string);
     Requests {
         reconcile: reconcile.map(str::to_string),
         force,
         rollback,
+        test,
     }
 }
 
@@ -139,6 +146,7 @@ pub fn rollback_record(target: &Record, from: Option<&Record>, number: i64, now:
         // As `helm rollback`: the CRDs are left as they are.
         crds: Some(CrdPolicy::Skip),
         rollback_to: Some(target.revision),
+        tests: Vec::new(),
         info: Info {
             status: HelmStatus::PendingRollback,
             description: format!("Rollback to {}", target.revision),
@@ -225,11 +233,21 @@ pub fn finish(
     events: &mut Vec<Note>,
     now: &Time,
 ) -> Vec<RecordUpdate> {
+    let number = record.revision;
+    // A test run on request: the record keeps its status, and the run (`helm status`).
+    if before.phase == Some(ReleasePhase::Testing)
+        && after.phase == Some(ReleasePhase::Ready)
+        && after.revision == Some(number)
+    {
+        return vec![RecordUpdate {
+            tests: Some(after.tests.clone()),
+            ..RecordUpdate::new(number, record.info.status, record.info.description.clone())
+        }];
+    }
     let in_progress = matches!(
         before.phase,
         Some(ReleasePhase::Deploying | ReleasePhase::RollingBack)
     );
-    let number = record.revision;
     if !in_progress || after.revision != Some(number) {
         return Vec::new();
     }
@@ -248,11 +266,14 @@ pub fn finish(
     };
     match after.phase {
         Some(ReleasePhase::Ready) => {
-            let mut updates = vec![RecordUpdate::new(
-                number,
-                HelmStatus::Deployed,
-                format!("{operation} complete"),
-            )];
+            let mut updates = vec![RecordUpdate {
+                tests: tested(after),
+                ..RecordUpdate::new(
+                    number,
+                    HelmStatus::Deployed,
+                    format!("{operation} complete"),
+                )
+            }];
             if let Some(previous) = last_ready_before(after, number) {
                 updates.push(RecordUpdate {
                     only_from: Some(HelmStatus::Deployed),
@@ -282,14 +303,22 @@ pub fn finish(
                 let message = format!("rollback to revision {} failed: {message}", rollback.to);
                 after.message = Some(message);
             }
-            vec![RecordUpdate::new(
-                number,
-                HelmStatus::Failed,
-                format!("{operation} failed: {message}"),
-            )]
+            vec![RecordUpdate {
+                tests: tested(after),
+                ..RecordUpdate::new(
+                    number,
+                    HelmStatus::Failed,
+                    format!("{operation} failed: {message}"),
+                )
+            }]
         }
         _ => Vec::new(),
     }
+}
+
+/// The tests the revision ran, for its record: None when it ran none.
+fn tested(status: &SequencedReleaseStatus) -> Option<Vec<crate::api::TestStatus>> {
+    (!status.tests.is_empty()).then(|| status.tests.clone())
 }
 
 /// "rolled back to revision 3 after revision 4 failed: ...; spec generation 7 not applied".

@@ -29,7 +29,33 @@ pub fn set_condition(
     generation: Option<i64>,
     now: &Time,
 ) {
-    let status = if status { "True" } else { "False" }.to_string();
+    set_condition_to(
+        conditions,
+        type_,
+        Some(status),
+        reason,
+        message,
+        generation,
+        now,
+    );
+}
+
+/// [`set_condition`] to True, False or Unknown (`None`).
+pub fn set_condition_to(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: Option<bool>,
+    reason: Reason,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let status = match status {
+        Some(true) => "True",
+        Some(false) => "False",
+        None => "Unknown",
+    }
+    .to_string();
     let transition = conditions
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)
@@ -229,6 +255,7 @@ pub fn holds_lock(phase: Option<ReleasePhase>) -> bool {
                 | ReleasePhase::Rendering
                 | ReleasePhase::RollingBack
                 | ReleasePhase::Uninstalling
+                | ReleasePhase::Testing
         )
     )
 }

@@ -117,7 +117,7 @@ impl Reconcile<'_> {
                     objects.apply_layer(deployable, *i, step.correcting).await,
                 ),
                 InstallAction::Prune(keys) => ("prune", objects.delete(keys).await),
-                InstallAction::Hook { action, .. } => {
+                InstallAction::Hook { action, .. } | InstallAction::Test(action) => {
                     ("hook", objects.hook(&deployable.hooks, action).await)
                 }
             };

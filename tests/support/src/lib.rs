@@ -253,9 +253,8 @@ pub fn object(kind: &str, name: &str, annotations: &[(&str, &str)]) -> String {
     serde_json::json!({ "apiVersion": api_version, "kind": kind, "metadata": metadata }).to_string()
 }
 
-/// Every planned object's identity in `namespace`, and the hooks the operator may run (not
-/// those of `helm test` only), as the controller resolves them against a cluster that serves
-/// every kind namespaced.
+/// Every planned object's identity in `namespace`, and the hooks (those of `helm test` too),
+/// as the controller resolves them against a cluster that serves every kind namespaced.
 pub fn identities(
     plan: &sequenced::plan::Plan,
     namespace: &str,
@@ -273,7 +272,6 @@ pub fn identities(
     let hooks = plan
         .hooks
         .iter()
-        .filter(|h| !h.only_test())
         .map(|h| sequenced::history::HookRecord::of(h, key(&h.resource)))
         .collect();
     (keys, hooks)
