@@ -206,6 +206,14 @@ impl Running {
         }
     }
 
+    /// Kills it: it stops wherever it is and releases nothing (its Leases stay as they were).
+    async fn kill(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
     /// Stops it as SIGTERM does; how long it took to exit.
     async fn stop(mut self) -> Duration {
         let started = Instant::now();
@@ -1479,5 +1487,115 @@ spec:
             .collect();
         assert_eq!(statuses, ["superseded", "failed", "deployed"]);
     }
+    e2e.finish().await;
+}
+
+/// Who holds each shard Lease of the test's namespace (where its controllers keep them).
+async fn shard_holders(e2e: &E2e) -> std::collections::BTreeMap<u32, String> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    let listed = leases
+        .list(&kube::api::ListParams::default().labels("sequenced.dev/lease=shard"))
+        .await
+        .unwrap();
+    listed
+        .items
+        .into_iter()
+        .filter_map(|lease| {
+            let n = lease.metadata.labels.as_ref()?.get("sequenced.dev/shard")?;
+            let holder = lease.spec?.holder_identity.filter(|h| !h.is_empty())?;
+            Some((n.parse().ok()?, holder))
+        })
+        .collect()
+}
+
+/// Waits until the 32 shards are held by exactly `replicas`, none above its share.
+async fn wait_spread(e2e: &E2e, replicas: &[&str]) {
+    let share = 32usize.div_ceil(replicas.len());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let holders = shard_holders(e2e).await;
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for h in holders.values() {
+            *counts.entry(h.as_str()).or_default() += 1;
+        }
+        if holders.len() == 32
+            && counts.len() == replicas.len()
+            && replicas.iter().all(|r| counts.contains_key(r))
+            && counts.values().all(|&c| c <= share)
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "shards never spread over {replicas:?}: {counts:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_three_replicas_share_the_shards_and_a_killed_one_is_taken_over() {
+    let Some(mut e2e) = setup().await else { return };
+    let ns = e2e.namespace.clone();
+    let a = e2e.controller.take().unwrap();
+    let (b_name, c_name) = (format!("e2e-{ns}-b"), format!("e2e-{ns}-c"));
+    let b = Running::start(&e2e.config, b_name.clone(), &ns);
+    let c = Running::start(&e2e.config, c_name.clone(), &ns);
+    let a_name = format!("e2e-{ns}");
+    wait_spread(&e2e, &[&a_name, &b_name, &c_name]).await;
+    let chain = chart(
+        "chain",
+        &[
+            (
+                "templates/one.yaml",
+                &config_map("{{ .Release.Name }}-one", "helm.sh/layer: one"),
+            ),
+            (
+                "templates/two.yaml",
+                &config_map(
+                    "{{ .Release.Name }}-two",
+                    "helm.sh/layer: two\n    helm.sh/depends-on/layers: one",
+                ),
+            ),
+        ],
+    );
+    let n = 60;
+    for i in 0..n {
+        e2e.create(release(&format!("shard-{i}"), &chain.path().join("chain"), json!({})))
+            .await;
+    }
+    for i in 0..n {
+        let sr = e2e.wait(&format!("shard-{i}"), "Ready", is_ready).await;
+        // Its objects carry its shard, and were applied by its shard's owner only.
+        let cm: ConfigMap = Api::namespaced(e2e.client.clone(), &ns)
+            .get(&format!("shard-{i}-one"))
+            .await
+            .unwrap();
+        let shard = sequenced::api::shard_of(sr.metadata.uid.as_deref().unwrap(), 32);
+        assert_eq!(
+            cm.metadata.labels.unwrap().get("sequenced.dev/shard"),
+            Some(&shard.to_string())
+        );
+    }
+    // An upgrade of every release, and one replica killed in the middle of it.
+    for i in 0..n {
+        Api::<SequencedRelease>::namespaced(e2e.client.clone(), &ns)
+            .patch(
+                &format!("shard-{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"values": {"changed": "yes"}}})),
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    b.kill().await;
+    wait_spread(&e2e, &[&a_name, &c_name]).await;
+    for i in 0..n {
+        e2e.wait(&format!("shard-{i}"), "revision 2 Ready", |sr| {
+            is_ready(sr) && sr.status.as_ref().and_then(|s| s.revision) == Some(2)
+        })
+        .await;
+    }
+    c.stop().await;
+    e2e.controller = Some(a);
     e2e.finish().await;
 }

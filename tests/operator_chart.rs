@@ -318,6 +318,8 @@ fn default_values_install_the_controller_and_nothing_optional() {
             "ClusterRoleBinding/sequenced-manage",
             "ClusterRoleBinding/sequenced-release-namespace",
             "Deployment/sequenced",
+            "Role/sequenced-shards",
+            "RoleBinding/sequenced-shards",
             "Service/sequenced-metrics",
             "ServiceAccount/sequenced",
         ]
@@ -644,9 +646,13 @@ fn every_option_reaches_the_rendered_objects() {
     assert_eq!(pod["volumes"][0]["emptyDir"]["sizeLimit"], "2Gi");
     let account = find(&docs, "ServiceAccount", "operator");
     assert!(account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].is_string());
+    // The release namespaces', and the operator's own for the shard Leases.
     let roles = of_kind(&docs, "RoleBinding");
     let role_namespaces: Vec<&Value> = roles.iter().map(|r| &r["metadata"]["namespace"]).collect();
-    assert_eq!(role_namespaces, [&json!("team-a"), &json!("team-b")]);
+    assert_eq!(
+        role_namespaces,
+        [&json!("team-a"), &json!("team-b"), &json!(NAMESPACE)]
+    );
 }
 
 #[test]
@@ -996,5 +1002,36 @@ fn the_image_runs_as_the_user_and_paths_the_chart_expects() {
     assert!(
         dockerfile.contains("sha256sum -c"),
         "helm's download is not checked"
+    );
+}
+
+#[test]
+fn replicas_share_the_shards_through_leases_in_the_operators_namespace() {
+    for args in [
+        &[][..],
+        &["--set", "rbac.releaseNamespaces={team-a}"][..],
+        &["--set", "tenancy.multiTenant=true"][..],
+    ] {
+        let docs = render(args);
+        let (name, namespace) = pod_account(&docs);
+        // The shard and member Leases live in the operator's own namespace, whatever namespaces
+        // releases may be in.
+        let rules = granted(&docs, (&name, &namespace), Some(&namespace));
+        for verb in ["get", "list", "create", "update", "delete"] {
+            assert!(
+                allows(&rules, "coordination.k8s.io", "leases", verb),
+                "{args:?}: cannot {verb} leases in {namespace}"
+            );
+        }
+    }
+    let docs = render(&["--set", "replicas=3", "--set", "shards.count=64"]);
+    let deployment = find(&docs, "Deployment", "sequenced");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let container = container(deployment);
+    assert_eq!(env(container, "SEQUENCED_SHARDS")["value"], "64");
+    assert_eq!(env(container, "SEQUENCED_SHARD_LEASE_DURATION")["value"], "15s");
+    assert_eq!(
+        env(container, "POD_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
     );
 }

@@ -24,6 +24,8 @@ pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=sequenced";
 pub const SHARD_LABEL: &str = "sequenced.dev/shard";
 /// The label on the Leases that divide the shards among replicas: `shard` or `member`.
 pub const SHARD_LEASE_LABEL: &str = "sequenced.dev/lease";
+/// The annotation on a shard Lease giving the number of shards (for `sequenced status`).
+pub const SHARDS_ANNOTATION: &str = "sequenced.dev/shards";
 
 /// The shard of the release whose uid is `uid`, of `shards`: the first 8 bytes of the SHA-256 of
 /// the uid, modulo `shards` (documented, so that any tool finds a release's shard).

@@ -15,7 +15,7 @@ use kube::runtime::watcher::{self, Event, watcher};
 
 use super::{StatusArgs, StatusOutput, fail};
 use crate::api::v1alpha1::{LayerPhase, LayerStatus, ReleasePhase, SequencedRelease};
-use crate::api::{READY, STALLED};
+use crate::api::{READY, SHARD_LABEL, SHARD_LEASE_LABEL, SHARDS_ANNOTATION, STALLED, shard_of};
 use crate::plan::DEFAULT_LAYER;
 
 /// Exit code of `--watch` when the release ends Failed.
@@ -522,11 +522,13 @@ async fn show(args: &StatusArgs) -> Result<u8, StatusError> {
     let release = get(&api, &target).await?;
 
     let terminal = std::io::stdout().is_terminal();
+    let shard = shard_of_release(api.clone().into_client(), &release).await;
     let mut printer = Printer {
         output: args.output,
         colour: terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
         clear: args.watch && terminal,
         last: None,
+        shard,
     };
     printer.print(&release)?;
     if !args.watch {
@@ -627,17 +629,66 @@ struct Printer {
     colour: bool,
     clear: bool,
     last: Option<String>,
+    /// The release's shard and the replica that owns it, when the shard Leases can be read.
+    shard: Option<String>,
+}
+
+/// `text` (a [`format_status`] header, then the layers after a blank line) with the field
+/// `key` added at the end of the header.
+fn with_field(text: &str, key: &str, value: &str) -> String {
+    let line = format!("{key:<KEY_WIDTH$}{value}\n");
+    match text.find("\n\n") {
+        Some(at) => format!("{}{line}{}", &text[..=at], &text[at + 1..]),
+        None => format!("{text}{line}"),
+    }
+}
+
+/// `7 of 32, owned by sequenced-7d4b9c-x2l8q`: the shard of `release` and who holds its Lease,
+/// from the shard Leases (labelled `sequenced.dev/lease=shard`, in the operator's namespace);
+/// None when they cannot be read (no rights to list Leases, or an operator without shards).
+async fn shard_of_release(client: kube::Client, release: &SequencedRelease) -> Option<String> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let uid = release.metadata.uid.as_deref()?;
+    let leases: Api<Lease> = Api::all(client);
+    let listed = leases
+        .list(&kube::api::ListParams::default().labels(&format!("{SHARD_LEASE_LABEL}=shard")))
+        .await
+        .ok()?;
+    let count: u32 = listed
+        .items
+        .iter()
+        .find_map(|l| l.metadata.annotations.as_ref()?.get(SHARDS_ANNOTATION)?.parse().ok())?;
+    let shard = shard_of(uid, count);
+    let holder = listed
+        .items
+        .iter()
+        .find(|l| {
+            l.metadata.labels.as_ref().and_then(|m| m.get(SHARD_LABEL))
+                == Some(&shard.to_string())
+        })
+        .and_then(|l| l.spec.as_ref()?.holder_identity.clone())
+        .filter(|h| !h.is_empty());
+    Some(match holder {
+        Some(holder) => format!("{shard} of {count}, owned by {holder}"),
+        None => format!("{shard} of {count}, not owned yet"),
+    })
 }
 
 impl Printer {
     fn print(&mut self, release: &SequencedRelease) -> Result<(), StatusError> {
         let text = match self.output {
-            StatusOutput::Tree => format_status(
-                release,
-                Style {
-                    colour: self.colour,
-                },
-            ),
+            StatusOutput::Tree => {
+                let text = format_status(
+                    release,
+                    Style {
+                        colour: self.colour,
+                    },
+                );
+                match &self.shard {
+                    Some(shard) => with_field(&text, "SHARD", shard),
+                    None => text,
+                }
+            }
             StatusOutput::Json => format_json(release),
         };
         if self.last.as_deref() == Some(text.as_str()) {
@@ -1039,5 +1090,18 @@ shop
         let parsed: SequencedReleaseStatus = serde_json::from_str(&json).expect("JSON");
         assert_eq!(parsed, status);
         assert!(json.contains("\n  \"phase\": \"Deploying\",\n"), "{json}");
+    }
+
+    #[test]
+    fn the_shard_line_ends_the_header_before_the_layers() {
+        let text = "SequencedRelease a/b\nPHASE        Ready\n\n(crds) ...\n";
+        assert_eq!(
+            with_field(text, "SHARD", "7 of 32, owned by r-1"),
+            "SequencedRelease a/b\nPHASE        Ready\nSHARD        7 of 32, owned by r-1\n\n(crds) ...\n"
+        );
+        assert_eq!(
+            with_field("SequencedRelease a/b\nLAYERS       none yet\n", "SHARD", "1 of 2"),
+            "SequencedRelease a/b\nLAYERS       none yet\nSHARD        1 of 2\n"
+        );
     }
 }

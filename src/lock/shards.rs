@@ -31,7 +31,7 @@ use kube::{Client, ResourceExt};
 use sha2::{Digest as _, Sha256};
 
 use super::{Sighting, Standing, standing};
-use crate::api::{SHARD_LABEL, SHARD_LEASE_LABEL, shard_of};
+use crate::api::{SHARD_LABEL, SHARD_LEASE_LABEL, SHARDS_ANNOTATION, shard_of};
 
 /// The default number of shards (`sequenced run --shards`).
 pub const DEFAULT_SHARDS: u32 = 32;
@@ -518,6 +518,11 @@ impl Shards {
         let labels = lease.metadata.labels.get_or_insert_with(Default::default);
         labels.insert(SHARD_LEASE_LABEL.to_string(), "shard".to_string());
         labels.insert(SHARD_LABEL.to_string(), n.to_string());
+        lease
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(SHARDS_ANNOTATION.to_string(), self.count().to_string());
         lease
     }
 
