@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Patch, PatchParams};
 use sequenced::api::v1alpha1::LayerPhase;
+use sequenced::controller::Tenancy;
 use serde_json::json;
-use support::charts::{is_ready, release, repo};
-use support::operator::{Operator, is_dry_run, is_shard_keeping, is_write};
+use support::charts::{chart, config_map, deployment, is_ready, release, repo};
+use support::operator::{Controller, Operator, is_dry_run, is_shard_keeping, is_write};
 use support::process::cpu_time;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -192,6 +193,54 @@ struct Idle {
     process_cpu: Duration,
 }
 
+/// A release in the middle of a rollout (its second layer waits for a Deployment) when the API
+/// server goes down for `down`; back up, the Deployment becomes available at once: how long from
+/// the server answering again to the release being Ready. The controller keeps its shards as
+/// the operator does by default (15 s Leases).
+async fn outage(down: Duration) -> Duration {
+    let op = Operator::without_controller().await;
+    let controller = Controller::start_sharded(
+        op.server.config_as("outage"),
+        "outage",
+        8,
+        Tenancy::default(),
+        sequenced::lock::Sharding::default(),
+    );
+    op.wait_shards_spread(&["outage"]).await;
+    let dir = chart(
+        "pair",
+        &[
+            (
+                "templates/settings.yaml",
+                &config_map("settings", "helm.sh/layer: settings"),
+            ),
+            (
+                "templates/app.yaml",
+                &deployment(
+                    "app",
+                    "helm.sh/layer: app\n    helm.sh/depends-on/layers: settings",
+                ),
+            ),
+        ],
+    );
+    op.create(
+        "default",
+        release("pair", &dir.path().join("pair"), json!({})),
+    )
+    .await;
+    op.wait_object("apps/v1", "Deployment", "default", "app")
+        .await;
+    op.server.set_down(true);
+    tokio::time::sleep(down).await;
+    op.server.set_down(false);
+    let up = Instant::now();
+    let _kubelet = op.kubelet();
+    op.wait_release("default", "pair", "Ready", is_ready).await;
+    let after = up.elapsed();
+    controller.stop().await;
+    after
+}
+
 fn main() {
     // Test runners list tests first (`--list`): this binary has none to offer them.
     if std::env::args().any(|a| a == "--list") {
@@ -234,5 +283,13 @@ fn main() {
             longest.as_secs_f64() * 1000.0
         );
         op.stop().await;
+        let outages: &[u64] = if quick { &[2] } else { &[10, 20, 30] };
+        for &seconds in outages {
+            let after = outage(Duration::from_secs(seconds)).await;
+            println!(
+                "API server down {seconds} s in the middle of a rollout: the release Ready {:.1} s after it answers again",
+                after.as_secs_f64()
+            );
+        }
     });
 }

@@ -1526,7 +1526,10 @@ async fn wait_spread(e2e: &E2e, replicas: &[&str]) {
         {
             return;
         }
-        assert!(Instant::now() < deadline, "shards never spread over {replicas:?}: {counts:?}");
+        assert!(
+            Instant::now() < deadline,
+            "shards never spread over {replicas:?}: {counts:?}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -1559,8 +1562,12 @@ async fn e2e_three_replicas_share_the_shards_and_a_killed_one_is_taken_over() {
     );
     let n = 60;
     for i in 0..n {
-        e2e.create(release(&format!("shard-{i}"), &chain.path().join("chain"), json!({})))
-            .await;
+        e2e.create(release(
+            &format!("shard-{i}"),
+            &chain.path().join("chain"),
+            json!({}),
+        ))
+        .await;
     }
     for i in 0..n {
         let sr = e2e.wait(&format!("shard-{i}"), "Ready", is_ready).await;

@@ -1029,7 +1029,10 @@ fn replicas_share_the_shards_through_leases_in_the_operators_namespace() {
     assert_eq!(deployment["spec"]["replicas"], 3);
     let container = container(deployment);
     assert_eq!(env(container, "SEQUENCED_SHARDS")["value"], "64");
-    assert_eq!(env(container, "SEQUENCED_SHARD_LEASE_DURATION")["value"], "15s");
+    assert_eq!(
+        env(container, "SEQUENCED_SHARD_LEASE_DURATION")["value"],
+        "15s"
+    );
     assert_eq!(
         env(container, "POD_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"],
         "metadata.namespace"

@@ -654,17 +654,20 @@ async fn shard_of_release(client: kube::Client, release: &SequencedRelease) -> O
         .list(&kube::api::ListParams::default().labels(&format!("{SHARD_LEASE_LABEL}=shard")))
         .await
         .ok()?;
-    let count: u32 = listed
-        .items
-        .iter()
-        .find_map(|l| l.metadata.annotations.as_ref()?.get(SHARDS_ANNOTATION)?.parse().ok())?;
+    let count: u32 = listed.items.iter().find_map(|l| {
+        l.metadata
+            .annotations
+            .as_ref()?
+            .get(SHARDS_ANNOTATION)?
+            .parse()
+            .ok()
+    })?;
     let shard = shard_of(uid, count);
     let holder = listed
         .items
         .iter()
         .find(|l| {
-            l.metadata.labels.as_ref().and_then(|m| m.get(SHARD_LABEL))
-                == Some(&shard.to_string())
+            l.metadata.labels.as_ref().and_then(|m| m.get(SHARD_LABEL)) == Some(&shard.to_string())
         })
         .and_then(|l| l.spec.as_ref()?.holder_identity.clone())
         .filter(|h| !h.is_empty());
@@ -1100,7 +1103,11 @@ shop
             "SequencedRelease a/b\nPHASE        Ready\nSHARD        7 of 32, owned by r-1\n\n(crds) ...\n"
         );
         assert_eq!(
-            with_field("SequencedRelease a/b\nLAYERS       none yet\n", "SHARD", "1 of 2"),
+            with_field(
+                "SequencedRelease a/b\nLAYERS       none yet\n",
+                "SHARD",
+                "1 of 2"
+            ),
             "SequencedRelease a/b\nLAYERS       none yet\nSHARD        1 of 2\n"
         );
     }
