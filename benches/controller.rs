@@ -18,7 +18,7 @@ use kube::api::{Patch, PatchParams};
 use sequenced::api::v1alpha1::LayerPhase;
 use sequenced::controller::Tenancy;
 use serde_json::json;
-use support::charts::{chart, config_map, deployment, is_ready, release, repo};
+use support::charts::{is_ready, pair, release, repo};
 use support::operator::{Controller, Operator, is_dry_run, is_shard_keeping, is_write};
 use support::process::cpu_time;
 
@@ -207,22 +207,7 @@ async fn outage(down: Duration) -> Duration {
         sequenced::lock::Sharding::default(),
     );
     op.wait_shards_spread(&["outage"]).await;
-    let dir = chart(
-        "pair",
-        &[
-            (
-                "templates/settings.yaml",
-                &config_map("settings", "helm.sh/layer: settings"),
-            ),
-            (
-                "templates/app.yaml",
-                &deployment(
-                    "app",
-                    "helm.sh/layer: app\n    helm.sh/depends-on/layers: settings",
-                ),
-            ),
-        ],
-    );
+    let dir = pair();
     op.create(
         "default",
         release("pair", &dir.path().join("pair"), json!({})),

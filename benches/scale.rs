@@ -14,6 +14,8 @@
 use sequenced_testkit as support;
 
 use std::collections::BTreeMap;
+
+use futures::StreamExt;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,7 +25,7 @@ use sequenced::api::v1alpha1::SequencedRelease;
 use sequenced::controller::Tenancy;
 use serde_json::json;
 use support::apiserver::TestApiServer;
-use support::charts::{chart, is_ready, release};
+use support::charts::{chart, release};
 use support::operator::{Controller, install_crd};
 use support::process::{children_cpu_time, cpu_time, status_kib};
 
@@ -111,10 +113,10 @@ fn serve() {
                 .await;
                 println!("{{}}");
             } else if let Some(n) = line.strip_prefix("wait ") {
-                wait_ready(&server.client(), n.parse().unwrap(), 1).await;
+                wait_ready(&server, n.parse().unwrap(), 1).await;
                 println!("{{}}");
             } else if let Some(n) = line.strip_prefix("upgraded ") {
-                wait_ready(&server.client(), n.parse().unwrap(), 2).await;
+                wait_ready(&server, n.parse().unwrap(), 2).await;
                 println!("{{}}");
             } else if line == "upgrade" {
                 upgrade(&server.client()).await;
@@ -122,7 +124,8 @@ fn serve() {
             } else if let Some(n) = line.strip_prefix("spread ") {
                 let n: usize = n.parse().unwrap();
                 let holders = loop {
-                    let holders = shard_holders(&server.client()).await;
+                    let holders =
+                        support::operator::shard_holders(&server.client(), "default").await;
                     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
                     for h in holders.values() {
                         *counts.entry(h.as_str()).or_default() += 1;
@@ -167,26 +170,11 @@ async fn create(
             serde_json::from_value(release(&format!("r{i}"), path, extra.clone())).unwrap();
         async move { api.create(&PostParams::default(), &sr).await.unwrap() }
     });
-    futures::future::join_all(creates).await;
-}
-
-/// Who holds each shard Lease, by shard.
-async fn shard_holders(client: &kube::Client) -> BTreeMap<u32, String> {
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(client.clone(), "default");
-    let listed = leases
-        .list(&ListParams::default().labels("sequenced.dev/lease=shard"))
-        .await
-        .unwrap();
-    listed
-        .items
-        .into_iter()
-        .filter_map(|lease| {
-            let n = lease.metadata.labels.as_ref()?.get("sequenced.dev/shard")?;
-            let holder = lease.spec?.holder_identity.filter(|h| !h.is_empty())?;
-            Some((n.parse().ok()?, holder))
-        })
-        .collect()
+    // At most 64 at once: 10,000 connections at once are refused by the loopback listener.
+    futures::stream::iter(creates)
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
 }
 
 /// Changes every release's values: a new revision of each.
@@ -207,31 +195,52 @@ async fn upgrade(client: &kube::Client) {
             .unwrap()
         }
     });
-    futures::future::join_all(patches).await;
+    futures::stream::iter(patches)
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
 }
 
-/// Returns once all `releases` releases are Ready at `revision` (or later).
-async fn wait_ready(client: &kube::Client, releases: usize, revision: i64) {
-    let all: Api<SequencedRelease> = Api::all(client.clone());
+/// Returns once all `releases` releases are Ready at `revision` (or later), looking every 2 s
+/// at the server's own store (a list through the API every 250 ms of 10,000 releases held up
+/// the server for everyone).
+async fn wait_ready(server: &TestApiServer, releases: usize, revision: i64) {
     let started = Instant::now();
     loop {
-        let listed = all.list(&ListParams::default()).await.unwrap();
-        let ready = listed
-            .items
+        let ready = server
+            .objects("sequenced.dev/v1alpha1", "SequencedRelease", None)
             .iter()
             .filter(|sr| {
-                is_ready(sr) && sr.status.as_ref().and_then(|s| s.revision).unwrap_or(0) >= revision
+                let ready = sr["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True");
+                ready && sr["status"]["revision"].as_i64().unwrap_or(0) >= revision
             })
             .count();
         if ready == releases {
             return;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(900),
-            "only {ready} of {releases} Ready after 15 minutes"
+            started.elapsed() < Duration::from_secs(3600),
+            "only {ready} of {releases} Ready after an hour"
         );
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
+}
+
+/// This binary again, in the child mode `env` selects, talking over its stdin and stdout.
+fn spawn_self(env: &[(&str, &str)]) -> (Child, ChildStdin, BufReader<ChildStdout>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start a child process");
+    let stdin = child.stdin.take().unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    (child, stdin, stdout)
 }
 
 struct ServerProcess {
@@ -243,14 +252,7 @@ struct ServerProcess {
 
 impl ServerProcess {
     fn start() -> ServerProcess {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .env(SERVER_ENV, "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the server process");
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let (child, stdin, mut stdout) = spawn_self(&[(SERVER_ENV, "1")]);
         let mut url = String::new();
         stdout.read_line(&mut url).unwrap();
         ServerProcess {
@@ -398,15 +400,8 @@ struct ReplicaProcess {
 
 impl ReplicaProcess {
     fn start(name: &str, url: &str) -> ReplicaProcess {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .env(REPLICA_ENV, name)
-            .env("SEQUENCED_SCALE_URL", url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start a replica process");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (child, stdin, stdout) =
+            spawn_self(&[(REPLICA_ENV, name), ("SEQUENCED_SCALE_URL", url)]);
         ReplicaProcess {
             name: name.to_string(),
             child,
@@ -489,6 +484,21 @@ fn run_replicas(releases: usize, replicas: usize) {
     server.ask("clear");
     std::thread::sleep(Duration::from_secs(60));
     let idle = requests_of(&mut server, &names);
+    if std::env::args().any(|a| a == "--no-kill") {
+        report_replicas(
+            &names,
+            &reports,
+            &holders,
+            &install,
+            &idle,
+            releases,
+            replicas,
+            spread_after,
+            ready_after,
+            None,
+        );
+        return;
+    }
     // An upgrade of every release, and the first replica killed in the middle of it.
     server.ask("clear");
     server.ask("upgrade");
@@ -501,6 +511,34 @@ fn run_replicas(releases: usize, replicas: usize) {
     let recovered_after = killed_at.elapsed();
     let twice: usize = server.ask("twice").trim().parse().unwrap();
 
+    report_replicas(
+        &names,
+        &reports,
+        &holders,
+        &install,
+        &idle,
+        releases,
+        replicas,
+        spread_after,
+        ready_after,
+        Some((killed_name, recovered_after, twice)),
+    );
+}
+
+/// Prints what [`run_replicas`] measured.
+#[allow(clippy::too_many_arguments)]
+fn report_replicas(
+    names: &[String],
+    reports: &[serde_json::Value],
+    holders: &BTreeMap<u32, String>,
+    install: &BTreeMap<String, usize>,
+    idle: &BTreeMap<String, usize>,
+    releases: usize,
+    replicas: usize,
+    spread_after: Duration,
+    ready_after: Duration,
+    killed: Option<(String, Duration, usize)>,
+) {
     let per = |n: usize| n as f64 / releases as f64;
     let install_total: usize = install.values().sum();
     let idle_total: usize = idle.values().sum();
@@ -512,7 +550,7 @@ fn run_replicas(releases: usize, replicas: usize) {
         per(install_total),
         per(idle_total),
     );
-    for (name, report) in names.iter().zip(&reports) {
+    for (name, report) in names.iter().zip(reports) {
         println!(
             "  {name}: {} shards, peak RSS {:.0} MiB, CPU {:.1} s (helm {:.1} s)",
             shards_of(name),
@@ -521,14 +559,16 @@ fn run_replicas(releases: usize, replicas: usize) {
             report["helm_cpu_s"].as_f64().unwrap_or(0.0),
         );
     }
-    println!(
-        "  {killed_name} killed 3 s into an upgrade of every release: all Ready at revision 2 {:.1} s later; {twice} objects applied more than once",
-        recovered_after.as_secs_f64()
-    );
-    for (what, count) in &install {
+    if let Some((killed_name, recovered_after, twice)) = killed {
+        println!(
+            "  {killed_name} killed 3 s into an upgrade of every release: all Ready at revision 2 {:.1} s later; {twice} objects applied more than once",
+            recovered_after.as_secs_f64()
+        );
+    }
+    for (what, count) in install {
         println!("  install {what}: {:.2} per release", per(*count));
     }
-    for (what, count) in &idle {
+    for (what, count) in idle {
         println!("  idle {what}: {:.3} per release", per(*count));
     }
 }

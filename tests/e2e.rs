@@ -1490,31 +1490,12 @@ spec:
     e2e.finish().await;
 }
 
-/// Who holds each shard Lease of the test's namespace (where its controllers keep them).
-async fn shard_holders(e2e: &E2e) -> std::collections::BTreeMap<u32, String> {
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(e2e.client.clone(), &e2e.namespace);
-    let listed = leases
-        .list(&kube::api::ListParams::default().labels("sequenced.dev/lease=shard"))
-        .await
-        .unwrap();
-    listed
-        .items
-        .into_iter()
-        .filter_map(|lease| {
-            let n = lease.metadata.labels.as_ref()?.get("sequenced.dev/shard")?;
-            let holder = lease.spec?.holder_identity.filter(|h| !h.is_empty())?;
-            Some((n.parse().ok()?, holder))
-        })
-        .collect()
-}
-
 /// Waits until the 32 shards are held by exactly `replicas`, none above its share.
 async fn wait_spread(e2e: &E2e, replicas: &[&str]) {
     let share = 32usize.div_ceil(replicas.len());
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let holders = shard_holders(e2e).await;
+        let holders = support::operator::shard_holders(&e2e.client, &e2e.namespace).await;
         let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
         for h in holders.values() {
             *counts.entry(h.as_str()).or_default() += 1;

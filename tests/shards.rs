@@ -13,7 +13,7 @@ use std::time::Duration;
 use sequenced::api::shard_of;
 use sequenced::api::v1alpha1::SequencedRelease;
 use serde_json::json;
-use support::charts::{chart, config_map, deployment, is_ready, release};
+use support::charts::{is_ready, pair, release};
 use support::operator::{Operator, is_write};
 use tempfile::TempDir;
 
@@ -21,26 +21,6 @@ async fn within<F: Future<Output = ()>>(test: F) {
     tokio::time::timeout(Duration::from_secs(150), test)
         .await
         .expect("the scenario did not finish in time");
-}
-
-/// Two layers: ConfigMap settings, then Deployment app, which waits for it.
-fn pair() -> TempDir {
-    chart(
-        "pair",
-        &[
-            (
-                "templates/settings.yaml",
-                &config_map("settings", "helm.sh/layer: settings"),
-            ),
-            (
-                "templates/app.yaml",
-                &deployment(
-                    "app",
-                    "helm.sh/layer: app\n    helm.sh/depends-on/layers: settings",
-                ),
-            ),
-        ],
-    )
 }
 
 /// Releases `pair` in namespaces `team-0..n`, each as `pair`; their uids.

@@ -44,6 +44,27 @@ pub fn deployment(name: &str, annotations: &str) -> String {
     )
 }
 
+/// The chart `pair`: layer `settings` (ConfigMap settings), then layer `app` (Deployment app),
+/// which waits for it.
+pub fn pair() -> TempDir {
+    chart(
+        "pair",
+        &[
+            (
+                "templates/settings.yaml",
+                &config_map("settings", "helm.sh/layer: settings"),
+            ),
+            (
+                "templates/app.yaml",
+                &deployment(
+                    "app",
+                    "helm.sh/layer: app\n    helm.sh/depends-on/layers: settings",
+                ),
+            ),
+        ],
+    )
+}
+
 /// A SequencedRelease of the chart at `path`, with more spec fields from `extra`.
 pub fn release(name: &str, path: &std::path::Path, extra: Value) -> Value {
     let mut release = json!({

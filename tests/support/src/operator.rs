@@ -328,24 +328,9 @@ impl Operator {
         }
     }
 
-    /// Who holds each shard Lease (in `default`, where the testkit's controllers keep them):
-    /// shard number to holder, for the shards whose Lease names one.
+    /// Who holds each shard Lease (in `default`, where the testkit's controllers keep them).
     pub async fn shard_holders(&self) -> std::collections::BTreeMap<u32, String> {
-        let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-            kube::Api::namespaced(self.client.clone(), "default");
-        let listed = leases
-            .list(&kube::api::ListParams::default().labels("sequenced.dev/lease=shard"))
-            .await
-            .expect("list the shard Leases");
-        listed
-            .items
-            .into_iter()
-            .filter_map(|lease| {
-                let n = lease.metadata.labels.as_ref()?.get("sequenced.dev/shard")?;
-                let holder = lease.spec?.holder_identity.filter(|h| !h.is_empty())?;
-                Some((n.parse().ok()?, holder))
-            })
-            .collect()
+        shard_holders(&self.client, "default").await
     }
 
     /// Waits until the 32 shards are held by `replicas` and by nobody else, evenly (none holds
@@ -528,6 +513,29 @@ pub fn is_write(r: &RecordedRequest) -> bool {
         "create" | "update" | "patch" | "apply" | "delete" | "deletecollection"
     ) && !is_dry_run(r)
         && !is_shard_keeping(r)
+}
+
+/// Who holds each shard Lease of `namespace` (where controllers keep them): shard number to
+/// holder, for the shards whose Lease names one.
+pub async fn shard_holders(
+    client: &Client,
+    namespace: &str,
+) -> std::collections::BTreeMap<u32, String> {
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), namespace);
+    let listed = leases
+        .list(&kube::api::ListParams::default().labels("sequenced.dev/lease=shard"))
+        .await
+        .expect("list the shard Leases");
+    listed
+        .items
+        .into_iter()
+        .filter_map(|lease| {
+            let n = lease.metadata.labels.as_ref()?.get("sequenced.dev/shard")?;
+            let holder = lease.spec?.holder_identity.filter(|h| !h.is_empty())?;
+            Some((n.parse().ok()?, holder))
+        })
+        .collect()
 }
 
 /// Whether a request keeps the replicas' shards: the shard and member Leases (listed, renewed,
