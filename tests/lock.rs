@@ -324,7 +324,19 @@ async fn a_controller_with_a_stale_cache_reads_the_release_again_after_taking_th
             layer_phase(sr, "db") == Some(LayerPhase::Waiting)
         })
         .await;
-        let b = op.spawn("controller-b", 4);
+        // b keeps its shards apart (another namespace), so it owns every shard as a does and
+        // the two meet at the release's lock, whichever shard the release falls in.
+        let b = support::operator::Controller::start_sharded(
+            op.server.config_as("controller-b"),
+            "controller-b",
+            4,
+            Default::default(),
+            sequenced::lock::Sharding {
+                namespace: "kube-public".to_string(),
+                lease_duration: Duration::from_secs(3),
+                ..Default::default()
+            },
+        );
         let synced = op
             .server
             .wait_until(Duration::from_secs(10), |_| b.metrics.is_synced())
@@ -345,6 +357,7 @@ async fn a_controller_with_a_stale_cache_reads_the_release_again_after_taking_th
                 server.requests().iter().any(|r| {
                     r.client.as_deref() == Some("controller-b")
                         && r.kind.as_deref() == Some("Lease")
+                        && !is_shard_keeping(r)
                         && matches!(r.verb, "create" | "update")
                         && r.status < 300
                 })

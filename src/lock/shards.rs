@@ -347,6 +347,7 @@ impl Shards {
         let mut stale_members = Vec::new();
         let mut shard_leases: BTreeMap<u32, Lease> = BTreeMap::new();
         let mut own_member = None;
+        let was_dead = guard(&self.dead).clone();
         {
             let mut state = guard(&self.state);
             let cut_off = state.cut_off;
@@ -360,8 +361,13 @@ impl Shards {
                             continue;
                         }
                         // After a round that could not reach the API server, every sighting
-                        // starts again: nobody's Lease expired while nobody could renew.
-                        let previous = if cut_off { None } else { state.seen.get(&name) };
+                        // starts again: nobody's Lease expired while nobody could renew. But a
+                        // replica already judged dead before stays dead (its Lease unchanged),
+                        // or it would count as live for one more duration and its shards be
+                        // divided among one replica too many.
+                        let previous = state.seen.get(&name).filter(|seen| {
+                            !cut_off || seen.holder.as_ref().is_some_and(|h| was_dead.contains(h))
+                        });
                         let sighting = Sighting::of(&lease, previous, now);
                         if let Some(holder) = sighting.holder.clone() {
                             match standing(&sighting, now) {
