@@ -229,6 +229,7 @@ fn keep_shards(
             if round.reconnected {
                 context.forgive_all();
             }
+            let owned = shards.watch().borrow().clone();
             for sr in context.store.state() {
                 let shard = shards.shard(&sr.uid().unwrap_or_default());
                 let key = ObjectRef::from_obj(&*sr);
@@ -237,9 +238,7 @@ fn keep_shards(
                     context.locks.holds(&key)
                 } else {
                     round.gained.contains(&shard)
-                        || (round.reconnected
-                            && shards.owns(&sr.uid().unwrap_or_default())
-                            && in_progress(&sr))
+                        || (round.reconnected && owned.contains(&shard) && in_progress(&sr))
                 };
                 if wake && trigger.unbounded_send(key).is_err() {
                     return;

@@ -192,7 +192,7 @@ pub fn following<T: Send + 'static>(
     .boxed()
 }
 
-/// A Lease this replica holds, as last written, and when that write was sent.
+/// This replica's member Lease, as last written, and when that write was sent.
 #[derive(Debug, Clone)]
 struct Held {
     lease: Lease,
@@ -202,8 +202,8 @@ struct Held {
 /// What one replica knows of the shards.
 #[derive(Default)]
 struct State {
-    /// Shard Leases held, by shard.
-    held: BTreeMap<u32, Held>,
+    /// Shard Leases held, by shard, as last read or written (valid while the member Lease is).
+    held: BTreeMap<u32, Lease>,
     /// This replica's member Lease, as last written.
     member: Option<Held>,
     /// Every shard and member Lease seen, by name.
@@ -423,15 +423,9 @@ impl Shards {
                     ShardStanding::Free
                 };
                 if holder == self.identity {
-                    state.held.entry(*n).or_insert_with(|| Held {
-                        lease: lease.clone(),
-                        renewed: now,
-                    });
+                    state.held.insert(*n, lease.clone());
                 } else if state.held.remove(n).is_some() {
                     tracing::warn!(shard = n, holder, "another replica holds the shard now");
-                }
-                if let Some(held) = state.held.get_mut(n) {
-                    held.lease = lease.clone();
                 }
             }
             // A shard whose Lease is gone is nobody's.
@@ -441,11 +435,10 @@ impl Shards {
         for n in moves.give_back {
             let held = guard(&self.state).held.remove(&n);
             if let Some(held) = held {
-                self.give_back(&api, n, held.lease).await;
+                self.give_back(&api, n, held).await;
             }
         }
         for n in moves.claim {
-            let sent = Instant::now();
             let current = shard_leases.get(&n);
             let lease = self.lease(n, current);
             let written = match current {
@@ -457,13 +450,7 @@ impl Shards {
             };
             match written {
                 Ok(lease) => {
-                    guard(&self.state).held.insert(
-                        n,
-                        Held {
-                            lease,
-                            renewed: sent,
-                        },
-                    );
+                    guard(&self.state).held.insert(n, lease);
                 }
                 // Another replica was faster.
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -590,7 +577,7 @@ impl Shards {
         let held = std::mem::take(&mut guard(&self.state).held);
         futures::future::join_all(
             held.into_iter()
-                .map(|(n, h)| self.give_back(&api, n, h.lease)),
+                .map(|(n, lease)| self.give_back(&api, n, lease)),
         )
         .await;
         let member = guard(&self.state).member.take();
