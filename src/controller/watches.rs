@@ -20,12 +20,12 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::api::{
-    OWNER_ANNOTATION, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, SHARD_LABEL,
-    SequencedRelease, owner_of,
+    OWNER_ANNOTATION, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, SequencedRelease,
+    owner_of,
 };
-use crate::cluster::{Account, Cluster, Kind, reconnect_backoff};
+use crate::cluster::{Account, Cluster, Kind};
 use crate::lock::Shards;
-use crate::lock::shards::following;
+use crate::lock::shards::sharded_watches;
 
 type Trigger = UnboundedSender<ObjectRef<SequencedRelease>>;
 
@@ -272,7 +272,6 @@ impl Watches {
         // Every object of the kind in this replica's shards, and every object of no shard (not
         // only the managed ones): whether an object this release is about to write exists, and
         // whose it is, is then known without reading it, unless it may be of another shard.
-        let config = watcher::Config::default().any_semantic();
         let what = format!(
             "{}/{}{}",
             kind.resource.api_version,
@@ -282,25 +281,7 @@ impl Watches {
                 .map(|a| format!(" as {a}"))
                 .unwrap_or_default()
         );
-        let sharded = {
-            let (api, config) = (api.clone(), config.clone());
-            following(
-                self.shards.watch(),
-                move |selector| {
-                    watcher(api.clone(), config.clone().labels(selector))
-                        .backoff(reconnect_backoff())
-                        .boxed()
-                },
-                || {
-                    futures::stream::iter([Ok(Event::Init), Ok(Event::InitDone)])
-                        .chain(futures::stream::pending())
-                        .boxed()
-                },
-            )
-        };
-        let unlabelled = watcher(api, config.labels(&format!("!{SHARD_LABEL}")))
-            .backoff(reconnect_backoff())
-            .boxed();
+        let [sharded, unlabelled] = sharded_watches(api, "", self.shards.watch());
         for (part, events) in [(Part::Shards, sharded), (Part::Unlabelled, unlabelled)] {
             let task = self.index(
                 (key.clone(), part),

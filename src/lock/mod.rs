@@ -25,8 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher::watcher};
+use kube::runtime::watcher::Event;
 use kube::{Client, Resource, ResourceExt};
 use sha2::{Digest as _, Sha256};
 
@@ -262,28 +261,8 @@ impl Locks {
     pub fn watch(self: &std::sync::Arc<Self>, trigger: UnboundedSender<Release>) {
         let api: Api<Lease> = Api::all(self.client.clone());
         let locks = std::sync::Arc::downgrade(self);
-        let base = watcher::Config::default().any_semantic();
-        let sharded = {
-            let (api, base) = (api.clone(), base.clone());
-            shards::following(
-                self.shards.watch(),
-                move |selector| {
-                    let config = base
-                        .clone()
-                        .labels(&format!("{MANAGED_SELECTOR},{selector}"));
-                    watcher(api.clone(), config)
-                        .backoff(crate::cluster::reconnect_backoff())
-                        .boxed()
-                },
-                || futures::stream::pending().boxed(),
-            )
-        };
-        let unlabelled = watcher(
-            api,
-            base.labels(&format!("{MANAGED_SELECTOR},!{SHARD_LABEL}")),
-        )
-        .backoff(crate::cluster::reconnect_backoff())
-        .boxed();
+        let [sharded, unlabelled] =
+            shards::sharded_watches(api, MANAGED_SELECTOR, self.shards.watch());
         let mut events = futures::stream::select(sharded, unlabelled);
         let task = tokio::spawn(async move {
             while let Some(event) = events.next().await {

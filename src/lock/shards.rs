@@ -32,6 +32,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::{Sighting, Standing, standing};
 use crate::api::{SHARD_LABEL, SHARD_LEASE_LABEL, SHARDS_ANNOTATION, shard_of};
+use crate::cluster::reconnect_backoff;
 
 /// The default number of shards (`sequenced run --shards`).
 pub const DEFAULT_SHARDS: u32 = 32;
@@ -190,6 +191,54 @@ pub fn following<T: Send + 'static>(
         }
     })
     .boxed()
+}
+
+/// A watch event of `K`, or the error of its watch.
+pub type Watched<K> = Result<kube::runtime::watcher::Event<K>, kube::runtime::watcher::Error>;
+
+/// The two watches of `api` a replica needs: `[its shards' objects, objects without a shard
+/// label]`, each also selected by `selector` (`""` for nothing more). The first follows the owned
+/// shards ([`following`]; with none owned, an empty list); the second sees objects of no release
+/// and those applied before shards existed. Both reconnect with [`reconnect_backoff`].
+pub fn sharded_watches<K>(
+    api: Api<K>,
+    selector: &str,
+    owned: tokio::sync::watch::Receiver<Owned>,
+) -> [BoxStream<'static, Watched<K>>; 2]
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::{self, Event, watcher};
+    let with = |extra: &str| match selector {
+        "" => extra.to_string(),
+        _ => format!("{selector},{extra}"),
+    };
+    let config = watcher::Config::default().any_semantic();
+    let sharded = {
+        let (api, config, base) = (api.clone(), config.clone(), selector.to_string());
+        following(
+            owned,
+            move |shards| {
+                let labels = match base.as_str() {
+                    "" => shards.to_string(),
+                    _ => format!("{base},{shards}"),
+                };
+                watcher(api.clone(), config.clone().labels(&labels))
+                    .backoff(reconnect_backoff())
+                    .boxed()
+            },
+            || {
+                futures::stream::iter([Ok(Event::Init), Ok(Event::InitDone)])
+                    .chain(futures::stream::pending())
+                    .boxed()
+            },
+        )
+    };
+    let unlabelled = watcher(api, config.labels(&with(&format!("!{SHARD_LABEL}"))))
+        .backoff(reconnect_backoff())
+        .boxed();
+    [sharded, unlabelled]
 }
 
 /// This replica's member Lease, as last written, and when that write was sent.
