@@ -437,8 +437,9 @@ pub async fn render(
     let path = resolved.path.clone();
     blocking(move || {
         let chart = crate::chart::load(&path)?;
-        let tree = crate::chart::tree(&chart, &crate::render::rendered_charts(&output));
-        let documents = crate::render::parse_output(&output, &tree)?;
+        let crd_files = chart.crd_files();
+        let tree = crate::chart::tree(&chart, &crate::render::rendered_charts(&output, &crd_files));
+        let documents = crate::render::parse_output_with(&output, &tree, &crd_files)?;
         Ok(Rendered { tree, documents })
     })
     .await

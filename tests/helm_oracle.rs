@@ -811,3 +811,12 @@ async fn failing_test() {
 async fn db_backup() {
     within(compare("db-backup", "db", LIFECYCLE)).await;
 }
+
+/// Chart files that carry their own `# Source:` comments (CRD files that start with an https
+/// URL, a relative path or another chart's `helm template` line, templates and a hook that
+/// start with one, a block scalar that holds one): installed, upgraded, rolled back and
+/// uninstalled as helm does, every CRD created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_sources() {
+    within(compare("own-sources", "r", LIFECYCLE)).await;
+}

@@ -329,3 +329,132 @@ fn a_missing_helm_says_how_to_install_it() {
     assert!(not_found.contains("SEQUENCED_HELM"), "{not_found}");
     assert!(not_found.contains("scripts/install-helm.sh"), "{not_found}");
 }
+
+/// The documents of `tests/charts/hook-patterns/own-sources`, whose files carry their own
+/// `# Source:` comments, attributed to the files helm read: what `helm install` installs.
+fn assert_own_sources_attributed(rendered: &Rendered) {
+    assert_eq!(
+        summary(&rendered.crds),
+        vec![
+            row(
+                "own-sources",
+                "crds/vendored.yaml",
+                "CustomResourceDefinition/gizmos.sources.example.com"
+            ),
+            row(
+                "own-sources",
+                "crds/widgets.yaml",
+                "CustomResourceDefinition/gadgets.sources.example.com"
+            ),
+            row(
+                "own-sources",
+                "crds/widgets.yaml",
+                "CustomResourceDefinition/widgets.sources.example.com"
+            ),
+            row(
+                "own-sources/upstream",
+                "crds/doohickeys.yaml",
+                "CustomResourceDefinition/doohickeys.sources.example.com"
+            ),
+        ]
+    );
+    assert_eq!(
+        summary(&rendered.hooks),
+        vec![row(
+            "own-sources",
+            "templates/hook.yaml",
+            "ConfigMap/r-pre-settings"
+        )]
+    );
+    assert_eq!(
+        summary(&rendered.resources),
+        vec![
+            row("own-sources", "templates/app.yaml", "ConfigMap/r-app"),
+            row("own-sources", "templates/app.yaml", "ConfigMap/r-settings"),
+            row(
+                "own-sources/upstream",
+                "templates/service-account.yaml",
+                "ServiceAccount/r-upstream"
+            ),
+        ]
+    );
+    // The file's own comment stays in the document's text, after helm's line (as `helm get
+    // manifest` shows it), and a block scalar keeps its `# Source:` line.
+    let app = rendered
+        .resources
+        .iter()
+        .find(|d| d.name() == "r-app")
+        .expect("r-app");
+    assert_eq!(app.source, "own-sources/templates/app.yaml");
+    assert!(
+        app.text.starts_with(
+            "# Source: https://raw.githubusercontent.com/example/app/v1.2.3/deploy/configmap.yaml\n"
+        ),
+        "{}",
+        app.text
+    );
+    assert_eq!(
+        app.object["data"]["script"],
+        "# Source: own-sources/templates/not-this-one.yaml\necho level 1\n"
+    );
+    let gizmos = rendered
+        .crds
+        .iter()
+        .find(|d| d.name() == "gizmos.sources.example.com")
+        .expect("gizmos");
+    assert_eq!(gizmos.source, "own-sources/crds/vendored.yaml");
+}
+
+#[test]
+fn a_file_s_own_source_comment_never_attributes_it() {
+    let chart =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/charts/hook-patterns/own-sources");
+    let rendered = render_dir(&chart, &options("r")).expect("render the directory");
+    assert_own_sources_attributed(&rendered);
+    // Packaged, the same: helm reads the CRD files out of the archive.
+    let packaged = TempDir::new().unwrap();
+    let out = std::process::Command::new(support::helm())
+        .arg("package")
+        .arg(&chart)
+        .arg("--destination")
+        .arg(packaged.path())
+        .output()
+        .expect("run helm package");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let archive = packaged.path().join("own-sources-0.1.0.tgz");
+    let rendered = render_dir(&archive, &options("r")).expect("render the archive");
+    assert_own_sources_attributed(&rendered);
+}
+
+#[test]
+fn a_crd_file_with_a_byte_order_mark_and_crlf_lines_is_one_file() {
+    let dir = TempDir::new().unwrap();
+    chart(dir.path(), "bom", "0.1.0", "");
+    let crd = "# Source: https://example.com/crds.yaml\r\napiVersion: apiextensions.k8s.io/v1\r\nkind: CustomResourceDefinition\r\nmetadata:\r\n  name: widgets.example.com\r\n---\r\n# Source: https://example.com/crds.yaml\r\napiVersion: apiextensions.k8s.io/v1\r\nkind: CustomResourceDefinition\r\nmetadata:\r\n  name: gadgets.example.com";
+    std::fs::create_dir_all(dir.path().join("crds")).unwrap();
+    std::fs::write(
+        dir.path().join("crds/all.yaml"),
+        [b"\xef\xbb\xbf".as_slice(), crd.as_bytes()].concat(),
+    )
+    .unwrap();
+    let rendered = render_dir(dir.path(), &options("r")).expect("render");
+    assert_eq!(
+        summary(&rendered.crds),
+        vec![
+            row(
+                "bom",
+                "crds/all.yaml",
+                "CustomResourceDefinition/gadgets.example.com"
+            ),
+            row(
+                "bom",
+                "crds/all.yaml",
+                "CustomResourceDefinition/widgets.example.com"
+            ),
+        ]
+    );
+}

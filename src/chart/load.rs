@@ -13,7 +13,7 @@ use std::path::Path;
 
 use super::helmignore::Rules;
 use super::metadata::{parse_metadata, parse_requirements};
-use super::{Chart, ChartError, Location, Metadata, io_message};
+use super::{Chart, ChartError, ChartFile, Location, Metadata, io_message};
 
 /// Helm's limit on a whole decompressed chart.
 const MAX_CHART_SIZE: u64 = 100 * 1024 * 1024;
@@ -21,7 +21,7 @@ const MAX_CHART_SIZE: u64 = 100 * 1024 * 1024;
 const MAX_FILE_SIZE: u64 = 5 * 1024 * 1024;
 
 /// The files of one chart that sequencing reads, by path relative to the chart root:
-/// Chart.yaml, requirements.yaml, and everything under charts/.
+/// Chart.yaml, requirements.yaml, the CRD files of crds/, and everything under charts/.
 type Files = BTreeMap<String, Vec<u8>>;
 
 /// The same files, borrowed: a subchart's view of its parent's files, without copying them.
@@ -104,6 +104,7 @@ fn collect_directory(
             files.insert(relative, read_limited(&full, budget)?);
         }
     }
+    collect_crds(top, &format!("{rel}crds"), rules, files, budget)?;
     let charts_rel = format!("{rel}charts");
     let charts_dir = top.join(&charts_rel);
     if !charts_dir.is_dir() || rules.ignores(&charts_rel, true) {
@@ -160,6 +161,58 @@ fn collect_directory(
         }
     }
     Ok(())
+}
+
+/// The CRD files under the directory `rel` (`crds`, `charts/x/crds`, and below), as Helm's
+/// directory loader walks them: `.helmignore` applies to files and directories alike, hidden
+/// files are read.
+fn collect_crds(
+    top: &Path,
+    rel: &str,
+    rules: &Rules,
+    files: &mut Files,
+    budget: &mut u64,
+) -> Result<(), ChartError> {
+    let dir = top.join(rel);
+    if !dir.is_dir() || rules.ignores(rel, true) {
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(&dir).map_err(|e| ChartError::Read {
+        path: dir.display().to_string(),
+        message: io_message(&e),
+    })?;
+    let mut names: Vec<String> = entries
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for name in names {
+        let relative = format!("{rel}/{name}");
+        let full = top.join(&relative);
+        let Ok(metadata) = std::fs::metadata(&full) else {
+            // Helm reports what it cannot read; it rendered the chart before this runs.
+            continue;
+        };
+        if metadata.is_dir() {
+            collect_crds(top, &relative, rules, files, budget)?;
+        } else if metadata.is_file() && !rules.ignores(&relative, false) && is_crd_path(&relative) {
+            files.insert(relative, read_limited(&full, budget)?);
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` (relative to the top chart) is a CRD file of the top chart or of a subchart
+/// directory: `crds/x.yaml`, `charts/a/crds/x.yaml`.
+fn is_crd_path(path: &str) -> bool {
+    let mut rest = path;
+    while let Some(inner) = rest.strip_prefix("charts/") {
+        match inner.split_once('/') {
+            Some((_, after)) => rest = after,
+            None => return false,
+        }
+    }
+    super::is_crd_file(rest)
 }
 
 fn read_limited(path: &Path, budget: &mut u64) -> Result<Vec<u8>, ChartError> {
@@ -257,6 +310,7 @@ fn read_archive(bytes: &[u8]) -> Result<Files, String> {
 /// Whether the loader needs a file of an archive.
 fn wanted(name: &str) -> bool {
     matches!(name, "Chart.yaml" | "requirements.yaml")
+        || super::is_crd_file(name)
         || (name.starts_with("charts/") && !name.ends_with(".prov"))
 }
 
@@ -383,10 +437,19 @@ fn load_files(files: &FileView<'_>, location: Location) -> Result<Chart, ChartEr
             subcharts.push(load_files(&group_files, sub_location)?);
         }
     }
+    let crds = files
+        .iter()
+        .filter(|(name, _)| super::is_crd_file(name))
+        .map(|(name, data)| ChartFile {
+            name: name.to_string(),
+            data: data.to_vec(),
+        })
+        .collect();
     Ok(Chart {
         metadata,
         subcharts,
         location,
+        crds,
     })
 }
 

@@ -28,6 +28,36 @@ pub struct Chart {
     pub subcharts: Vec<Chart>,
     /// Where the chart was read from, for messages.
     pub location: Location,
+    /// The files of its `crds/` directory that Helm reads as CRDs (`.yaml`, `.yml`, `.json`, at
+    /// any depth), as Helm's loader holds them: `helm template --include-crds` prints each whole.
+    pub crds: Vec<ChartFile>,
+}
+
+/// A file of a chart: its name inside the chart (`crds/widgets.yaml`) and its bytes, with a
+/// byte order mark removed as Helm's loader removes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChartFile {
+    pub name: String,
+    pub data: Vec<u8>,
+}
+
+impl Chart {
+    /// The `crds/` files of this chart and of every chart in its charts/ directories.
+    pub fn crd_files(&self) -> Vec<&ChartFile> {
+        let mut files: Vec<&ChartFile> = self.crds.iter().collect();
+        for sub in &self.subcharts {
+            files.extend(sub.crd_files());
+        }
+        files
+    }
+}
+
+/// Whether Helm reads a file of `crds/` as a CRD: by its extension, as `hasManifestExtension`.
+pub(crate) fn is_crd_file(name: &str) -> bool {
+    name.starts_with("crds/")
+        && [".yaml", ".yml", ".json"]
+            .iter()
+            .any(|extension| name.ends_with(extension))
 }
 
 /// Where a chart's files are: a directory, or a place inside a packaged chart (possibly inside

@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::chart::ChartTree;
+#[cfg(doc)]
+use crate::chart::Chart;
+use crate::chart::{ChartFile, ChartTree};
 use crate::helm::{Helm, HelmError};
 
 /// The annotation that makes a document a Helm hook.
@@ -227,9 +229,10 @@ pub async fn template(
         })
 }
 
-/// The chart path (`foo`, `foo/bar`) of every document in the output of `helm template`.
-pub fn rendered_charts(output: &str) -> BTreeSet<String> {
-    split_output(output)
+/// The chart path (`foo`, `foo/bar`) of every document in the output of `helm template`;
+/// `crd_files` are the `crds/` files of the chart helm rendered ([`Chart::crd_files`]).
+pub fn rendered_charts(output: &str, crd_files: &[&ChartFile]) -> BTreeSet<String> {
+    split_output(output, crd_files)
         .into_iter()
         .filter_map(|raw| raw.source)
         .map(|source| attribute(source).0)
@@ -282,40 +285,159 @@ struct RawDocument<'a> {
     text: String,
 }
 
-/// Splits helm's output at `---` lines, reading the `# Source:` line of each document. A document
-/// without one (several documents in one file of `crds/`) belongs to the source before it.
-fn split_output(output: &str) -> Vec<RawDocument<'_>> {
+/// Splits helm's output into documents, each with the `# Source:` line helm wrote for it, never a
+/// comment of the chart's own file.
+///
+/// Helm prints every template document as `---`, `# Source: PATH`, then the document: it split
+/// the template's output at its `---` lines, so in that part of the output every `---` line is
+/// helm's and the line after it is helm's `# Source:` (a template's own `# Source:` comment comes
+/// after it). A `# Source:` line is only ever taken for helm's when it names a file helm could
+/// print: one of `crds/` or `templates/` of the top chart or of a chart below it. With `--include-crds`, each file of a `crds/` directory comes first, printed whole
+/// after its `---` and `# Source:` lines: the file's own `---` lines and comments are part of it.
+/// When the file's bytes are known (`crd_files`, from the chart's loader), exactly those bytes
+/// are that file; otherwise it ends at the next `---` line followed by a `# Source:` line that
+/// names a `crds/` or `templates/` file of the same top chart, as helm would write it. The
+/// documents of a CRD file each carry the file's source.
+fn split_output<'a>(output: &'a str, crd_files: &[&ChartFile]) -> Vec<RawDocument<'a>> {
     let mut documents = Vec::new();
-    let mut current = RawDocument {
-        source: None,
-        text: String::new(),
-    };
-    let mut last_source = None;
-    for line in output.lines() {
-        if is_separator(line) {
-            if !current.text.trim().is_empty() || current.source.is_some() {
-                documents.push(current);
+    // The top chart's name, with which every path helm writes begins.
+    let mut root: Option<&str> = None;
+    let mut rest = output;
+    // Text before the first header (never printed by helm) is a document without a source.
+    let mut source: Option<&'a str> = None;
+    while !rest.is_empty() {
+        let (header, body_start) = match header(rest) {
+            Some((path, after)) => (Some(path), after),
+            None => (None, rest),
+        };
+        if let Some(path) = header {
+            source = Some(path);
+            root.get_or_insert_with(|| path.split('/').next().unwrap_or_default());
+        }
+        let is_crd_file = header.is_some_and(|path| attribute(path).1.starts_with("crds/"));
+        let body_len = match header {
+            Some(path) if is_crd_file => crd_body(body_start, path, crd_files)
+                .unwrap_or_else(|| crd_body_by_headers(body_start, root.unwrap_or_default())),
+            Some(_) => template_body(body_start, root.unwrap_or_default()),
+            // Not a header (a `---` line helm did not write, or text before the first one): its
+            // first line belongs to it, whatever it is, so that the loop always moves on.
+            None => {
+                let first = body_start.find('\n').map_or(body_start.len(), |at| at + 1);
+                first + template_body(&body_start[first..], root.unwrap_or_default())
             }
-            current = RawDocument {
-                source: last_source,
-                text: String::new(),
-            };
-            continue;
-        }
-        if current.text.is_empty()
-            && let Some(source) = line.strip_prefix("# Source: ")
-        {
-            current.source = Some(source.trim());
-            last_source = current.source;
-            continue;
-        }
-        current.text.push_str(line);
-        current.text.push('\n');
-    }
-    if !current.text.trim().is_empty() {
-        documents.push(current);
+        };
+        let (body, after) = body_start.split_at(body_len);
+        push_documents(&mut documents, source, body, header.is_some());
+        rest = after;
     }
     documents
+}
+
+/// `---` then `# Source: PATH` at the start of `text`: PATH and the text after the two lines.
+fn header(text: &str) -> Option<(&str, &str)> {
+    let (first, after_first) = text.split_once('\n').unwrap_or((text, ""));
+    if !is_separator(first.trim_end_matches('\r')) {
+        return None;
+    }
+    let (second, after) = after_first.split_once('\n').unwrap_or((after_first, ""));
+    let path = second.trim_end_matches('\r').strip_prefix("# Source: ")?;
+    Some((path.trim(), after))
+}
+
+/// The length of a template document: up to the next `---` line (helm splits templates at them,
+/// so the next one is its own), unless a `# Source:` line that helm cannot have written follows
+/// it (then this is a CRD file after all, whose bytes were not known).
+fn template_body(text: &str, root: &str) -> usize {
+    next_separator(text, |from| {
+        header(from).is_none_or(|(path, _)| helm_could_write(path, root))
+    })
+    .unwrap_or(text.len())
+}
+
+/// Whether helm could have written `# Source: path` for a chart whose top chart is `root`: a file
+/// of `crds/` or `templates/` of that chart or of a chart in its `charts/` directories.
+fn helm_could_write(path: &str, root: &str) -> bool {
+    let (chart, file) = attribute(path);
+    chart.split('/').next() == Some(root)
+        && (file.starts_with("crds/") || file.starts_with("templates/"))
+}
+
+/// The byte offset of the first `---` line of `text` (not its first line's start unless it is
+/// one) for which `accept` holds of the text from there on.
+fn next_separator(text: &str, accept: impl Fn(&str) -> bool) -> Option<usize> {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if is_separator(line.trim_end_matches(['\n', '\r'])) && accept(&text[offset..]) {
+            return Some(offset);
+        }
+        offset += line.len();
+    }
+    None
+}
+
+/// The length of the printed CRD file `path` when its bytes are known: the longest file of that
+/// name whose bytes the text begins with, followed by helm's newline and then the end or the next
+/// header.
+fn crd_body(text: &str, path: &str, crd_files: &[&ChartFile]) -> Option<usize> {
+    let (_, name) = attribute(path);
+    crd_files
+        .iter()
+        .filter(|file| file.name == name)
+        .map(|file| file.data.as_slice())
+        .filter(|data| {
+            let bytes = text.as_bytes();
+            bytes.starts_with(data)
+                && bytes.get(data.len()) == Some(&b'\n')
+                && text.is_char_boundary(data.len() + 1)
+                && {
+                    let after = &text[data.len() + 1..];
+                    after.is_empty() || header(after).is_some()
+                }
+        })
+        .map(|data| data.len() + 1)
+        .max()
+}
+
+/// The length of a printed CRD file whose bytes are not known: up to the next `---` line followed
+/// by a `# Source:` line that names a `crds/` or `templates/` file of the top chart `root`.
+fn crd_body_by_headers(text: &str, root: &str) -> usize {
+    next_separator(text, |from| {
+        header(from).is_some_and(|(path, _)| helm_could_write(path, root))
+    })
+    .unwrap_or(text.len())
+}
+
+/// The documents of `body` (split at its `---` lines), each with `source`. A body right after a
+/// header is kept even when empty, so that a template that printed nothing is still seen.
+fn push_documents<'a>(
+    documents: &mut Vec<RawDocument<'a>>,
+    source: Option<&'a str>,
+    body: &str,
+    after_header: bool,
+) {
+    let mut current = String::new();
+    let mut first = true;
+    for line in body.lines() {
+        if is_separator(line) {
+            if !current.trim().is_empty() || (first && after_header) {
+                documents.push(RawDocument {
+                    source,
+                    text: std::mem::take(&mut current),
+                });
+            }
+            current.clear();
+            first = false;
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+    }
+    if !current.trim().is_empty() || (first && after_header) {
+        documents.push(RawDocument {
+            source,
+            text: current,
+        });
+    }
 }
 
 fn is_separator(line: &str) -> bool {
@@ -341,10 +463,22 @@ pub fn attribute(source: &str) -> (String, String) {
     (chart.join("/"), parts[index.min(parts.len())..].join("/"))
 }
 
-/// Parses the output of `helm template` into attributed documents.
+/// Parses the output of `helm template` into attributed documents, without the bytes of the
+/// chart's `crds/` files (see [`parse_output_with`]): for output written by hand.
 pub fn parse_output(output: &str, tree: &ChartTree) -> Result<Rendered, RenderError> {
+    parse_output_with(output, tree, &[])
+}
+
+/// Parses the output of `helm template` into attributed documents; `crd_files` are the `crds/`
+/// files of the chart helm rendered ([`Chart::crd_files`]), which helm prints whole, their own
+/// `---` lines and `# Source:` comments included.
+pub fn parse_output_with(
+    output: &str,
+    tree: &ChartTree,
+    crd_files: &[&ChartFile],
+) -> Result<Rendered, RenderError> {
     let mut rendered = Rendered::default();
-    for (index, raw) in split_output(output).into_iter().enumerate() {
+    for (index, raw) in split_output(output, crd_files).into_iter().enumerate() {
         let Some(source) = raw.source else {
             return Err(RenderError::NoSource { index: index + 1 });
         };
@@ -524,7 +658,7 @@ mod tests {
     #[test]
     fn splitting_keeps_sources_and_drops_empty_documents() {
         let output = "---\n# Source: foo/crds/c.yaml\nkind: A\n---\nkind: B\n\n---\n# Source: foo/templates/e.yaml\n---\n# Source: foo/templates/x.yaml\nkind: C\n";
-        let docs = split_output(output);
+        let docs = split_output(output, &[]);
         let summary: Vec<(Option<&str>, &str)> =
             docs.iter().map(|d| (d.source, d.text.trim())).collect();
         assert_eq!(
@@ -535,6 +669,97 @@ mod tests {
                 (Some("foo/templates/e.yaml"), ""),
                 (Some("foo/templates/x.yaml"), "kind: C"),
             ]
+        );
+    }
+
+    /// What helm prints for a chart whose CRD file and template carry their own `# Source:`
+    /// comments, the CRD file copied from another chart's `helm template` output.
+    const OWN_SOURCES: &str = "---\n# Source: foo/crds/c.yaml\n---\n# Source: foo/templates/crds.yaml\nkind: A\n---\n# Source: https://x/crd?ref=v1\nkind: B\n\n---\n# Source: foo/charts/bar/crds/d.yaml\n# Source: config/crd/d.yaml\nkind: D\n---\n# Source: foo/templates/x.yaml\n# Source: https://x/x.yaml\nkind: C\n";
+
+    fn summary<'a>(docs: &'a [RawDocument<'a>]) -> Vec<(Option<&'a str>, &'a str)> {
+        docs.iter()
+            .filter(|d| !d.text.trim().is_empty())
+            .map(|d| (d.source, d.text.trim()))
+            .collect()
+    }
+
+    #[test]
+    fn a_crd_file_is_the_bytes_the_chart_holds() {
+        let files = [
+            ChartFile {
+                name: "crds/c.yaml".to_string(),
+                data: b"---\n# Source: foo/templates/crds.yaml\nkind: A\n---\n# Source: https://x/crd?ref=v1\nkind: B\n".to_vec(),
+            },
+            ChartFile {
+                name: "crds/d.yaml".to_string(),
+                data: b"# Source: config/crd/d.yaml\nkind: D".to_vec(),
+            },
+        ];
+        let files: Vec<&ChartFile> = files.iter().collect();
+        let docs = split_output(OWN_SOURCES, &files);
+        assert_eq!(
+            summary(&docs),
+            vec![
+                (
+                    Some("foo/crds/c.yaml"),
+                    "# Source: foo/templates/crds.yaml\nkind: A"
+                ),
+                (
+                    Some("foo/crds/c.yaml"),
+                    "# Source: https://x/crd?ref=v1\nkind: B"
+                ),
+                (
+                    Some("foo/charts/bar/crds/d.yaml"),
+                    "# Source: config/crd/d.yaml\nkind: D"
+                ),
+                (
+                    Some("foo/templates/x.yaml"),
+                    "# Source: https://x/x.yaml\nkind: C"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn without_the_bytes_a_crd_file_ends_where_helm_could_have_written_a_source() {
+        // Only the comment that names a file helm could print is taken for helm's.
+        let docs = split_output(OWN_SOURCES, &[]);
+        assert_eq!(
+            summary(&docs),
+            vec![
+                (Some("foo/templates/crds.yaml"), "kind: A"),
+                (
+                    Some("foo/templates/crds.yaml"),
+                    "# Source: https://x/crd?ref=v1\nkind: B"
+                ),
+                (
+                    Some("foo/charts/bar/crds/d.yaml"),
+                    "# Source: config/crd/d.yaml\nkind: D"
+                ),
+                (
+                    Some("foo/templates/x.yaml"),
+                    "# Source: https://x/x.yaml\nkind: C"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_file_of_another_name_or_other_bytes_is_not_taken_for_the_crd_file() {
+        let other = [
+            ChartFile {
+                name: "crds/other.yaml".to_string(),
+                data: b"---\n# Source: foo/templates/crds.yaml\nkind: A\n---\n# Source: https://x/crd?ref=v1\nkind: B\n".to_vec(),
+            },
+            ChartFile {
+                name: "crds/c.yaml".to_string(),
+                data: b"kind: Z\n".to_vec(),
+            },
+        ];
+        let other: Vec<&ChartFile> = other.iter().collect();
+        assert_eq!(
+            summary(&split_output(OWN_SOURCES, &other)),
+            summary(&split_output(OWN_SOURCES, &[]))
         );
     }
 
