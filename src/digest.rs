@@ -3,7 +3,11 @@
 //! request). It is a documented, versioned function, so that upgrading the operator never
 //! starts a revision by itself:
 //!
-//! - **v2** (`v2:sha256:<hex>`, written since the digest was versioned): SHA-256 of a canonical
+//! - **v3** (`v3:sha256:<hex>`, written since `spec.postRenderers`): the v2 document with
+//!   `scheme: "v3"` and, when the release has post-renderers, `postRenderers` as the spec holds
+//!   them (each `{kustomize: {patches: [{patch, target}], images: [...]}}`, the fields that are
+//!   set; a patch as its text).
+//! - **v2** (`v2:sha256:<hex>`, written from the versioned digest to `spec.postRenderers`): SHA-256 of a canonical
 //!   JSON document (object keys sorted, no spaces) holding `scheme: "v2"`, the resolved chart's
 //!   identity (`repository <url> <name> <version>`, `oci <reference> <version>`, or the content
 //!   hash of a local or packaged chart), the values as data in the order Helm merges them (each
@@ -16,17 +20,19 @@
 //!
 //! A stored digest is compared under the scheme that wrote it ([`Digests::matches`]): a release
 //! that a v1 operator deployed is unchanged for a v2 operator as long as the v1 digest of its
-//! spec is the stored one. A future v3 adds its function here and keeps the older ones.
+//! spec is the stored one, and one a v2 operator deployed is unchanged for a v3 operator as long
+//! as it has no post-renderers (which v2 cannot express) and its v2 digest is the stored one. A
+//! future v4 adds its function here and keeps the older ones.
 //!
 //! Pure: no I/O, no clock.
 
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-use crate::api::CommonMetadata;
+use crate::api::{CommonMetadata, PostRenderer};
 
 /// The scheme written by this version of the operator.
-pub const SCHEME: &str = "v2";
+pub const SCHEME: &str = "v3";
 
 /// One entry of the values, in merge order.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +52,8 @@ pub struct Asked<'a> {
     pub release_name: &'a str,
     pub namespace: &'a str,
     pub common_metadata: Option<&'a CommonMetadata>,
+    /// `spec.postRenderers`.
+    pub post_renderers: &'a [PostRenderer],
 }
 
 /// The digests of one spec under every scheme that can express it.
@@ -53,6 +61,8 @@ pub struct Asked<'a> {
 pub struct Digests {
     /// Under [`SCHEME`]: what a new revision records.
     pub current: String,
+    /// Under v2, when the spec uses nothing v2 could not express.
+    pub v2: Option<String>,
     /// Under v1, when the spec uses nothing v1 could not express.
     pub v1: Option<String>,
 }
@@ -60,7 +70,8 @@ pub struct Digests {
 impl Digests {
     pub fn of(asked: &Asked) -> Digests {
         Digests {
-            current: v2(asked),
+            current: v3(asked),
+            v2: v2(asked),
             v1: v1(asked),
         }
     }
@@ -68,7 +79,9 @@ impl Digests {
     /// Whether a stored digest is this spec's under the scheme that wrote it: each scheme
     /// writes its own prefix ([`scheme_of`]), so it is the spec's digest under one of them.
     pub fn matches(&self, stored: &str) -> bool {
-        stored == self.current || self.v1.as_deref() == Some(stored)
+        stored == self.current
+            || self.v2.as_deref() == Some(stored)
+            || self.v1.as_deref() == Some(stored)
     }
 }
 
@@ -82,8 +95,40 @@ pub fn scheme_of(stored: &str) -> Option<&str> {
     rest.starts_with("sha256:").then_some(scheme)
 }
 
-/// The v2 digest.
-pub fn v2(asked: &Asked) -> String {
+/// The v3 digest: v2's document with the post-renderers.
+pub fn v3(asked: &Asked) -> String {
+    let mut document = document(asked, "v3");
+    if !asked.post_renderers.is_empty()
+        && let Some(map) = document.as_object_mut()
+    {
+        map.insert(
+            "postRenderers".into(),
+            serde_json::to_value(asked.post_renderers).unwrap_or(Value::Null),
+        );
+    }
+    hashed("v3", &document)
+}
+
+/// The v2 digest, None when the spec has post-renderers.
+pub fn v2(asked: &Asked) -> Option<String> {
+    if !asked.post_renderers.is_empty() {
+        return None;
+    }
+    Some(hashed("v2", &document(asked, "v2")))
+}
+
+/// `scheme:sha256:<hex>` of the canonical JSON of `document`.
+fn hashed(scheme: &str, document: &Value) -> String {
+    let mut canonical = String::new();
+    write_canonical(document, &mut canonical);
+    format!(
+        "{scheme}:sha256:{}",
+        hex::encode(Sha256::digest(canonical.as_bytes()))
+    )
+}
+
+/// The document v2 hashes (with `scheme` in it), which v3 extends.
+fn document(asked: &Asked, scheme: &str) -> Value {
     let values = asked
         .values
         .iter()
@@ -95,7 +140,7 @@ pub fn v2(asked: &Asked) -> String {
         })
         .collect::<Vec<_>>();
     let mut document = serde_json::json!({
-        "scheme": "v2",
+        "scheme": scheme,
         "chart": asked.chart,
         "values": values,
         "releaseName": asked.release_name,
@@ -109,17 +154,12 @@ pub fn v2(asked: &Asked) -> String {
             serde_json::json!({ "labels": common.labels, "annotations": common.annotations }),
         );
     }
-    let mut canonical = String::new();
-    write_canonical(&document, &mut canonical);
-    format!(
-        "v2:sha256:{}",
-        hex::encode(Sha256::digest(canonical.as_bytes()))
-    )
+    document
 }
 
-/// The v1 digest, None when the spec uses `targetPath` or `commonMetadata`.
+/// The v1 digest, None when the spec uses `targetPath`, `commonMetadata` or post-renderers.
 pub fn v1(asked: &Asked) -> Option<String> {
-    if asked.common_metadata.is_some_and(|c| !c.is_empty()) {
+    if asked.common_metadata.is_some_and(|c| !c.is_empty()) || !asked.post_renderers.is_empty() {
         return None;
     }
     let mut hasher = Sha256::new();
@@ -192,51 +232,72 @@ mod tests {
             release_name: "shop",
             namespace: "apps",
             common_metadata: None,
+            post_renderers: &[],
         }
     }
 
     #[test]
     fn values_count_as_data_not_as_text() {
-        let a = v2(&asked(vec![ValuesInput::File("a: 1\nb: {c: x}\n")]));
-        let b = v2(&asked(vec![ValuesInput::File(
+        let a = v3(&asked(vec![ValuesInput::File("a: 1\nb: {c: x}\n")]));
+        let b = v3(&asked(vec![ValuesInput::File(
             "# a comment\nb:\n  c: \"x\"\na: 1",
         )]));
         assert_eq!(a, b);
-        let c = v2(&asked(vec![ValuesInput::File("a: 2\nb: {c: x}\n")]));
+        let c = v3(&asked(vec![ValuesInput::File("a: 2\nb: {c: x}\n")]));
         assert_ne!(a, c);
     }
 
     #[test]
     fn every_input_moves_the_digest() {
         let base = asked(vec![ValuesInput::File("a: 1")]);
-        let digest = v2(&base);
+        let digest = v3(&base);
         let mut other = base.clone();
         other.chart = "repository https://charts.example.com shop 1.2.4";
-        assert_ne!(v2(&other), digest);
+        assert_ne!(v3(&other), digest);
         let mut other = base.clone();
         other.release_name = "shop2";
-        assert_ne!(v2(&other), digest);
+        assert_ne!(v3(&other), digest);
         let mut other = base.clone();
         other.namespace = "apps2";
-        assert_ne!(v2(&other), digest);
+        assert_ne!(v3(&other), digest);
         let mut other = base.clone();
         other.values.push(ValuesInput::TargetPath {
             path: "a",
             value: "1",
         });
-        assert_ne!(v2(&other), digest);
+        assert_ne!(v3(&other), digest);
         let common = CommonMetadata {
             labels: BTreeMap::from([("team".into(), "shop".into())]),
             annotations: BTreeMap::new(),
         };
         let mut other = base.clone();
         other.common_metadata = Some(&common);
-        assert_ne!(v2(&other), digest);
+        assert_ne!(v3(&other), digest);
         // Stamping nothing is no commonMetadata.
         let empty = CommonMetadata::default();
         let mut other = base.clone();
         other.common_metadata = Some(&empty);
-        assert_eq!(v2(&other), digest);
+        assert_eq!(v3(&other), digest);
+        // A post-renderer, and any change of one.
+        let patched = [crate::api::PostRenderer {
+            kustomize: Some(crate::api::KustomizePostRenderer {
+                patches: vec![crate::api::KustomizePatch {
+                    patch: "kind: X".into(),
+                    target: None,
+                }],
+                images: vec![],
+            }),
+        }];
+        let mut other = base.clone();
+        other.post_renderers = &patched;
+        let with_patch = v3(&other);
+        assert_ne!(with_patch, digest);
+        let mut changed = patched.clone();
+        if let Some(k) = changed[0].kustomize.as_mut() {
+            k.patches[0].patch = "kind: Y".into();
+        }
+        other.post_renderers = &changed;
+        assert_ne!(v3(&other), with_patch);
     }
 
     #[test]
@@ -249,12 +310,31 @@ mod tests {
         assert!(!digests.matches("sha256:00"));
         assert!(!digests.matches("v9:sha256:00"));
         assert!(!digests.matches(""));
+        let v2 = digests
+            .v2
+            .clone()
+            .expect("v2 expresses a spec without post-renderers");
+        assert!(digests.matches(&v2));
         assert_eq!(scheme_of(&v1), Some("v1"));
-        assert_eq!(scheme_of(&digests.current), Some("v2"));
+        assert_eq!(scheme_of(&v2), Some("v2"));
+        assert_eq!(scheme_of(&digests.current), Some("v3"));
         // v1 counted the text: a reformatted file is a change under v1, not under v2.
         let reformatted = Digests::of(&asked(vec![ValuesInput::File("a:   1")]));
         assert!(!reformatted.matches(&v1));
         assert!(reformatted.matches(&digests.current));
+    }
+
+    #[test]
+    fn v1_and_v2_cannot_express_post_renderers() {
+        let renderers = [crate::api::PostRenderer::default()];
+        let mut with = asked(vec![]);
+        with.post_renderers = &renderers;
+        let digests = Digests::of(&with);
+        assert_eq!((&digests.v1, &digests.v2), (&None, &None));
+        // A release a v2 operator deployed before it had post-renderers is not taken for this
+        // spec: its stored v2 digest matches nothing.
+        let without = Digests::of(&asked(vec![]));
+        assert!(!digests.matches(without.v2.as_deref().unwrap()));
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod controller;
 pub mod digest;
 pub mod helm;
 pub mod history;
+pub mod kubectl;
 pub mod lock;
 pub mod metrics;
 pub mod pipeline;

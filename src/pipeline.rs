@@ -1,11 +1,13 @@
 //! The one chart pipeline, used by the CLI (`template`, `graph`, `lint`) and the operator alike:
-//! source -> resolve -> fetch -> load -> render -> plan.
+//! source -> resolve -> fetch -> load -> render -> post-render -> plan.
 //!
 //! - [`resolve`] turns a chart source into one chart on disk, a version range into one version
 //!   (so that the digest of a release hashes what will be deployed, never the range's text);
 //! - [`render`] runs `helm template` with the values files in order (and `--set` flags as they
 //!   are), builds the tree of the charts Helm rendered from the Chart.yaml files and the chart
 //!   paths of its output, and attributes every document to the chart of the tree it came from;
+//! - [`post_render`] runs a release's `spec.postRenderers` (kustomize) over what helm rendered,
+//!   every document keeping its attribution;
 //! - [`plan`] is the pure planner.
 //!
 //! Helm merges the values, parses `--set`, decides which subcharts are enabled and resolves
@@ -20,11 +22,14 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
+use crate::api::PostRenderer;
 use crate::api::Reason;
 use crate::chart::source::{ChartCache, ChartReference, Credentials, SourceError};
 use crate::chart::{ChartError, ChartTree};
 use crate::helm::{Helm, HelmError};
+use crate::kubectl::Kubectl;
 use crate::plan::{Plan, PlanError};
+use crate::render::postrender::PostRenderError;
 use crate::render::{RenderError, RenderOptions};
 
 /// Where the chart comes from.
@@ -255,6 +260,8 @@ pub enum Error {
     Plan(#[from] PlanError),
     #[error("{what}: {message}")]
     Io { what: String, message: String },
+    #[error("{0}")]
+    PostRender(#[from] PostRenderError),
 }
 
 impl Error {
@@ -266,6 +273,7 @@ impl Error {
             Error::Chart(_) => Reason::InvalidChart,
             Error::Render(_) => Reason::RenderFailed,
             Error::Plan(_) => Reason::PlanFailed,
+            Error::PostRender(_) => Reason::PostRenderFailed,
         }
     }
 
@@ -275,6 +283,7 @@ impl Error {
         match self {
             Error::Source(_) | Error::Io { .. } => true,
             Error::Render(RenderError::Helm { source, .. }) => source.is_transient(),
+            Error::PostRender(e) => e.is_transient(),
             Error::Values { .. } | Error::Chart(_) | Error::Render(_) | Error::Plan(_) => false,
         }
     }
@@ -288,6 +297,7 @@ impl Error {
             Error::Render(e) => e.category(),
             Error::Plan(e) => e.category(),
             Error::Io { .. } => "io",
+            Error::PostRender(e) => e.category(),
         }
     }
 }
@@ -443,6 +453,23 @@ pub async fn render(
         Ok(Rendered { tree, documents })
     })
     .await
+}
+
+/// Runs `spec.postRenderers` over a rendered chart (its hooks and main resources; the CRDs of
+/// `crds/` directories are left as they are), keeping every document's attribution. Nothing to
+/// do without post-renderers: kubectl is then never looked for.
+pub async fn post_render(
+    kubectl: &Kubectl,
+    rendered: Rendered,
+    renderers: &[PostRenderer],
+) -> Result<Rendered, Error> {
+    if !crate::render::postrender::any(renderers) {
+        return Ok(rendered);
+    }
+    let Rendered { tree, documents } = rendered;
+    let documents =
+        crate::render::postrender::post_render(kubectl, &tree, documents, renderers).await?;
+    Ok(Rendered { tree, documents })
 }
 
 /// Checks that a values text is YAML holding mappings (what Helm accepts in a `-f` file), so

@@ -247,7 +247,7 @@ async fn common_metadata_is_stamped_on_every_object_and_a_change_is_a_new_revisi
             })
             .await;
         let digest = sr.status.unwrap().last_applied_digest.unwrap();
-        assert!(digest.starts_with("v2:sha256:"), "{digest}");
+        assert!(digest.starts_with("v3:sha256:"), "{digest}");
         let plain = op
             .server
             .object("v1", "ConfigMap", Some("default"), "plain")
@@ -316,7 +316,51 @@ fn fresh(mut object: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_the_previous_operator_deployed_starts_no_revision() {
-    within(async {
+    within(previous_operator_release(None)).await;
+}
+
+/// The same release as an operator of scheme v2 (before `spec.postRenderers`) left it: its
+/// status holds the v2 digest of its spec, which that operator wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_a_v2_operator_deployed_starts_no_revision() {
+    let chart = repo().join("tests/charts/digest-fixture");
+    let helm = sequenced::helm::Helm::at(support::helm());
+    let cache = tempfile::TempDir::new().unwrap();
+    let resolved = sequenced::pipeline::resolve(
+        &helm,
+        &sequenced::chart::source::ChartCache::new(cache.path()),
+        &sequenced::pipeline::ChartSource::Reference(
+            sequenced::chart::source::ChartReference::Path(chart),
+        ),
+        None,
+    )
+    .await
+    .unwrap();
+    let configmap = fixture("values-configmap.json");
+    let release = fixture("release.json");
+    let inline = serde_json::to_string(&release["spec"]["values"]).unwrap();
+    let digests = sequenced::digest::Digests::of(&sequenced::digest::Asked {
+        chart: &resolved.identity,
+        values: vec![
+            sequenced::digest::ValuesInput::File(
+                configmap["data"]["values.yaml"].as_str().unwrap(),
+            ),
+            sequenced::digest::ValuesInput::File(&inline),
+        ],
+        release_name: "digest-fixture",
+        namespace: "default",
+        common_metadata: None,
+        post_renderers: &[],
+    });
+    let v2 = digests.v2.expect("v2 expresses the fixture's spec");
+    within(previous_operator_release(Some(v2))).await;
+}
+
+/// Serves what an earlier operator left of `tests/charts/digest-fixture` (the fixtures, with
+/// `digest` as the stored digest when given) to this operator, asks it to reconcile, and checks
+/// that no revision starts and nothing is applied.
+async fn previous_operator_release(digest: Option<String>) {
+    {
         let op = Operator::without_controller().await;
         let client = op.client.clone();
         let post = PostParams::default();
@@ -351,6 +395,11 @@ async fn a_release_the_previous_operator_deployed_starts_no_revision() {
             .create(&post, &serde_json::from_value(sr).unwrap())
             .await
             .unwrap();
+        let mut status = status;
+        if let Some(digest) = &digest {
+            status["lastAppliedDigest"] = json!(digest);
+            status["history"][0]["digest"] = json!(digest);
+        }
         let mut with_status = serde_json::to_value(&created).unwrap();
         with_status["status"] = status.clone();
         // The generation the status observed is the one the server gave the object again.
@@ -364,7 +413,12 @@ async fn a_release_the_previous_operator_deployed_starts_no_revision() {
             .await
             .unwrap();
         let stored = status["lastAppliedDigest"].as_str().unwrap().to_string();
-        assert!(stored.starts_with("sha256:"), "a v1 digest: {stored}");
+        let scheme = if digest.is_some() {
+            "v2:sha256:"
+        } else {
+            "sha256:"
+        };
+        assert!(stored.starts_with(scheme), "a {scheme} digest: {stored}");
 
         let before = op.server.requests().len();
         let controller = op.spawn("new-operator", 4);
@@ -402,6 +456,5 @@ async fn a_release_the_previous_operator_deployed_starts_no_revision() {
         assert!(applied.is_empty(), "nothing is applied again: {applied:?}");
         controller.stop().await;
         op.stop().await;
-    })
-    .await;
+    }
 }

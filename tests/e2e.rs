@@ -179,6 +179,7 @@ impl Running {
         let cache = tempfile::tempdir().unwrap();
         let options = Options {
             helm: Helm::at(support::helm()),
+            kubectl: sequenced::kubectl::Kubectl::at(support::kubectl()),
             cache: ChartCache::new(cache.path()),
             concurrency: 8,
             identity: identity.clone(),

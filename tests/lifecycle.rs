@@ -72,6 +72,7 @@ fn source(digest: &str) -> Option<Result<Source, Refusal>> {
     Some(Ok(Source {
         digests: Digests {
             current: digest.to_string(),
+            v2: None,
             v1: None,
         },
         chart_version: Some("1.2.0".to_string()),

@@ -80,6 +80,18 @@ pub enum Reason {
     /// A kind the release needs belongs to an API group the API server cannot serve now (an
     /// aggregated API whose backend is down): the release waits for it.
     GroupUnavailable,
+
+    /// `spec.postRenderers` could not be applied to the rendered chart: kustomize refused a
+    /// patch or an image (never retried until the spec changes), or kubectl is missing.
+    PostRenderFailed,
+    /// `spec.kubeConfig` cannot be used: its Secret or key is missing, it does not parse, it
+    /// names no cluster, or it asks for what the operator refuses (exec plugins, auth
+    /// providers, files of the operator's file system). Never retried until the spec or the
+    /// Secret changes.
+    InvalidKubeConfig,
+    /// The remote cluster of `spec.kubeConfig` does not answer (or answers only errors of its
+    /// own): the release waits for it, and goes on by itself when it answers again.
+    RemoteClusterUnreachable,
 }
 
 impl Reason {
@@ -114,6 +126,9 @@ impl Reason {
             Reason::DeleteFailed => "DeleteFailed",
             Reason::HookFailed => "HookFailed",
             Reason::ChartUnavailable => "ChartUnavailable",
+            Reason::PostRenderFailed => "PostRenderFailed",
+            Reason::InvalidKubeConfig => "InvalidKubeConfig",
+            Reason::RemoteClusterUnreachable => "RemoteClusterUnreachable",
         }
     }
 }
@@ -125,7 +140,7 @@ impl Reason {
     }
 
     /// Every reason.
-    pub const ALL: [Reason; 29] = [
+    pub const ALL: [Reason; 32] = [
         Reason::Progressing,
         Reason::Succeeded,
         Reason::DependencyNotReady,
@@ -155,6 +170,9 @@ impl Reason {
         Reason::ChartUnavailable,
         Reason::ReconcileFailed,
         Reason::GroupUnavailable,
+        Reason::PostRenderFailed,
+        Reason::InvalidKubeConfig,
+        Reason::RemoteClusterUnreachable,
     ];
 }
 

@@ -232,6 +232,101 @@ pub struct SequencedReleaseSpec {
     #[schemars(length(max = 32))]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub interval: String,
+
+    /// Post-renderers, in Flux's shape, applied in order to what helm rendered, before it is
+    /// planned: kustomize `patches` (strategic merge or JSON 6902, each with an optional
+    /// `target`) and `images`, run by a real kustomize (`kubectl kustomize`). Hooks are
+    /// post-rendered with the other templates, as Helm 4 and Flux do; the CRDs of `crds/`
+    /// directories are not. A patch may add or change sequencing annotations (`helm.sh/layer`),
+    /// which the plan then follows. Changing them starts a new revision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub post_renderers: Vec<PostRenderer>,
+}
+
+/// One post-renderer of `spec.postRenderers`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PostRenderer {
+    /// A kustomization applied to the rendered chart: its patches, then its image overrides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kustomize: Option<KustomizePostRenderer>,
+}
+
+/// The kustomize post-renderer: `patches` and `images` as in a kustomization.yaml.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizePostRenderer {
+    /// Strategic merge patches (a partial object) and JSON 6902 patches (a list of operations),
+    /// written inline, each applied to the objects its `target` selects (a strategic merge
+    /// patch without a target applies to the object its own apiVersion, kind and name name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 200))]
+    pub patches: Vec<KustomizePatch>,
+    /// Images whose name, tag or digest is replaced, in every container and init container.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 200))]
+    pub images: Vec<KustomizeImage>,
+}
+
+/// A patch of the kustomize post-renderer.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizePatch {
+    /// The patch, inline: YAML of a partial object (strategic merge) or of a list of JSON 6902
+    /// operations (`- op: add`, `path`, `value`).
+    #[schemars(length(min = 1, max = 262144))]
+    pub patch: String,
+    /// The objects the patch applies to; each field set must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<PatchTarget>,
+}
+
+/// Which objects a patch applies to, as kustomize's selector: `group`, `version`, `kind`,
+/// `name` and `namespace` are anchored regular expressions, the selectors are label selector
+/// expressions (`app=web,tier!=db`) matched against the labels or the annotations.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PatchTarget {
+    /// API group (`apps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// API version (`v1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Kind (`Deployment`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Object name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Object namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// A label selector matched against the objects' labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
+    /// A label selector matched against the objects' annotations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotation_selector: Option<String>,
+}
+
+/// An image override of the kustomize post-renderer.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizeImage {
+    /// The image name to replace, without tag or digest (`nginx`, `ghcr.io/org/app`).
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// The name it is replaced with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_name: Option<String>,
+    /// The tag it is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_tag: Option<String>,
+    /// The digest it is given (`sha256:...`); when set, `newTag` is not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 fn default_timeout() -> String {

@@ -260,7 +260,14 @@ async fn preview(args: &DiffArgs) -> Result<Report, DiffError> {
             })?;
             let fact = Plans::default()
                 .get(
-                    &release, &prepared, is_upgrade, true, &cluster, &helm, &metrics,
+                    &release,
+                    &prepared,
+                    is_upgrade,
+                    true,
+                    &cluster,
+                    &helm,
+                    &crate::kubectl::Kubectl::locate(),
+                    &metrics,
                 )
                 .await?;
             let deployable = (*fact.outcome.map_err(|r| refused(r.message))?).clone();

@@ -39,6 +39,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     });
     let options = Options {
         helm,
+        kubectl: crate::kubectl::Kubectl::locate(),
         cache: ChartCache::new(ChartCache::default_dir()),
         concurrency: args.concurrency,
         identity,

@@ -43,6 +43,8 @@ pub use run::{backoff, run};
 #[derive(Debug, Clone)]
 pub struct Options {
     pub helm: Helm,
+    /// kubectl, for the kustomize of `spec.postRenderers`; found when first needed.
+    pub kubectl: crate::kubectl::Kubectl,
     pub cache: ChartCache,
     /// How many releases are reconciled at once.
     pub concurrency: u16,

@@ -15,6 +15,7 @@ use crate::api::{ObjectKey, Reason, SequencedRelease};
 use crate::cluster::{Cluster, ClusterError};
 use crate::helm::Helm;
 use crate::history::{HookRecord, Inventory, gunzip_json, gzip_json};
+use crate::kubectl::Kubectl;
 use crate::metrics::Metrics;
 use crate::pipeline::{self, RenderRequest};
 use crate::plan::{Plan, Resource};
@@ -138,6 +139,7 @@ impl Plans {
         whole: bool,
         cluster: &Cluster,
         helm: &Helm,
+        kubectl: &Kubectl,
         metrics: &Metrics,
     ) -> Result<PlanFact, Error> {
         if let Some(fact) = self.cached(release, &prepared.digests.current, is_upgrade, whole) {
@@ -157,7 +159,13 @@ impl Plans {
         let rendering = std::time::Instant::now();
         let values = prepared.values.clone();
         let common = prepared.common_metadata.clone();
-        let planned = match pipeline::render(helm, &prepared.resolved, &request).await {
+        let rendered = match pipeline::render(helm, &prepared.resolved, &request).await {
+            Ok(rendered) => {
+                pipeline::post_render(kubectl, rendered, &prepared.post_renderers).await
+            }
+            Err(e) => Err(e),
+        };
+        let planned = match rendered {
             Ok(mut rendered) => tokio::task::spawn_blocking(move || {
                 if let Some(common) = &common {
                     rendered.documents.stamp(common);

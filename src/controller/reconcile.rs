@@ -224,6 +224,7 @@ impl<'a> Reconcile<'a> {
                 whole,
                 &ctx.cluster,
                 &ctx.options.helm,
+                &ctx.options.kubectl,
                 &ctx.options.metrics,
             )
             .await?;

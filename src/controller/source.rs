@@ -14,7 +14,9 @@ use kube::{Client, ResourceExt};
 
 use super::Error;
 use super::watches::{Input, InputKind};
-use crate::api::{CommonMetadata, KeyReference, Reason, SequencedRelease, ValuesKind};
+use crate::api::{
+    CommonMetadata, KeyReference, PostRenderer, Reason, SequencedRelease, ValuesKind,
+};
 use crate::chart::source::{ChartCache, ChartReference, Credentials};
 use crate::digest::{Asked, Digests};
 use crate::helm::Helm;
@@ -31,6 +33,8 @@ pub struct Prepared {
     pub namespace: String,
     /// `spec.commonMetadata`, stamped on what is rendered.
     pub common_metadata: Option<CommonMetadata>,
+    /// `spec.postRenderers`, run over what is rendered before it is planned.
+    pub post_renderers: Vec<PostRenderer>,
     /// `--set` flags given to helm after the values files: none for a release (the operator
     /// has only files); `sequenced diff NAME --set` previews a change with them.
     pub flags: ValueFlags,
@@ -146,6 +150,7 @@ impl Sources {
             release_name: &release_name,
             namespace: &target,
             common_metadata: common_metadata.as_ref(),
+            post_renderers: &sr.spec.post_renderers,
         });
         // Merged by helm when a path is set: once per digest, not at every reconcile.
         let sets_paths = inputs
@@ -177,6 +182,7 @@ impl Sources {
             release_name,
             namespace: target,
             common_metadata,
+            post_renderers: sr.spec.post_renderers.clone(),
             flags: ValueFlags::default(),
             digests,
         }))

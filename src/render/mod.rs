@@ -14,6 +14,8 @@ use serde_json::Value;
 
 #[cfg(doc)]
 use crate::chart::Chart;
+pub mod postrender;
+
 use crate::chart::{ChartFile, ChartTree};
 use crate::helm::{Helm, HelmError};
 

@@ -21,6 +21,20 @@ pub fn helm() -> PathBuf {
     PathBuf::from("helm")
 }
 
+/// The kubectl binary the tests run kustomize with (`spec.postRenderers`, and as the oracle of
+/// them): `$SEQUENCED_KUBECTL`, else the copy that `scripts/install-kubectl.sh` put into
+/// `.tools/bin`, else `kubectl` on PATH.
+pub fn kubectl() -> PathBuf {
+    if let Some(path) = std::env::var_os("SEQUENCED_KUBECTL") {
+        return PathBuf::from(path);
+    }
+    let local = charts::repo().join(".tools/bin/kubectl");
+    if local.is_file() {
+        return local;
+    }
+    PathBuf::from("kubectl")
+}
+
 pub mod charts;
 pub mod demo;
 pub mod http;

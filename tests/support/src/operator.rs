@@ -78,6 +78,7 @@ impl Controller {
         let cache = tempfile::tempdir().expect("cache dir");
         let options = Options {
             helm: Helm::at(crate::helm()),
+            kubectl: sequenced::kubectl::Kubectl::at(crate::kubectl()),
             cache: ChartCache::new(cache.path()),
             concurrency,
             identity: identity.to_string(),
