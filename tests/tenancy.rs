@@ -276,6 +276,7 @@ async fn the_default_service_account_is_used_in_each_release_namespace() {
             2,
             Tenancy {
                 default_service_account: Some("deployer".into()),
+                allow_local_charts: vec![std::env::temp_dir()],
                 ..Tenancy::default()
             },
         )
@@ -498,6 +499,8 @@ async fn the_multi_tenant_chart_grants_the_controller_all_it_needs_to_deploy_as_
             Tenancy {
                 default_service_account: Some("deployer".into()),
                 no_cross_namespace_refs: true,
+                allow_local_charts: vec![std::env::temp_dir()],
+                ..Tenancy::default()
             },
         );
         let dir = two_layers("app", "");

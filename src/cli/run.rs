@@ -46,6 +46,8 @@ pub fn run(args: &RunArgs) -> ExitCode {
         tenancy: Tenancy {
             default_service_account: args.default_service_account.clone(),
             no_cross_namespace_refs: args.no_cross_namespace_refs,
+            multi_tenant: args.multi_tenant,
+            allow_local_charts: args.allow_local_charts.clone(),
         },
         sharding: crate::lock::Sharding {
             shards: args.shards,

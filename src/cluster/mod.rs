@@ -271,7 +271,12 @@ impl Cluster {
 
     /// An error of a request about `key`: a 403 while acting as a service account names the
     /// account, the verb and the object.
-    fn error(&self, action: &'static str, key: &ObjectKey, source: kube::Error) -> ClusterError {
+    pub fn error(
+        &self,
+        action: &'static str,
+        key: &ObjectKey,
+        source: kube::Error,
+    ) -> ClusterError {
         if let Some(refused) = self.impersonation_refused(&source) {
             return refused;
         }

@@ -56,36 +56,56 @@ pub struct Options {
     pub sharding: crate::lock::Sharding,
 }
 
-/// The ServiceAccount `sr` acts as: its `spec.serviceAccountName`, else the controller's
-/// default, in the release's own namespace; None for the controller's own identity.
+/// The ServiceAccount `sr` acts as, in the release's own namespace (the pure rule:
+/// [`crate::rollout::lifecycle::account_name`]); Ok(None) for the controller's own identity,
+/// Err(why) when the release may not act at all (the lifecycle stalls it with that message).
 pub(crate) fn account_of(
     sr: &SequencedRelease,
     tenancy: &Tenancy,
-) -> Option<crate::cluster::Account> {
-    let name = sr
-        .spec
-        .service_account_name
-        .as_ref()
-        .or(tenancy.default_service_account.as_ref())
-        .filter(|n| !n.is_empty())?;
-    Some(crate::cluster::Account {
+) -> Result<Option<crate::cluster::Account>, String> {
+    let name = crate::rollout::lifecycle::account_name(&sr.spec, &tenancy.accounts())?;
+    Ok(name.map(|name| crate::cluster::Account {
         namespace: sr
             .metadata
             .namespace
             .clone()
             .unwrap_or_else(|| "default".into()),
-        name: name.clone(),
-    })
+        name,
+    }))
 }
 
 /// What a release may do, for clusters shared by teams.
 #[derive(Debug, Clone, Default)]
 pub struct Tenancy {
     /// The ServiceAccount (in the release's own namespace) a release without
-    /// `spec.serviceAccountName` acts as; None: the controller's own identity.
+    /// `spec.serviceAccountName` acts as; None: the controller's own identity, unless
+    /// multi-tenant.
     pub default_service_account: Option<String>,
     /// Refuse `targetNamespace` and `dependsOn` outside the release's own namespace.
     pub no_cross_namespace_refs: bool,
+    /// `--multi-tenant`: no release acts as the controller, tenant inputs are read as the
+    /// release's account, local charts are refused outside `allow_local_charts`. Also on when
+    /// `default_service_account` is set ([`Tenancy::is_multi_tenant`]).
+    pub multi_tenant: bool,
+    /// `--allow-local-charts`: the directories `spec.chart.path` may be under in multi-tenant
+    /// mode.
+    pub allow_local_charts: Vec<std::path::PathBuf>,
+}
+
+impl Tenancy {
+    /// Multi-tenant mode: `--multi-tenant`, or a `--default-service-account` (a hand-written
+    /// Deployment with the lockdown flags gets every protection).
+    pub fn is_multi_tenant(&self) -> bool {
+        self.multi_tenant || self.default_service_account.is_some()
+    }
+
+    /// What the lifecycle needs to judge whose rights a release acts with.
+    pub fn accounts(&self) -> crate::rollout::lifecycle::AccountPolicy {
+        crate::rollout::lifecycle::AccountPolicy {
+            default_service_account: self.default_service_account.clone(),
+            multi_tenant: self.is_multi_tenant(),
+        }
+    }
 }
 
 /// What stops a reconcile and is retried with backoff. Each variant keeps its cause's type;

@@ -110,6 +110,8 @@ pub struct Facts {
     /// The controller refuses references outside the release's namespace
     /// (`--no-cross-namespace-refs`).
     pub no_cross_namespace_refs: bool,
+    /// Whose rights releases act with ([`account_name`]).
+    pub accounts: AccountPolicy,
     /// `spec.driftDetection.ignore`, read once (its targets are regular expressions to
     /// compile); Err names what cannot be read, and the release stalls on it.
     pub ignore: Result<IgnoreRules, String>,
@@ -135,6 +137,7 @@ impl Facts {
             namespace_terminating: None,
             drift: None,
             no_cross_namespace_refs: false,
+            accounts: AccountPolicy::default(),
             ignore,
         }
     }
@@ -363,6 +366,49 @@ fn stall(facts: &Facts, reason: Reason, message: &str, settings: &Settings) -> N
     }
 }
 
+/// Whose rights releases act with: the controller's `--default-service-account`, and whether
+/// it runs multi-tenant (where no release ever acts with the controller's own rights).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AccountPolicy {
+    pub default_service_account: Option<String>,
+    pub multi_tenant: bool,
+}
+
+/// The ServiceAccount (of the release's own namespace) a release with `spec` acts as: its
+/// `serviceAccountName`, else the controller's default; None for the controller's own identity,
+/// which only a single-tenant controller lends. Err says why the release may not act at all:
+/// an empty or invalid name (an empty name once meant "the controller's rights", which is how a
+/// tenant escaped its account), or no name in multi-tenant mode without a default.
+pub fn account_name(
+    spec: &crate::api::SequencedReleaseSpec,
+    policy: &AccountPolicy,
+) -> Result<Option<String>, String> {
+    match spec.service_account_name.as_deref() {
+        Some("") => Err(
+            "spec.serviceAccountName: must not be empty: name a ServiceAccount of the release's \
+             namespace, or leave the field out"
+                .to_string(),
+        ),
+        Some(name) if !crate::plan::annotations::valid_dns_subdomain(name.as_bytes()) => {
+            Err(format!(
+                "spec.serviceAccountName: {name:?} is not a ServiceAccount name (lowercase \
+                 letters, digits, '-' and '.')"
+            ))
+        }
+        Some(name) => Ok(Some(name.to_string())),
+        None => match &policy.default_service_account {
+            Some(name) => Ok(Some(name.clone())),
+            None if policy.multi_tenant => Err(
+                "spec.serviceAccountName: required: this controller runs multi-tenant \
+                 (--multi-tenant) without --default-service-account, and never acts for a \
+                 release with its own rights"
+                    .to_string(),
+            ),
+            None => Ok(None),
+        },
+    }
+}
+
 /// The references of `sr` outside its own namespace, as a message; None when there are none.
 /// `valuesFrom`, `chart.configMapRef`, `chart.secretRef` and `chart.credentialsSecretRef` name
 /// objects of the release's namespace only, so they cannot be.
@@ -390,8 +436,9 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
     let generation = sr.metadata.generation;
     let now = &facts.now;
     let settings = Settings::of(&sr.spec);
-    if let Some(message) =
-        Settings::problem(&sr.spec).or_else(|| facts.ignore.as_ref().err().cloned())
+    if let Some(message) = Settings::problem(&sr.spec)
+        .or_else(|| account_name(&sr.spec, &facts.accounts).err())
+        .or_else(|| facts.ignore.as_ref().err().cloned())
     {
         return stall(facts, Reason::InvalidSpec, &message, &settings);
     }
@@ -1260,6 +1307,11 @@ fn uninstall(facts: &Facts) -> Next {
         ),
         None => return finish(Vec::new()),
     };
+    // Nothing is deleted for a release that may not act (an empty service account name, or
+    // none in multi-tenant mode): as which account would it?
+    if let Err(message) = account_name(&sr.spec, &facts.accounts) {
+        return stall_uninstalling(facts, Reason::InvalidSpec, &message, &settings);
+    }
     let hooks = if terminating { &[][..] } else { hooks };
     match step_uninstall(facts, &inventory, sequenced, hooks, revision, status) {
         Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
@@ -1282,6 +1334,23 @@ fn uninstall(facts: &Facts) -> Next {
             }
             Next::Uninstall(Box::new(step))
         }
+    }
+}
+
+/// An uninstall that cannot go on until a person acts (the spec changes, or the finalizer is
+/// removed on purpose): the release stays Uninstalling, Stalled with `reason`, looked at again
+/// within a minute; the first time with this message, an event too.
+fn stall_uninstalling(facts: &Facts, reason: Reason, message: &str, settings: &Settings) -> Next {
+    let mut status = facts.status.clone();
+    status.phase = Some(ReleasePhase::Uninstalling);
+    status.message = Some(message.to_string());
+    super::status::set_stalled(&mut status, reason, message, &facts.now);
+    let event = (facts.status.message.as_deref() != Some(message))
+        .then(|| Note::warning(EventReason::Stalled, message.to_string()));
+    Next::Stall {
+        status,
+        event,
+        requeue: Requeue::After(FALLBACK_REQUEUE.min(settings.interval)),
     }
 }
 
