@@ -235,6 +235,7 @@ fn repository_credentials_reach_helm_and_no_message_shows_them() {
     let wrong = Credentials {
         username: "ci".into(),
         password: "wr0ng-s3cret".into(),
+        scope: "team".into(),
     };
     let err = fetch(&cache, &repo_ref(&server, None), Some(&wrong))
         .unwrap_err()
@@ -244,6 +245,7 @@ fn repository_credentials_reach_helm_and_no_message_shows_them() {
     let credentials = Credentials {
         username: "ci".into(),
         password: "s3cret".into(),
+        scope: "team".into(),
     };
     let fetched = fetch(&cache, &repo_ref(&server, None), Some(&credentials)).unwrap();
     assert_eq!(version_of(&fetched.path), "0.3.0");
@@ -460,6 +462,7 @@ fn credentials_reach_helm_only_in_private_files_that_are_gone_after_the_pull() {
     let credentials = Credentials {
         username: "ci".into(),
         password: "s3cret-pa55".into(),
+        scope: "team".into(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
