@@ -14,8 +14,8 @@ use sequenced::chart::source::{
 };
 use sequenced::helm::{Helm, HelmError};
 use sha2::{Digest, Sha256};
-use support::http::{Request, Response, Server};
-use support::{chart, package};
+use support::http::{Request, Response, Server, serve_dir as serve, unauthorized};
+use support::{chart, package, recording_helm};
 use tempfile::TempDir;
 
 fn helm() -> Helm {
@@ -59,48 +59,6 @@ fn repository(versions: &[&str]) -> TempDir {
         .expect("helm repo index");
     assert!(status.success());
     dir
-}
-
-/// With `password`, the 401 (and Basic challenge of `realm`) of a request without the basic
-/// credentials `ci:PASSWORD`; None when it may pass.
-fn unauthorized(
-    request: &Request,
-    password: Option<&str>,
-    realm: &str,
-    body: &[u8],
-) -> Option<Response> {
-    use base64::Engine;
-    let password = password?;
-    let expected = format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("ci:{password}"))
-    );
-    (request.headers.get("authorization") != Some(&expected)).then(|| Response {
-        status: 401,
-        headers: vec![(
-            "WWW-Authenticate".into(),
-            format!("Basic realm=\"{realm}\""),
-        )],
-        body: body.to_vec(),
-    })
-}
-
-/// Serves the files of `dir`; with `password`, only to requests with those basic credentials.
-fn serve(dir: &Path, password: Option<&'static str>) -> Server {
-    let dir = dir.to_path_buf();
-    Server::start(move |request: &Request| {
-        if let Some(refused) = unauthorized(request, password, "charts", b"unauthorized\n") {
-            return refused;
-        }
-        let name = request.path.trim_start_matches('/');
-        if name.contains("..") {
-            return Response::not_found();
-        }
-        match std::fs::read(dir.join(name)) {
-            Ok(body) => Response::ok("application/octet-stream", body),
-            Err(_) => Response::not_found(),
-        }
-    })
 }
 
 fn repo_ref(server: &Server, version: Option<&str>) -> ChartReference {
@@ -437,22 +395,6 @@ fn the_template_command_renders_a_remote_chart() {
         ),
         "{stdout}"
     );
-}
-
-/// A helm that writes each command line it is given, and the mode of every file it names, to
-/// `log`, then runs the real helm.
-fn recording_helm(dir: &Path) -> (Helm, PathBuf) {
-    let log = dir.join("helm.log");
-    let script = dir.join("helm");
-    let text = format!(
-        "#!/bin/sh\nprintf 'ARGS %s\\n' \"$*\" >> '{log}'\nfor a in \"$@\"; do\n  if [ -f \"$a\" ]; then printf 'FILE %s %s\\n' \"$(stat -c %a \"$a\")\" \"$a\" >> '{log}'; fi\ndone\nexec '{helm}' \"$@\"\n",
-        log = log.display(),
-        helm = support::helm().display(),
-    );
-    std::fs::write(&script, text).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    (Helm::at(&script), log)
 }
 
 #[test]

@@ -1353,8 +1353,12 @@ fn uninstall(facts: &Facts) -> Next {
         return stall_uninstalling(facts, Reason::InvalidSpec, &message, &settings);
     }
     let hooks = if terminating { &[][..] } else { hooks };
-    // The missing record is told once, when the uninstall of what was found starts.
-    let missing = missing.filter(|_| status.phase != Some(ReleasePhase::Uninstalling));
+    // The missing record is told once, when the uninstall of what was found starts (none of
+    // its steps begun in the status yet).
+    let begun = status.layers.iter().any(|layer| {
+        layer.phase != LayerPhase::Pending && inventory.steps.iter().any(|s| s.name == layer.name)
+    });
+    let missing = missing.filter(|_| !begun);
     match step_uninstall(facts, &inventory, sequenced, hooks, revision, status) {
         Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
         Outcome::Decided(mut step) if missing.is_some() && !step.finished => {
