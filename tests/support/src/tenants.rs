@@ -102,10 +102,10 @@ pub async fn install_operator_rbac(op: &Operator, args: &[&str]) {
         let kind = doc["kind"].as_str().unwrap_or("");
         if kind == "ServiceAccount" || kind.contains("Role") {
             let mut doc = doc.clone();
-            if kind == "ServiceAccount" || kind == "Role" || kind == "RoleBinding" {
-                if doc["metadata"]["namespace"].is_null() {
-                    doc["metadata"]["namespace"] = json!(OPERATOR_NAMESPACE);
-                }
+            if matches!(kind, "ServiceAccount" | "Role" | "RoleBinding")
+                && doc["metadata"]["namespace"].is_null()
+            {
+                doc["metadata"]["namespace"] = json!(OPERATOR_NAMESPACE);
             }
             admin_apply(op, doc).await;
         }
