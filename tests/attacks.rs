@@ -173,7 +173,7 @@ fn not_books(op: &Operator) -> Vec<String> {
     op.server
         .requests()
         .into_iter()
-        .filter(|r| r.client.as_deref() == Some("test-controller") && is_write(&r))
+        .filter(|r| r.client.as_deref() == Some("test-controller") && is_write(r))
         .filter(|r| r.user.as_deref() == Some(OPERATOR_ACCOUNT))
         .filter(|r| {
             let books = matches!(
