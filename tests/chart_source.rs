@@ -452,3 +452,96 @@ fn credentials_reach_helm_only_in_private_files_that_are_gone_after_the_pull() {
         assert!(!Path::new(path).exists(), "{path} is left behind");
     }
 }
+
+fn credentials(password: &str, scope: &str) -> Credentials {
+    Credentials {
+        username: "ci".into(),
+        password: password.into(),
+        scope: scope.into(),
+    }
+}
+
+#[test]
+fn a_private_chart_is_served_from_the_cache_only_to_its_namespace_and_credentials() {
+    let repo = repository(&["0.3.0"]);
+    let server = serve(repo.path(), Some("s3cret"));
+    let cache_dir = TempDir::new().unwrap();
+    let cache = ChartCache::new(cache_dir.path());
+    let exact = repo_ref(&server, Some("0.3.0"));
+    let team_a = credentials("s3cret", "team-a");
+    assert!(fetch(&cache, &exact, Some(&team_a)).unwrap().downloaded);
+    // The same namespace with the same credentials: from the cache.
+    assert!(!fetch(&cache, &exact, Some(&team_a)).unwrap().downloaded);
+    // Without credentials, or with others: never from the cache; the repository says no.
+    for asked in [None, Some(credentials("guess", "team-a"))] {
+        let err = fetch(&cache, &exact, asked.as_ref())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("401"), "{err}");
+    }
+    // Another namespace with the same credentials fetches its own copy.
+    let team_b = credentials("s3cret", "team-b");
+    let theirs = fetch(&cache, &exact, Some(&team_b)).unwrap();
+    assert!(theirs.downloaded);
+    assert_eq!(server.count("GET", "/demo-0.3.0.tgz"), 2);
+    // The cache's directory names tell nothing of the password.
+    for entry in std::fs::read_dir(cache_dir.path()).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let unsalted = hex::encode(Sha256::digest(b"s3cret"));
+        assert!(!name.contains(&unsalted[..12]), "{name}");
+    }
+    let salt = std::fs::metadata(cache_dir.path().join(".salt")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(salt.permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn chart_names_that_are_paths_never_reach_the_cache() {
+    let cache_dir = TempDir::new().unwrap();
+    let cache = ChartCache::new(cache_dir.path());
+    for name in ["../other/app", "..", ".hidden", "a/b"] {
+        let reference = ChartReference::Repository {
+            url: "http://127.0.0.1:9".into(),
+            name: name.into(),
+            version: Some("1.0.0".into()),
+        };
+        let err = fetch(&cache, &reference, None).unwrap_err().to_string();
+        assert!(err.contains("is not a chart name"), "{name}: {err}");
+    }
+    assert_eq!(std::fs::read_dir(cache_dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn over_its_budget_the_cache_removes_the_least_recently_used_archives_no_release_uses() {
+    let versions = ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0"];
+    let repo = repository(&versions);
+    let server = serve(repo.path(), None);
+    let cache_dir = TempDir::new().unwrap();
+    let size = std::fs::metadata(repo.path().join("demo-0.1.0.tgz"))
+        .unwrap()
+        .len();
+    // Room for two archives and a half.
+    let cache = ChartCache::new(cache_dir.path()).with_budget(size * 5 / 2);
+    let mut paths = Vec::new();
+    for version in versions {
+        let fetched = fetch(&cache, &repo_ref(&server, Some(version)), None).unwrap();
+        paths.push(fetched.path);
+        // Far enough apart for the file system's clock.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // 0.1.0 is used by a release now: kept, whatever its age.
+    let in_use: std::collections::HashSet<PathBuf> = [paths[0].clone()].into();
+    let evicted = cache.evict(&in_use);
+    assert_eq!(evicted.removed, 3, "{evicted:?}");
+    assert!(evicted.after <= size * 5 / 2, "{evicted:?}");
+    let kept: Vec<bool> = paths.iter().map(|p| p.exists()).collect();
+    assert_eq!(kept, [true, false, false, false, true]);
+    // A removed archive is fetched again when asked for.
+    let again = fetch(&cache, &repo_ref(&server, Some("0.2.0")), None).unwrap();
+    assert!(again.downloaded);
+    // Without a budget nothing is removed.
+    assert_eq!(
+        ChartCache::new(cache_dir.path()).evict(&in_use),
+        Default::default()
+    );
+}

@@ -567,3 +567,122 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod guard_tests {
+    use super::*;
+
+    /// What the guard answers `request`, read to its end (a tunnel that stays open, to its
+    /// head).
+    async fn ask(guard: &Guard, request: &str) -> String {
+        let mut stream = TcpStream::connect(guard.address).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 1024];
+        let read = async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => answer.extend_from_slice(&buf[..n]),
+                }
+                if answer.starts_with(b"HTTP/1.1 200 Connection established\r\n\r\n") {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), read).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    #[tokio::test]
+    async fn the_guard_forwards_what_the_policy_allows_and_refuses_the_rest() {
+        // An origin on loopback that tells what it was asked.
+        let origin = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let port = origin.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = origin.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let n = conn.read(&mut buf).await.unwrap_or(0);
+                    let asked = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    let body = asked.lines().next().unwrap_or_default().to_string();
+                    let close = asked.contains("Connection: close");
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}{}",
+                        body.len() + 6,
+                        if close { " close" } else { " keep!" }
+                    );
+                    let _ = conn.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        let guard = Guard::start(SourcePolicy {
+            allow: vec!["127.0.0.1/32".parse().unwrap()],
+            deny: Vec::new(),
+            multi_tenant: true,
+        })
+        .await
+        .unwrap();
+        let answer = ask(
+            &guard,
+            &format!(
+                "GET http://127.0.0.1:{port}/index.yaml HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nProxy-Connection: keep-alive\r\n\r\n"
+            ),
+        )
+        .await;
+        // Forwarded in origin form, with the connection closed after it.
+        assert!(
+            answer.ends_with("GET /index.yaml HTTP/1.1 close"),
+            "{answer}"
+        );
+        let answer = ask(
+            &guard,
+            &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n"),
+        )
+        .await;
+        assert!(
+            answer.starts_with("HTTP/1.1 200 Connection established"),
+            "{answer}"
+        );
+        for refused in [
+            "CONNECT 169.254.169.254:443 HTTP/1.1\r\n\r\n",
+            "GET http://10.0.0.1/x HTTP/1.1\r\nHost: 10.0.0.1\r\n\r\n",
+            "GET /not-a-proxy-request HTTP/1.1\r\n\r\n",
+        ] {
+            let answer = ask(&guard, refused).await;
+            assert!(answer.starts_with("HTTP/1.1 403"), "{refused}: {answer}");
+        }
+        let hosts: Vec<String> = guard.refused().into_iter().map(|r| r.host).collect();
+        assert_eq!(hosts.len(), 2, "{hosts:?}");
+        assert!(hosts.iter().any(|h| h == "169.254.169.254"), "{hosts:?}");
+        assert!(hosts.iter().any(|h| h == "10.0.0.1"), "{hosts:?}");
+    }
+
+    #[tokio::test]
+    async fn loopback_urls_are_refused_before_helm_runs_unless_allowed() {
+        let locked = SourcePolicy {
+            multi_tenant: true,
+            ..SourcePolicy::default()
+        };
+        for url in [
+            "http://localhost:8080/charts",
+            "http://127.0.0.1/charts",
+            "oci://[::1]:5000/charts/app",
+            "http://169.254.169.254/latest",
+        ] {
+            assert!(locked.check_url(url).await.is_err(), "{url}");
+        }
+        let allowed = SourcePolicy {
+            allow: vec!["127.0.0.0/8".parse().unwrap()],
+            ..locked.clone()
+        };
+        assert!(allowed.check_url("http://127.0.0.1:8080/").await.is_ok());
+        // Nothing is checked for a single-tenant controller without a list.
+        assert!(
+            SourcePolicy::default()
+                .check_url("http://169.254.169.254/")
+                .await
+                .is_ok()
+        );
+    }
+}

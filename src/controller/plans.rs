@@ -592,3 +592,39 @@ async fn key_of(
         name: resource.name.clone(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Renders;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn one_namespace_never_holds_every_render_permit() {
+        let renders = Renders::new(2);
+        let first = renders.acquire("team-a").await;
+        // Team A's second render waits, whatever the shared permits left...
+        let second = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-a"));
+        assert!(second.await.is_err(), "team A held every permit");
+        // ...and team B's goes at once.
+        let other = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-b"));
+        assert!(other.await.is_ok(), "team B waited for team A");
+        drop(first);
+        let again = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-a"));
+        assert!(again.await.is_ok(), "team A's permit was not given back");
+    }
+
+    #[tokio::test]
+    async fn more_cores_give_a_namespace_half_of_the_permits() {
+        let renders = Renders::new(8);
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(renders.acquire("team-a").await);
+        }
+        let fifth = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-a"));
+        assert!(fifth.await.is_err());
+        for _ in 0..4 {
+            held.push(renders.acquire("team-b").await);
+        }
+        assert_eq!(held.len(), 8);
+    }
+}
