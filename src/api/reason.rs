@@ -80,6 +80,19 @@ pub enum Reason {
     /// A kind the release needs belongs to an API group the API server cannot serve now (an
     /// aggregated API whose backend is down): the release waits for it.
     GroupUnavailable,
+    /// The chart's repository or registry (or an address it led to) is not an allowed chart
+    /// source: `--chart-source-allow`, `--chart-source-deny`, or, in multi-tenant mode, an
+    /// address that is not public.
+    SourceNotAllowed,
+    /// `helm template` printed more than `--render-output-limit`: helm was stopped.
+    RenderTooLarge,
+    /// `helm template` (or `helm pull`) did not finish in time several times in a row: the
+    /// release is looked at again at its interval instead of at once.
+    RenderTimeout,
+    /// An uninstall's release record is missing and the release's objects could not all be
+    /// found by their owner annotation: the uninstall waits until they can be, or until a
+    /// person removes the finalizer.
+    RecordMissing,
 
     /// `spec.postRenderers` could not be applied to the rendered chart: kustomize refused a
     /// patch or an image (never retried until the spec changes), or kubectl is missing.
@@ -126,6 +139,10 @@ impl Reason {
             Reason::DeleteFailed => "DeleteFailed",
             Reason::HookFailed => "HookFailed",
             Reason::ChartUnavailable => "ChartUnavailable",
+            Reason::SourceNotAllowed => "SourceNotAllowed",
+            Reason::RenderTooLarge => "RenderTooLarge",
+            Reason::RenderTimeout => "RenderTimeout",
+            Reason::RecordMissing => "RecordMissing",
             Reason::PostRenderFailed => "PostRenderFailed",
             Reason::InvalidKubeConfig => "InvalidKubeConfig",
             Reason::RemoteClusterUnreachable => "RemoteClusterUnreachable",
@@ -140,7 +157,7 @@ impl Reason {
     }
 
     /// Every reason.
-    pub const ALL: [Reason; 32] = [
+    pub const ALL: [Reason; 36] = [
         Reason::Progressing,
         Reason::Succeeded,
         Reason::DependencyNotReady,
@@ -170,6 +187,10 @@ impl Reason {
         Reason::ChartUnavailable,
         Reason::ReconcileFailed,
         Reason::GroupUnavailable,
+        Reason::SourceNotAllowed,
+        Reason::RenderTooLarge,
+        Reason::RenderTimeout,
+        Reason::RecordMissing,
         Reason::PostRenderFailed,
         Reason::InvalidKubeConfig,
         Reason::RemoteClusterUnreachable,
@@ -213,6 +234,9 @@ pub enum EventReason {
     TestRefused,
     /// A reconcile failed again (from the second failure in a row), naming what failed.
     ReconcileFailed,
+    /// An uninstall found its release record missing: what it uninstalls instead (the objects
+    /// found by their owner annotation).
+    RecordMissing,
 }
 
 impl EventReason {
@@ -242,6 +266,7 @@ impl EventReason {
             EventReason::TestSucceeded => "TestSucceeded",
             EventReason::TestFailed => "TestFailed",
             EventReason::TestRefused => "TestRefused",
+            EventReason::RecordMissing => "RecordMissing",
         }
     }
 }
