@@ -68,6 +68,7 @@ impl KubectlError {
             KubectlError::NotFound | KubectlError::EnvNotFound { .. } => "kubectl_missing",
             KubectlError::Run(HelmError::TimedOut { .. }) => "kubectl_timeout",
             KubectlError::Run(HelmError::Failed { .. }) => "kubectl_failed",
+            KubectlError::Run(HelmError::TooLarge { .. }) => "kubectl_output_too_large",
             KubectlError::Run(_) => "kubectl_spawn",
         }
     }

@@ -237,6 +237,8 @@ pub enum EventReason {
     /// An uninstall found its release record missing: what it uninstalls instead (the objects
     /// found by their owner annotation).
     RecordMissing,
+    /// The remote cluster of `spec.kubeConfig` did not answer (at each failure, from the first).
+    RemoteClusterUnreachable,
 }
 
 impl EventReason {
@@ -266,6 +268,7 @@ impl EventReason {
             EventReason::TestSucceeded => "TestSucceeded",
             EventReason::TestFailed => "TestFailed",
             EventReason::TestRefused => "TestRefused",
+            EventReason::RemoteClusterUnreachable => "RemoteClusterUnreachable",
             EventReason::RecordMissing => "RecordMissing",
         }
     }

@@ -247,6 +247,38 @@ pub struct SequencedReleaseSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub post_renderers: Vec<PostRenderer>,
+
+    /// Deploy to a remote cluster (Flux's field): the chart is rendered for that cluster's
+    /// version and APIs, and its objects are applied, watched for readiness and drift, and its
+    /// Helm release records kept there; this object, its lock (a Lease), its status and its
+    /// events stay on this cluster. `serviceAccountName` (or the controller's default service
+    /// account) is impersonated on the remote cluster. The kubeconfig must carry its
+    /// credentials inline: exec plugins, auth providers and files of the operator's file system
+    /// are refused (the release stalls `InvalidKubeConfig`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_config: Option<KubeConfigReference>,
+}
+
+/// Where the kubeconfig of a remote cluster is (`spec.kubeConfig`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeConfigReference {
+    /// A Secret in the release's namespace holding the kubeconfig.
+    pub secret_ref: KubeConfigSecretRef,
+}
+
+/// A Secret key holding a kubeconfig.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeConfigSecretRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key holding the kubeconfig; without it, `value`, else `value.yaml` (as Flux reads
+    /// it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key: Option<String>,
 }
 
 /// One post-renderer of `spec.postRenderers`.
@@ -863,7 +895,9 @@ pub struct SequencedReleaseStatus {
     pub lock: Option<LockStatus>,
     /// Whose rights the release's objects are read, applied and deleted with:
     /// `serviceaccount NAMESPACE:NAME` (impersonated; `spec.serviceAccountName` or the
-    /// controller's `--default-service-account`), or `controller` for the controller's own.
+    /// controller's `--default-service-account`), or `controller` for the controller's own; for
+    /// `spec.kubeConfig`, followed by `on the remote cluster SERVER` (`the kubeconfig's user`
+    /// when no account is impersonated there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acting_as: Option<String>,
     /// Consecutive failed operations at the current spec; `spec.retries` bounds how many are

@@ -20,6 +20,7 @@ use crate::rollout::ignore::{self, Pointer};
 
 mod access;
 mod logs;
+pub mod remote;
 pub use access::{Account, Verb};
 
 /// Discovery is refreshed on an unknown kind at most this often.
@@ -104,6 +105,31 @@ impl ClusterError {
             },
         }
     }
+}
+
+impl ClusterError {
+    /// Whether the API server gave no answer at all: the connection was refused, reset or
+    /// timed out, or its TLS handshake failed (an answer, even a 5xx, is not this). For a
+    /// remote cluster, this is what makes it unreachable (reason `RemoteClusterUnreachable`).
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            ClusterError::Discovery(source) | ClusterError::Api { source, .. } => {
+                unanswered(source)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Whether a request got no answer from the API server (see [`ClusterError::is_unreachable`]).
+pub fn unanswered(error: &kube::Error) -> bool {
+    matches!(
+        error,
+        kube::Error::HyperError(_)
+            | kube::Error::Service(_)
+            | kube::Error::ReadEvents(_)
+            | kube::Error::RustlsTls(_)
+    )
 }
 
 /// kube-apiserver's answer to an apply of a field the schema does not have:
@@ -208,6 +234,9 @@ pub struct Cluster {
     refreshing: Arc<tokio::sync::Mutex<()>>,
     /// What SelfSubjectAccessReviews answered for `account`, and when.
     access: Mutex<HashMap<access::Question, (bool, Instant)>>,
+    /// A remote cluster (`spec.kubeConfig`): what identifies it (watches and caches are kept
+    /// apart by it); None for the cluster the controller runs in.
+    remote: Option<Arc<str>>,
 }
 
 impl Cluster {
@@ -219,7 +248,21 @@ impl Cluster {
             catalog: Arc::new(RwLock::new(Catalog::default())),
             refreshing: Arc::new(tokio::sync::Mutex::new(())),
             access: Mutex::new(HashMap::new()),
+            remote: None,
         }
+    }
+
+    /// A remote cluster, through `client` (its kubeconfig's own identity), known as `id`.
+    pub fn remote(client: Client, id: Arc<str>) -> Cluster {
+        Cluster {
+            remote: Some(id),
+            ..Cluster::new(client)
+        }
+    }
+
+    /// What identifies the remote cluster this is; None for the controller's own.
+    pub fn remote_id(&self) -> Option<&Arc<str>> {
+        self.remote.as_ref()
     }
 
     /// The same API server, every request impersonating `account` (`Impersonate-User:
@@ -241,6 +284,7 @@ impl Cluster {
             catalog: Arc::clone(&self.catalog),
             refreshing: Arc::clone(&self.refreshing),
             access: Mutex::new(HashMap::new()),
+            remote: self.remote.clone(),
         })
     }
 

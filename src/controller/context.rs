@@ -15,6 +15,7 @@ use super::Options;
 use super::events::Events;
 use super::plans::Plans;
 use super::records::Records;
+use super::remotes::{Remote, Remotes};
 use super::source::Sources;
 use super::watches::Watches;
 use crate::api::{ReleasePhase, SequencedRelease};
@@ -24,6 +25,23 @@ use crate::rollout;
 
 /// How many impersonating clients are kept (each holds a connection pool and its discovery).
 const ACCOUNTS: std::num::NonZeroUsize = std::num::NonZeroUsize::new(256).expect("not zero");
+
+/// Where a release acts: on the cluster the controller runs in (`remote` None) or on a remote
+/// one, as an account or (`account` None) as the controller.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Place<'a> {
+    pub remote: Option<&'a Remote>,
+    pub account: Option<&'a Account>,
+}
+
+impl<'a> From<Option<&'a Account>> for Place<'a> {
+    fn from(account: Option<&'a Account>) -> Place<'a> {
+        Place {
+            remote: None,
+            account,
+        }
+    }
+}
 
 /// What every reconcile shares.
 pub(crate) struct Context {
@@ -43,6 +61,8 @@ pub(crate) struct Context {
     pub sources: Sources,
     pub plans: Plans,
     pub records: Records,
+    /// The remote clusters releases target (`spec.kubeConfig`).
+    pub remotes: Arc<Remotes>,
     pub locks: Arc<Locks>,
     /// The shards this replica owns: it acts on their releases only.
     pub shards: Arc<Shards>,
@@ -78,6 +98,7 @@ impl Context {
         shards: Arc<Shards>,
     ) -> Context {
         Context {
+            remotes: Arc::clone(watches.remotes()),
             cluster: Arc::new(Cluster::new(client.clone())),
             accounts: Mutex::new(lru::LruCache::new(ACCOUNTS)),
             config,
@@ -179,8 +200,18 @@ impl Context {
             .unwrap_or(0)
     }
 
-    /// The API server as `account` sees it (impersonated), or as the controller itself.
-    pub fn cluster_for(&self, account: Option<&Account>) -> Result<Arc<Cluster>, kube::Error> {
+    /// The API server of `place` (AGREEMENTS §3): the cluster the controller runs in or a
+    /// remote cluster (`spec.kubeConfig`), as the release's account (impersonated) or as the
+    /// controller itself (on a remote cluster: the kubeconfig's own identity). An account alone
+    /// (`ctx.cluster_for(account)`) is the cluster the controller runs in.
+    pub fn cluster_for<'a>(
+        &self,
+        place: impl Into<Place<'a>>,
+    ) -> Result<Arc<Cluster>, kube::Error> {
+        let Place { remote, account } = place.into();
+        if let Some(remote) = remote {
+            return remote.as_account(account);
+        }
         let Some(account) = account else {
             return Ok(Arc::clone(&self.cluster));
         };
@@ -195,6 +226,10 @@ impl Context {
 
     /// Forgets what the caches keep of a release that is gone.
     pub fn forget(&self, release: &ObjectRef<SequencedRelease>) {
+        // The clients and watches of a remote cluster no release targets any more go.
+        for id in self.remotes.target(release, None).0 {
+            self.watches.forget_remote(&id);
+        }
         self.sources.forget(release);
         self.watches.forget_reads(release);
         self.plans.forget(release);

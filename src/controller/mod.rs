@@ -18,14 +18,17 @@
 
 mod context;
 mod events;
+mod inputs;
 mod leftovers;
 mod objects;
 pub mod plans;
 mod reconcile;
 pub mod records;
+mod remotes;
 mod run;
 pub mod source;
 pub mod stats;
+mod target;
 pub mod watches;
 
 use std::sync::Arc;
@@ -210,6 +213,14 @@ pub enum Error {
     /// A bug: the controller could not do what the lifecycle asked.
     #[error("{0}")]
     Internal(String),
+    /// The remote cluster of `spec.kubeConfig` does not answer.
+    #[error("the remote cluster {server} ({origin}) is unreachable: {message}")]
+    Unreachable {
+        server: String,
+        /// The Secret it was read from.
+        origin: String,
+        message: String,
+    },
 }
 
 impl Error {
@@ -217,10 +228,23 @@ impl Error {
     pub fn category(&self) -> &'static str {
         match self {
             Error::Cluster(e) => e.category(),
+            Error::Unreachable { .. } => "remote_unreachable",
             Error::Pipeline(_) => "chart",
             Error::Kube { .. } | Error::Lock(_) => "api",
             Error::SpecRead { .. } => "spec_read",
             Error::Internal(_) => "internal",
+        }
+    }
+}
+
+impl Error {
+    /// Whether a request got no answer at all (see [`ClusterError::is_unreachable`]).
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Error::Cluster(e) => e.is_unreachable(),
+            Error::Kube { source, .. } => crate::cluster::unanswered(source),
+            Error::Unreachable { .. } => true,
+            _ => false,
         }
     }
 }

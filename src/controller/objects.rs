@@ -79,6 +79,8 @@ pub(super) struct Objects<'a> {
     pub ctx: &'a Context,
     /// The API server as the account the release acts as.
     pub cluster: &'a Cluster,
+    /// The same API server as the controller (a remote cluster's: its kubeconfig's identity).
+    pub books: &'a Cluster,
     pub me: &'a Identity,
     pub release: ObjectRef<SequencedRelease>,
     /// `spec.driftDetection.ignore`: fields drift detection neither reports nor corrects.
@@ -161,7 +163,7 @@ impl Objects<'_> {
         let reader = if self.ctx.options.tenancy.is_multi_tenant() {
             cluster
         } else {
-            &self.ctx.cluster
+            self.books
         };
         for &hook in &wanted.hook_logs {
             let found = match hooks.get(hook) {

@@ -16,7 +16,9 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::context::Context;
 use super::objects::Objects;
+use super::remotes::Remote;
 use super::source::Prepared;
+use super::target::Target;
 use super::{Error, Stop, account_of, kube_error};
 use crate::api::{FINALIZER, Identity, ReleasePhase, SequencedRelease};
 use crate::cluster::{Cluster, ClusterError};
@@ -49,12 +51,36 @@ pub(super) async fn reconcile(sr: Arc<SequencedRelease>, ctx: &Context) -> Resul
             name: "default".to_string(),
         })
     });
-    let cluster = ctx.cluster_for(account.as_ref()).map_err(kube_error(
+    let local = ctx.cluster_for(account.as_ref()).map_err(kube_error(
         "making a client that impersonates the release's service account",
     ))?;
-    let mut reconcile = Reconcile::new(sr, ctx, cluster);
-    match reconcile.run().await {
+    // Where the release acts (a remote cluster, for `spec.kubeConfig`), before anything else.
+    let (target, failed) =
+        match super::target::of(ctx, &sr, account.as_ref(), Arc::clone(&local)).await {
+            Ok(target) => (target, None),
+            Err(error) => (Target::local(ctx, local), Some(error)),
+        };
+    let names = target.remote_names(&sr);
+    let mut reconcile = Reconcile::new(sr, ctx, target);
+    let result = match failed {
+        Some(error) => Err(Stop::Failed(error)),
+        None => reconcile.run().await,
+    };
+    match result {
         Err(Stop::Failed(error)) => {
+            // A request to the remote cluster that got no answer: the cluster is unreachable.
+            let error = match (names, &error) {
+                (Some((server, origin)), e)
+                    if e.is_unreachable() && !matches!(e, Error::Unreachable { .. }) =>
+                {
+                    Error::Unreachable {
+                        server,
+                        origin,
+                        message: e.to_string(),
+                    }
+                }
+                _ => error,
+            };
             reconcile.report(&error).await;
             Err(Stop::Failed(error))
         }
@@ -86,12 +112,19 @@ struct Reconcile<'a> {
     prepared: Option<Prepared>,
     /// Whether the lock was taken or checked in this reconcile.
     locked: bool,
-    /// The API server as the account the release acts as.
+    /// The cluster of the release's objects, as the account the release acts as.
     cluster: Arc<Cluster>,
+    /// The same cluster as the controller: records, hook logs.
+    books: Arc<Cluster>,
+    /// The remote cluster of `spec.kubeConfig`.
+    remote: Option<Arc<Remote>>,
+    /// The cluster the controller runs in as the release's account: its inputs, read as the
+    /// account in multi-tenant mode.
+    inputs: Arc<Cluster>,
 }
 
 impl<'a> Reconcile<'a> {
-    fn new(sr: Arc<SequencedRelease>, ctx: &'a Context, cluster: Arc<Cluster>) -> Reconcile<'a> {
+    fn new(sr: Arc<SequencedRelease>, ctx: &'a Context, target: Target) -> Reconcile<'a> {
         let key = ObjectRef::from_obj(&*sr);
         let lock = if ctx.locks.holds(&key) {
             LockView::Ours
@@ -111,6 +144,7 @@ impl<'a> Reconcile<'a> {
             operation_since,
             no_cross_namespace_refs: ctx.options.tenancy.no_cross_namespace_refs,
             accounts: ctx.options.tenancy.accounts(),
+            target: target.usable,
             ..Facts::new(sr.clone(), lock, now)
         };
         Reconcile {
@@ -127,7 +161,10 @@ impl<'a> Reconcile<'a> {
             facts,
             prepared: None,
             locked: false,
-            cluster,
+            cluster: target.cluster,
+            books: target.books,
+            remote: target.remote,
+            inputs: target.inputs,
         }
     }
 
@@ -232,7 +269,7 @@ impl<'a> Reconcile<'a> {
                 prepared,
                 is_upgrade,
                 whole,
-                &ctx.cluster,
+                &self.books,
                 &ctx.options.helm,
                 &ctx.options.kubectl,
                 &ctx.options.metrics,
@@ -263,7 +300,7 @@ impl<'a> Reconcile<'a> {
                     .reads(&self.key, super::source::inputs_of(&self.facts.release));
                 // In multi-tenant mode the tenant's inputs are read as its account.
                 let reader = if ctx.options.tenancy.is_multi_tenant() {
-                    &self.cluster
+                    &self.inputs
                 } else {
                     &ctx.cluster
                 };
@@ -390,6 +427,7 @@ impl<'a> Reconcile<'a> {
         Objects {
             ctx: self.ctx,
             cluster: &self.cluster,
+            books: &self.books,
             me: &self.me,
             release: self.key.clone(),
             ignore: &self.ignore,

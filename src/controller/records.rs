@@ -34,6 +34,9 @@ const MAX_RECORD: usize = 1024 * 1024 - 16 * 1024;
 /// The records of every release, as read or written by this controller.
 pub struct Records {
     client: Client,
+    /// The client of each release whose records are on a remote cluster (`spec.kubeConfig`):
+    /// Helm's storage is on the cluster that holds the objects.
+    remote: Mutex<HashMap<Release, Client>>,
     cached: Mutex<HashMap<(Release, i64), Cached>>,
     stored: Mutex<Stored>,
     /// Releases whose revisions were taken to be none without listing (a release that never
@@ -94,6 +97,7 @@ impl Records {
     pub fn new(client: Client) -> Records {
         Records {
             client,
+            remote: Mutex::new(HashMap::new()),
             cached: Mutex::new(HashMap::new()),
             stored: Mutex::new(HashMap::new()),
             assumed: Mutex::new(HashSet::new()),
@@ -102,10 +106,31 @@ impl Records {
     }
 
     fn secrets(&self, release: &Release) -> Api<Secret> {
-        Api::namespaced(self.client.clone(), namespace(release))
+        let client = self
+            .remote
+            .lock()
+            .ok()
+            .and_then(|remote| remote.get(release).cloned())
+            .unwrap_or_else(|| self.client.clone());
+        Api::namespaced(client, namespace(release))
+    }
+
+    /// The records of `release` are on the cluster of `client` (a remote cluster's), or (None)
+    /// on the one the controller runs in. A release whose target changed forgets what was
+    /// cached of its records first.
+    pub fn target(&self, release: &Release, client: Option<Client>) {
+        if let Ok(mut remote) = self.remote.lock() {
+            match client {
+                Some(client) => remote.insert(release.clone(), client),
+                None => remote.remove(release),
+            };
+        }
     }
 
     pub fn forget(&self, release: &Release) {
+        if let Ok(mut remote) = self.remote.lock() {
+            remote.remove(release);
+        }
         if let Ok(mut cached) = self.cached.lock() {
             cached.retain(|(owner, _), _| owner != release);
         }

@@ -23,6 +23,9 @@ use crate::rollout;
 
 /// The longest backoff after API errors.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// The longest backoff while a release's remote cluster is unreachable: it goes on within this
+/// of the cluster answering again, even when nothing else wakes it.
+const UNREACHABLE_BACKOFF: Duration = Duration::from_secs(15);
 /// After SIGTERM, how long the reconciles in flight may take to finish their current API call.
 const IN_FLIGHT_BOUND: Duration = Duration::from_secs(5);
 /// After SIGTERM, how long releasing the leases may take.
@@ -391,7 +394,10 @@ fn dependents(
 
 fn error_policy(sr: Arc<SequencedRelease>, error: &Error, ctx: Arc<Context>) -> Action {
     let failures = ctx.failed(ObjectRef::from_obj(&*sr));
-    let delay = backoff(failures, fastrand::f64());
+    let mut delay = backoff(failures, fastrand::f64());
+    if matches!(error, Error::Unreachable { .. }) {
+        delay = delay.min(UNREACHABLE_BACKOFF);
+    }
     tracing::warn!(
         release = %format!("{}/{}", sr.namespace().unwrap_or_default(), sr.name_any()),
         category = error.category(),

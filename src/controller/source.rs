@@ -264,11 +264,37 @@ pub(super) fn inputs_of(sr: &SequencedRelease) -> HashSet<Input> {
             .credentials_secret_ref
             .as_ref()
             .map(|r| (InputKind::Secret, r.name.clone())),
+        spec.kube_config
+            .as_ref()
+            .map(|k| (InputKind::Secret, k.secret_ref.name.clone())),
     ];
     values
         .chain(chart.into_iter().flatten())
         .map(|(kind, name)| (kind, namespace.clone(), name))
         .collect()
+}
+
+/// The kubeconfig `spec.kubeConfig` names, read through `reader` as `valuesFrom` is (in
+/// multi-tenant mode the release's account): its key, else `value`, else `value.yaml`, as Flux
+/// reads it. Ok(Err(why)) when the Secret or the key is missing.
+pub(super) async fn kubeconfig(reader: &Cluster, sr: &SequencedRelease) -> Found<Vec<u8>> {
+    let Some(reference) = &sr.spec.kube_config else {
+        return Ok(Err("the release has no spec.kubeConfig".to_string()));
+    };
+    let namespace = sr.namespace().unwrap_or_else(|| "default".to_string());
+    let name = &reference.secret_ref.name;
+    if let Some(key) = &reference.secret_ref.key {
+        return secret_bytes(reader, &namespace, name, key).await;
+    }
+    match secret_bytes(reader, &namespace, name, "value").await? {
+        Ok(bytes) => Ok(Ok(bytes)),
+        Err(missing) if missing.ends_with("not found") => Ok(Err(missing)),
+        Err(_) => Ok(secret_bytes(reader, &namespace, name, "value.yaml")
+            .await?
+            .map_err(|_| {
+                format!("Secret {namespace}/{name} has neither the key value nor value.yaml")
+            })),
+    }
 }
 
 /// What stalls a release whose chart or values the pipeline refused (an error that is not
@@ -410,7 +436,7 @@ async fn read_inputs(
 }
 
 /// An object's content, `Err(why)` when it or its key is missing.
-type Found<T> = Result<Result<T, String>, Error>;
+pub(super) type Found<T> = Result<Result<T, String>, Error>;
 
 /// The object, None when it does not exist, read as `reader`; `what` names it in errors. An
 /// account that may not read it is told as [`ClusterError::Forbidden`], naming the verb and

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedSender;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
@@ -19,6 +18,9 @@ use kube::runtime::{WatchStreamExt, watcher::watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
+use super::inputs::Inputs;
+pub use super::inputs::{Input, InputKind};
+use super::remotes::{Remotes, followed};
 use crate::api::{
     OWNER_ANNOTATION, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, SequencedRelease,
     owner_of,
@@ -30,9 +32,11 @@ use crate::lock::shards::sharded_watches;
 type Trigger = UnboundedSender<ObjectRef<SequencedRelease>>;
 
 /// One watch of managed objects: a kind by API group and kind (the same objects whatever
-/// version serves them), as an account sees it, in a namespace or (None) the whole cluster.
+/// version serves them), on a remote cluster (or the controller's), as an account sees it, in a
+/// namespace or (None) the whole cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct WatchKey {
+    remote: Option<Arc<str>>,
     account: Option<Account>,
     group: String,
     kind: String,
@@ -132,48 +136,15 @@ impl Seen {
     }
 }
 
-/// An external object, by the account watching it, kind, namespace and name.
-type ExternalKey = (Option<Account>, String, String, Option<String>, String);
-
-/// A ConfigMap or Secret a release reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum InputKind {
-    ConfigMap,
-    Secret,
-}
-
-/// An input by kind, namespace and name.
-pub type Input = (InputKind, String, String);
-
-/// Which releases read which inputs, both ways.
-#[derive(Default)]
-struct Readers {
-    of: HashMap<Input, HashSet<ObjectRef<SequencedRelease>>>,
-    reads: HashMap<ObjectRef<SequencedRelease>, HashSet<Input>>,
-}
-
-impl Readers {
-    /// Makes `inputs` all that `release` reads.
-    fn set(&mut self, release: &ObjectRef<SequencedRelease>, inputs: HashSet<Input>) {
-        for old in self.reads.remove(release).unwrap_or_default() {
-            if let Some(readers) = self.of.get_mut(&old) {
-                readers.remove(release);
-                if readers.is_empty() {
-                    self.of.remove(&old);
-                }
-            }
-        }
-        for input in &inputs {
-            self.of
-                .entry(input.clone())
-                .or_default()
-                .insert(release.clone());
-        }
-        if !inputs.is_empty() {
-            self.reads.insert(release.clone(), inputs);
-        }
-    }
-}
+/// An external object, by the cluster and account watching it, kind, namespace and name.
+type ExternalKey = (
+    Option<Arc<str>>,
+    Option<Account>,
+    String,
+    String,
+    Option<String>,
+    String,
+);
 
 /// The watch whose index holds the objects of this group and kind in `namespace`, as
 /// `cluster`'s account sees them: the one over the cluster when there is one, else the
@@ -186,6 +157,7 @@ fn index_key(
     namespace: Option<&str>,
 ) -> WatchKey {
     let mut key = WatchKey {
+        remote: cluster.remote_id().cloned(),
         account: cluster.account().cloned(),
         group: group.to_string(),
         kind: kind.to_string(),
@@ -199,7 +171,6 @@ fn index_key(
 
 /// The set of running watches; each is started once and runs until the controller stops.
 pub struct Watches {
-    client: Client,
     trigger: Trigger,
     kinds: Mutex<HashSet<WatchKey>>,
     /// The managed objects that exist, by watch, as the managed watches last saw them.
@@ -207,17 +178,18 @@ pub struct Watches {
     /// This replica's shards: the managed watches ask for their objects.
     shards: Arc<Shards>,
     external: Arc<Mutex<HashMap<ExternalKey, HashSet<ObjectRef<SequencedRelease>>>>>,
-    readers: Arc<Mutex<Readers>>,
-    /// The input watches started, by kind and namespace.
-    input_watches: Mutex<HashSet<(InputKind, String)>>,
-    /// The watch tasks, stopped when the controller goes away.
-    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// The ConfigMaps and Secrets releases read.
+    inputs: Inputs,
+    /// The watch tasks, stopped when the controller goes away; those of a remote cluster by
+    /// its id too, stopped when no release targets it any more.
+    tasks: Mutex<Vec<(Option<Arc<str>>, tokio::task::AbortHandle)>>,
+    remotes: Arc<Remotes>,
 }
 
 impl Drop for Watches {
     fn drop(&mut self) {
         if let Ok(tasks) = self.tasks.get_mut() {
-            for task in tasks.drain(..) {
+            for (_, task) in tasks.drain(..) {
                 task.abort();
             }
         }
@@ -226,22 +198,46 @@ impl Drop for Watches {
 
 impl Watches {
     pub fn new(client: Client, trigger: Trigger, shards: Arc<Shards>) -> Watches {
+        let remotes = Arc::new(Remotes::default());
+        remotes.wake_with(trigger.clone());
         Watches {
-            client,
+            remotes,
+            inputs: Inputs::new(client, trigger.clone()),
             trigger,
             shards,
             kinds: Mutex::new(HashSet::new()),
             present: Arc::new(Mutex::new(HashMap::new())),
             external: Arc::new(Mutex::new(HashMap::new())),
-            readers: Arc::new(Mutex::new(Readers::default())),
-            input_watches: Mutex::new(HashSet::new()),
             tasks: Mutex::new(Vec::new()),
         }
     }
 
-    fn keep(&self, task: tokio::task::JoinHandle<()>) {
+    fn keep_for(&self, remote: Option<&Arc<str>>, task: tokio::task::JoinHandle<()>) {
         if let Ok(mut tasks) = self.tasks.lock() {
-            tasks.push(task.abort_handle());
+            tasks.push((remote.cloned(), task.abort_handle()));
+        }
+    }
+
+    /// The remote clusters releases target, whose watches these are.
+    pub(crate) fn remotes(&self) -> &Arc<Remotes> {
+        &self.remotes
+    }
+
+    /// No release targets the remote cluster `id` any more: its watches stop, and what they
+    /// kept goes.
+    pub fn forget_remote(&self, id: &Arc<str>) {
+        let ours = |remote: &Option<Arc<str>>| remote.as_ref() == Some(id);
+        if let Ok(mut tasks) = self.tasks.lock() {
+            tasks.retain(|(remote, task)| !(ours(remote) && (task.abort(), true).1));
+        }
+        if let Ok(mut kinds) = self.kinds.lock() {
+            kinds.retain(|k| !ours(&k.remote));
+        }
+        if let Ok(mut present) = self.present.lock() {
+            present.retain(|(k, _), _| !ours(&k.remote));
+        }
+        if let Ok(mut external) = self.external.lock() {
+            external.retain(|k, _| !ours(&k.0));
         }
     }
 
@@ -249,12 +245,15 @@ impl Watches {
     /// `cluster`'s account sees them: over the whole cluster for the controller's own identity,
     /// in `namespace` for a service account (which may have rights in its namespaces only).
     pub fn managed(&self, kind: &Kind, cluster: &Cluster, namespace: Option<&str>) {
+        // A remote cluster's kubeconfig may have rights in some namespaces only, as an account.
+        let narrow = cluster.account().is_some() || cluster.remote_id().is_some();
         let key = WatchKey {
+            remote: cluster.remote_id().cloned(),
             account: cluster.account().cloned(),
             group: kind.resource.group.clone(),
             kind: kind.resource.kind.clone(),
             namespace: namespace
-                .filter(|_| kind.namespaced && cluster.account().is_some())
+                .filter(|_| kind.namespaced && narrow)
                 .map(str::to_string),
         };
         {
@@ -283,13 +282,14 @@ impl Watches {
         );
         let [sharded, unlabelled] = sharded_watches(api, "", self.shards.watch());
         for (part, events) in [(Part::Shards, sharded), (Part::Unlabelled, unlabelled)] {
+            let events = followed(&self.remotes, cluster, events);
             let task = self.index(
                 (key.clone(), part),
                 events,
                 kind.resource.api_version.clone(),
                 what.clone(),
             );
-            self.keep(task);
+            self.keep_for(key.remote.as_ref(), task);
         }
     }
 
@@ -478,6 +478,7 @@ impl Watches {
         owner: ObjectRef<SequencedRelease>,
     ) {
         let key: ExternalKey = (
+            cluster.remote_id().cloned(),
             cluster.account().cloned(),
             kind.resource.api_version.clone(),
             kind.resource.kind.clone(),
@@ -503,8 +504,11 @@ impl Watches {
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let trigger = self.trigger.clone();
         let registry = Arc::clone(&self.external);
+        let remote = key.0.clone();
+        let events = watcher(api, config).default_backoff().boxed();
+        let events = followed(&self.remotes, cluster, events);
         let task = tokio::spawn(async move {
-            let mut events = watcher(api, config).default_backoff().boxed();
+            let mut events = events;
             while let Some(event) = events.next().await {
                 if !matches!(
                     event,
@@ -523,104 +527,22 @@ impl Watches {
                 }
             }
         });
-        self.keep(task);
+        self.keep_for(remote.as_ref(), task);
     }
 
     /// Records that `release` reads `inputs` (and nothing else), and wakes it whenever one of
-    /// them is created, changed or deleted.
-    ///
-    /// One metadata-only watch per kind and namespace that some release reads from, started on
-    /// first use: a change of data changes the resourceVersion, which is all that is needed,
-    /// and Secret data never reaches the operator through it. Per namespace rather than over
-    /// the cluster, since releases read inputs from their own namespace, and a cluster-wide
-    /// watch would stream every Secret change of the cluster (Helm records, tokens) to be
-    /// dropped here.
+    /// them is created, changed or deleted ([`Inputs::reads`]).
     pub fn reads(&self, release: &ObjectRef<SequencedRelease>, inputs: HashSet<Input>) {
-        let namespaces: HashSet<(InputKind, String)> = inputs
-            .iter()
-            .map(|(kind, namespace, _)| (*kind, namespace.clone()))
-            .collect();
-        if let Ok(mut readers) = self.readers.lock() {
-            readers.set(release, inputs);
-        }
-        for (kind, namespace) in namespaces {
-            let first = self
-                .input_watches
-                .lock()
-                .is_ok_and(|mut started| started.insert((kind, namespace.clone())));
-            if first {
-                self.watch_inputs(kind, namespace);
-            }
-        }
+        self.inputs.reads(release, inputs);
     }
 
     /// Forgets what a release that is gone read.
     pub fn forget_reads(&self, release: &ObjectRef<SequencedRelease>) {
-        if let Ok(mut readers) = self.readers.lock() {
-            readers.set(release, HashSet::new());
-        }
+        self.inputs.forget_reads(release);
     }
 
-    fn watch_inputs(&self, kind: InputKind, namespace: String) {
-        let trigger = self.trigger.clone();
-        let readers = Arc::clone(&self.readers);
-        let config = watcher::Config::default().any_semantic();
-        let events = match kind {
-            InputKind::ConfigMap => {
-                let api: Api<PartialObjectMeta<ConfigMap>> =
-                    Api::namespaced(self.client.clone(), &namespace);
-                watcher(api, config)
-                    .default_backoff()
-                    .map(|e| e.map(changed))
-                    .boxed()
-            }
-            InputKind::Secret => {
-                let api: Api<PartialObjectMeta<Secret>> =
-                    Api::namespaced(self.client.clone(), &namespace);
-                watcher(api, config)
-                    .default_backoff()
-                    .map(|e| e.map(changed))
-                    .boxed()
-            }
-        };
-        let task = tokio::spawn(async move {
-            tracing::debug!(?kind, namespace = %namespace, "watching inputs");
-            let mut events = events;
-            while let Some(event) = events.next().await {
-                let name = match event {
-                    Ok(Some(name)) => name,
-                    Ok(None) => continue,
-                    Err(e) => {
-                        tracing::debug!(?kind, namespace = %namespace, error = %e, "watch error");
-                        continue;
-                    }
-                };
-                let input = (kind, namespace.clone(), name);
-                let owners: Vec<_> = match readers.lock() {
-                    Ok(readers) => readers
-                        .of
-                        .get(&input)
-                        .into_iter()
-                        .flatten()
-                        .cloned()
-                        .collect(),
-                    Err(_) => return,
-                };
-                for owner in owners {
-                    if trigger.unbounded_send(owner).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-        self.keep(task);
-    }
-}
-
-/// The name of the object an event says was listed, created, changed or deleted.
-fn changed<K: kube::Resource>(event: Event<K>) -> Option<String> {
-    match event {
-        Event::Apply(o) | Event::InitApply(o) | Event::Delete(o) => Some(o.name_any()),
-        Event::Init | Event::InitDone => None,
+    /// How many changes of `input` its watch has seen; None before it saw the input.
+    pub fn input_version(&self, input: &Input) -> Option<u64> {
+        self.inputs.version(input)
     }
 }

@@ -119,6 +119,10 @@ pub struct Facts {
     /// `spec.driftDetection.ignore`, read once (its targets are regular expressions to
     /// compile); Err names what cannot be read, and the release stalls on it.
     pub ignore: Result<IgnoreRules, String>,
+    /// Whether the cluster the release's objects are on can be used: Err for a
+    /// `spec.kubeConfig` that cannot (a missing Secret, a refused kubeconfig), read by the
+    /// controller before anything else (it says where every other fact is gathered).
+    pub target: Result<(), Refusal>,
 }
 
 impl Facts {
@@ -143,6 +147,7 @@ impl Facts {
             drift: None,
             no_cross_namespace_refs: false,
             accounts: AccountPolicy::default(),
+            target: Ok(()),
             ignore,
         }
     }
@@ -313,10 +318,10 @@ fn choose(facts: &Facts) -> Next {
         .flatten()
         .any(|f| f == FINALIZER);
     if sr.metadata.deletion_timestamp.is_some() {
-        return if finalized {
-            uninstall(facts)
-        } else {
-            Next::Idle
+        return match (&facts.target, finalized) {
+            (_, false) => Next::Idle,
+            (Err(refusal), true) => target_unusable(facts, refusal),
+            (Ok(()), true) => uninstall(facts),
         };
     }
     if !finalized {
@@ -330,6 +335,9 @@ fn choose(facts: &Facts) -> Next {
             status
         });
         return Next::Suspend { status };
+    }
+    if let Err(refusal) = &facts.target {
+        return target_unusable(facts, refusal);
     }
     let requests = recovery::requests(sr, &facts.status);
     let mut next = deploy(facts, &requests);
@@ -370,6 +378,28 @@ fn stall(facts: &Facts, reason: Reason, message: &str, settings: &Settings) -> N
         status,
         event,
         requeue,
+    }
+}
+
+/// The cluster of the release's objects cannot be used (`spec.kubeConfig`): Stalled with the
+/// refusal's reason until the spec or the kubeconfig Secret changes (it is watched). An
+/// uninstall stays Uninstalling: its objects are on that cluster.
+fn target_unusable(facts: &Facts, refusal: &Refusal) -> Next {
+    let settings = Settings::of(&facts.release.spec);
+    let uninstalling = facts.release.metadata.deletion_timestamp.is_some()
+        || facts.status.phase == Some(ReleasePhase::Uninstalling);
+    if !uninstalling {
+        return stall(facts, refusal.reason, &refusal.message, &settings);
+    }
+    let mut status = facts.status.clone();
+    status.message = Some(refusal.message.clone());
+    super::status::set_stalled(&mut status, refusal.reason, &refusal.message, &facts.now);
+    let event = (facts.status.message.as_deref() != Some(refusal.message.as_str()))
+        .then(|| Note::warning(EventReason::Stalled, refusal.message.clone()));
+    Next::Stall {
+        requeue: requeue(&settings, &status, None, &facts.now),
+        status,
+        event,
     }
 }
 

@@ -32,14 +32,22 @@ impl Reconcile<'_> {
     /// message stay as they are; the next reconcile that goes through sets the conditions back.
     pub(super) async fn report(&mut self, error: &Error) {
         let attempt = self.ctx.failures_of(&self.key).saturating_add(1);
-        let waiting = matches!(error, Error::Cluster(ClusterError::GroupUnavailable { .. }));
+        // A remote cluster that does not answer is told at once, as a group that is down.
+        let unreachable = matches!(error, Error::Unreachable { .. });
+        let waiting =
+            unreachable || matches!(error, Error::Cluster(ClusterError::GroupUnavailable { .. }));
         let unseen = self.facts.status.conditions.is_empty();
         if self.ctx.stopping() || (attempt < 2 && !waiting && !unseen) {
             return;
         }
         // The same words at every failure: a status that changed would wake the release at once
         // (its own write), and the retry would not back off.
-        let (reason, message) = if waiting {
+        let (reason, message) = if unreachable {
+            (
+                Reason::RemoteClusterUnreachable,
+                format!("waiting: {error}; asked again with backoff"),
+            )
+        } else if waiting {
             (
                 Reason::GroupUnavailable,
                 format!("waiting: {error}; asked again with backoff"),
@@ -60,11 +68,13 @@ impl Reconcile<'_> {
             tracing::debug!(?stop, "could not tell a failed reconcile in the status");
             return;
         }
-        self.publish(&[Note::warning(
-            EventReason::ReconcileFailed,
-            error.to_string(),
-        )])
-        .await;
+        let event = if unreachable {
+            EventReason::RemoteClusterUnreachable
+        } else {
+            EventReason::ReconcileFailed
+        };
+        self.publish(&[Note::warning(event, error.to_string())])
+            .await;
     }
 
     /// The release's service account may not read what the lifecycle needs to see: Failed and
@@ -108,11 +118,19 @@ impl Reconcile<'_> {
         }
         let mut status = status.clone();
         status.lock = keep.then(|| self.ctx.locks.mirror(&self.key)).flatten();
-        status.acting_as = Some(
-            self.cluster
+        status.acting_as = Some(match &self.remote {
+            None => self
+                .cluster
                 .account()
                 .map_or_else(|| "controller".to_string(), ToString::to_string),
-        );
+            Some(remote) => format!(
+                "{} on the remote cluster {}",
+                self.cluster
+                    .account()
+                    .map_or_else(|| "the kubeconfig's user".to_string(), ToString::to_string),
+                remote.server
+            ),
+        });
         if let Some(message) = status.message.as_mut() {
             cut(message);
         }
