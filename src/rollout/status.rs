@@ -260,8 +260,9 @@ pub fn holds_lock(phase: Option<ReleasePhase>) -> bool {
     )
 }
 
-/// A reconcile failed (`reason` ReconcileFailed, or GroupUnavailable while an API group the
-/// release needs cannot be served): the conditions name what failed, the phase and message stay
+/// A reconcile failed (`reason` ReconcileFailed, GroupUnavailable while an API group the
+/// release needs cannot be served, or RemoteClusterUnreachable while the remote cluster of
+/// `spec.kubeConfig` does not answer): the conditions name what failed, the phase and message stay
 /// as they are. A Ready release stays Ready (its objects are as they were) and is Reconciling
 /// with the failure; any other is not Ready, with the failure. The next reconcile that does not
 /// fail sets them back ([`clear_reconcile_failure`]).
@@ -302,7 +303,8 @@ pub fn tells_reconcile_failure(status: &SequencedReleaseStatus) -> bool {
     status.conditions.iter().any(|c| {
         c.type_ == RECONCILING
             && (c.reason == Reason::ReconcileFailed.as_str()
-                || c.reason == Reason::GroupUnavailable.as_str())
+                || c.reason == Reason::GroupUnavailable.as_str()
+                || c.reason == Reason::RemoteClusterUnreachable.as_str())
     })
 }
 
