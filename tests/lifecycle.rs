@@ -1522,3 +1522,51 @@ fn enabled_tests_are_the_last_stage_and_a_request_runs_them_on_a_ready_release_o
     assert_eq!(write.events.len(), 1);
     assert_eq!(write.events[0].reason, EventReason::TestRefused);
 }
+
+/// `spec.kubeConfig` that cannot be used (a missing Secret, a refused kubeconfig): the release
+/// stalls with the refusal's reason before reading anything else; a deployed release being
+/// deleted waits Uninstalling (its objects are on that cluster), one that never deployed a
+/// revision is let go.
+#[test]
+fn an_unusable_kubeconfig_stalls_and_holds_only_the_deletion_of_a_deployed_release() {
+    let refusal = Refusal {
+        reason: Reason::InvalidKubeConfig,
+        message: "spec.kubeConfig.secretRef: Secret apps/fleet-a not found".to_string(),
+    };
+    let mut f = facts(release(json!({}), json!({})));
+    f.target = Err(refusal.clone());
+    let Next::Stall { status, event, .. } = next(&f) else {
+        panic!("stalls");
+    };
+    assert_eq!(status.message.as_deref(), Some(refusal.message.as_str()));
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Stalled" && c.status == "True" && c.reason == "InvalidKubeConfig")
+    );
+    assert!(event.is_some());
+
+    let deleting = json!({"deletionTimestamp": "2027-01-15T08:00:00Z"});
+    let mut never = facts(release(json!({}), deleting.clone()));
+    never.target = Err(refusal.clone());
+    assert_eq!(
+        next(&never),
+        Next::FinishUninstall {
+            events: Vec::new(),
+            records: Vec::new(),
+            delete: Vec::new(),
+        }
+    );
+
+    let mut deployed = facts(with_status(
+        release(json!({}), deleting),
+        ready(1, "sha256:1"),
+    ));
+    deployed.target = Err(refusal.clone());
+    let Next::Stall { status, .. } = next(&deployed) else {
+        panic!("waits, stalled");
+    };
+    assert_eq!(status.phase, Some(ReleasePhase::Ready));
+    assert_eq!(status.message.as_deref(), Some(refusal.message.as_str()));
+}

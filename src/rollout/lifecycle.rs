@@ -318,10 +318,13 @@ fn choose(facts: &Facts) -> Next {
         .flatten()
         .any(|f| f == FINALIZER);
     if sr.metadata.deletion_timestamp.is_some() {
+        // A release that never deployed a revision has nothing on its cluster to uninstall:
+        // an unusable kubeconfig does not hold its deletion.
+        let deployed = facts.status.revision.is_some();
         return match (&facts.target, finalized) {
             (_, false) => Next::Idle,
-            (Err(refusal), true) => target_unusable(facts, refusal),
-            (Ok(()), true) => uninstall(facts),
+            (Err(refusal), true) if deployed => target_unusable(facts, refusal),
+            (_, true) => uninstall(facts),
         };
     }
     if !finalized {
