@@ -96,6 +96,13 @@ affinity:
 priorityClassName: system-cluster-critical
 terminationGracePeriodSeconds: 45
 tmp: {sizeLimit: 2Gi}
+chartCache: {size: 1Gi}
+render: {outputLimit: 16Mi}
+extraVolumes: [{name: charts, configMap: {name: platform-charts}}]
+extraVolumeMounts: [{name: charts, mountPath: /charts, readOnly: true}]
+networkPolicy:
+  enabled: true
+  apiServer: {cidrs: [10.0.0.1/32]}
 metrics:
   serviceMonitor:
     enabled: true
@@ -653,6 +660,18 @@ fn every_option_reaches_the_rendered_objects() {
     assert_eq!(pod["priorityClassName"], "system-cluster-critical");
     assert_eq!(pod["terminationGracePeriodSeconds"], 45);
     assert_eq!(pod["volumes"][0]["emptyDir"]["sizeLimit"], "2Gi");
+    assert_eq!(
+        pod["volumes"][1],
+        json!({"name": "charts", "configMap": {"name": "platform-charts"}})
+    );
+    assert_eq!(
+        container["volumeMounts"][1],
+        json!({"name": "charts", "mountPath": "/charts", "readOnly": true})
+    );
+    let args = strings(&container["args"]);
+    assert!(args.contains(&"--chart-cache-size=1Gi"), "{args:?}");
+    assert!(args.contains(&"--render-output-limit=16Mi"), "{args:?}");
+    find(&docs, "NetworkPolicy", "sequenced");
     let account = find(&docs, "ServiceAccount", "operator");
     assert!(account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].is_string());
     // The release namespaces', and the operator's own for the shard Leases.
