@@ -127,8 +127,8 @@
 //!   snapshot); `resourceVersionMatch=Exact` only works for the current resourceVersion.
 //! - Admission policies: CEL is `cel` (Rust), not cel-go: expressions are not type-checked
 //!   against the kinds' schemas (a field the kind lacks fails at evaluation, not when the policy
-//!   is written), reserved words are not escaped (`object.metadata.namespace` evaluates here; a
-//!   real server wants `request.namespace`), there is no cost budget, and errors are worded by
+//!   is written), property names that are CEL reserved words are not escaped (kube-apiserver names
+//!   `metadata.namespace` `__namespace__`; `request.namespace` is the same everywhere), there is no cost budget, and errors are worded by
 //!   `cel`. Not implemented: `paramKind`/`paramRef` (a binding of such a policy denies with
 //!   "params ... are not supported", under `failurePolicy: Fail`), the `authorizer` variable
 //!   (an expression reading it fails), `auditAnnotations`, the `Warn` and `Audit` actions
