@@ -409,6 +409,7 @@ impl ChartArgs {
             (Some(username), Some(password)) => Some(Credentials {
                 username: username.clone(),
                 password: password.clone(),
+                scope: String::new(),
             }),
             _ => None,
         }

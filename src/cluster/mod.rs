@@ -142,6 +142,8 @@ struct Served {
     names: Vec<String>,
     /// The group's preferred version.
     preferred: bool,
+    /// Whether the server lists it (`list` among its verbs).
+    listable: bool,
 }
 
 /// A group-version discovery could not list, and when to ask again.
@@ -473,6 +475,7 @@ impl Cluster {
                     namespaced: r.namespaced,
                     names,
                     preferred,
+                    listable: r.verbs.iter().any(|v| v == "list"),
                 });
             }
         }
@@ -634,6 +637,25 @@ impl Cluster {
     /// `--kube-version` and `--api-versions` for `helm template`, read again first when discovery
     /// changed since (a CRD or an APIService), so that a chart rendered after its CRD was
     /// installed sees it in `.Capabilities.APIVersions`.
+    /// Every kind the server lists, in its group's preferred version (discovery read first if
+    /// it never was), and the group-versions discovery leaves out now (unavailable), with why.
+    pub async fn listable_kinds(&self) -> Result<(Vec<Kind>, Vec<(String, String)>), ClusterError> {
+        self.ensure_discovered().await?;
+        let kinds = {
+            let catalog = self.catalog.read().await;
+            catalog
+                .served
+                .iter()
+                .filter(|s| s.preferred && s.listable)
+                .map(|s| Kind {
+                    resource: s.resource.clone(),
+                    namespaced: s.namespaced,
+                })
+                .collect()
+        };
+        Ok((kinds, self.unavailable_groups().await))
+    }
+
     pub async fn capabilities(&self) -> Result<(Option<String>, Vec<String>), ClusterError> {
         self.read_if(|catalog| catalog.refreshed.is_none() || catalog.dirty)
             .await?;

@@ -18,6 +18,7 @@
 
 mod context;
 mod events;
+mod leftovers;
 mod objects;
 pub mod plans;
 mod reconcile;
@@ -105,6 +106,79 @@ impl Tenancy {
             default_service_account: self.default_service_account.clone(),
             multi_tenant: self.is_multi_tenant(),
         }
+    }
+}
+
+/// How many helm timeouts in a row stall a release (`RenderTimeout`).
+const TIMEOUTS_IN_A_ROW: u32 = 3;
+/// How long a release stalled by timeouts waits before helm is run for it again.
+const TIMEOUT_HOLD: Duration = Duration::from_secs(600);
+
+/// Helm timeouts in a row, by release and the digest they were for: a chart that makes helm
+/// time out again and again (a render without end, a source that never answers) stalls its
+/// release `RenderTimeout` instead of holding helm's slots for ever; it is tried again after
+/// [`TIMEOUT_HOLD`], or at once when its inputs change.
+#[derive(Default)]
+pub(crate) struct TimeoutStreaks {
+    streaks: std::sync::Mutex<
+        std::collections::HashMap<
+            kube::runtime::reflector::ObjectRef<SequencedRelease>,
+            (String, u32, std::time::Instant),
+        >,
+    >,
+}
+
+impl TimeoutStreaks {
+    fn refusal(what: &str, count: u32) -> crate::rollout::lifecycle::Refusal {
+        crate::rollout::lifecycle::Refusal {
+            reason: crate::api::Reason::RenderTimeout,
+            message: format!(
+                "{what} did not finish in time {count} times in a row; it is run again in {} \
+                 or when the release's spec or inputs change",
+                crate::readiness::format_duration(TIMEOUT_HOLD)
+            ),
+        }
+    }
+
+    /// Helm timed out for `release` on `digest`: the refusal that stalls it once the streak is
+    /// long enough, else None (the error is retried with backoff).
+    pub fn timed_out(
+        &self,
+        release: &kube::runtime::reflector::ObjectRef<SequencedRelease>,
+        digest: &str,
+        what: &str,
+    ) -> Option<crate::rollout::lifecycle::Refusal> {
+        let mut streaks = self.streaks.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = streaks
+            .entry(release.clone())
+            .or_insert_with(|| (digest.to_string(), 0, std::time::Instant::now()));
+        if entry.0 != digest {
+            *entry = (digest.to_string(), 0, std::time::Instant::now());
+        }
+        entry.1 = entry.1.saturating_add(1);
+        entry.2 = std::time::Instant::now();
+        (entry.1 >= TIMEOUTS_IN_A_ROW).then(|| Self::refusal(what, entry.1))
+    }
+
+    /// The refusal of a release whose streak holds it back now (same digest, within the hold).
+    pub fn stalled(
+        &self,
+        release: &kube::runtime::reflector::ObjectRef<SequencedRelease>,
+        digest: &str,
+        what: &str,
+    ) -> Option<crate::rollout::lifecycle::Refusal> {
+        let streaks = self.streaks.lock().unwrap_or_else(|e| e.into_inner());
+        let (at, count, since) = streaks.get(release)?;
+        (at == digest && *count >= TIMEOUTS_IN_A_ROW && since.elapsed() < TIMEOUT_HOLD)
+            .then(|| Self::refusal(what, *count))
+    }
+
+    /// Helm finished for `release` (or it is gone): the streak ends.
+    pub fn ended(&self, release: &kube::runtime::reflector::ObjectRef<SequencedRelease>) {
+        self.streaks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(release);
     }
 }
 

@@ -330,6 +330,11 @@ impl<'a> Reconcile<'a> {
                 };
                 self.facts.drift = Some(report);
             }
+            Need::Leftovers => {
+                let namespace = self.key.namespace.as_deref().unwrap_or("default");
+                let found = super::leftovers::find(&self.cluster, &self.me, namespace).await?;
+                self.facts.leftovers = Some(found);
+            }
             Need::Namespace => {
                 self.facts.namespace_terminating = Some(self.namespace_terminating().await?);
             }

@@ -66,6 +66,10 @@ type Merged = (String, Vec<ValuesFile>);
 #[derive(Default)]
 pub struct Sources {
     resolved: Mutex<HashMap<ObjectRef<SequencedRelease>, (ChartSource, Resolved, Instant)>>,
+    /// The chart on disk each release uses now: kept when the cache evicts.
+    in_use: Mutex<HashMap<ObjectRef<SequencedRelease>, PathBuf>>,
+    /// `helm pull` timeouts in a row, by release.
+    timeouts: super::TimeoutStreaks,
     /// Values merged with `targetPath` entries (helm sets each path), by release, with the
     /// digest they were merged for.
     merged: Mutex<HashMap<ObjectRef<SequencedRelease>, Merged>>,
@@ -79,6 +83,18 @@ impl Sources {
         if let Ok(mut merged) = self.merged.lock() {
             merged.remove(release);
         }
+        if let Ok(mut in_use) = self.in_use.lock() {
+            in_use.remove(release);
+        }
+        self.timeouts.ended(release);
+    }
+
+    /// The charts on disk that releases use now.
+    fn used(&self) -> HashSet<PathBuf> {
+        self.in_use
+            .lock()
+            .map(|in_use| in_use.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Reads the spec's inputs through `reader` (in multi-tenant mode the release's account, so
@@ -107,11 +123,20 @@ impl Sources {
             resolved
                 .get(&key)
                 .filter(|(source, _, at)| *source == inputs.source && at.elapsed() < interval)
+                // An archive the cache removed (it was not in use then) is fetched again.
+                .filter(|(_, resolved, _)| resolved.path.exists())
                 .map(|(_, resolved, _)| resolved.clone())
         });
         let resolved = match known {
             Some(resolved) => resolved,
             None => {
+                let streak = match &inputs.source {
+                    ChartSource::Reference(reference) => reference.to_string(),
+                    ChartSource::Packaged { origin, .. } => origin.clone(),
+                };
+                if let Some(refusal) = self.timeouts.stalled(&key, &streak, "helm pull") {
+                    return Ok(Err(refusal));
+                }
                 let resolved = match pipeline::resolve(
                     helm,
                     cache,
@@ -121,9 +146,28 @@ impl Sources {
                 .await
                 {
                     Ok(resolved) => resolved,
+                    Err(e) if e.timed_out() => {
+                        return match self.timeouts.timed_out(&key, &streak, "helm pull") {
+                            Some(refusal) => Ok(Err(refusal)),
+                            None => Err(e.into()),
+                        };
+                    }
                     Err(e) if e.is_transient() => return Err(e.into()),
                     Err(e) => return Ok(Err(refusal_of(&e))),
                 };
+                self.timeouts.ended(&key);
+                if !matches!(
+                    inputs.source,
+                    ChartSource::Reference(ChartReference::Path(_))
+                ) {
+                    if let Ok(mut in_use) = self.in_use.lock() {
+                        in_use.insert(key.clone(), resolved.path.clone());
+                    }
+                    // What this fetch added may take the cache over its budget.
+                    let used = self.used();
+                    let cache = cache.clone();
+                    let _ = tokio::task::spawn_blocking(move || cache.evict(&used)).await;
+                }
                 if remote && let Ok(mut known) = self.resolved.lock() {
                     known.insert(
                         key.clone(),
@@ -343,7 +387,11 @@ async fn read_inputs(
             let username = secret_text(reader, &namespace, &reference.name, "username").await?;
             let password = secret_text(reader, &namespace, &reference.name, "password").await?;
             match (username, password) {
-                (Ok(username), Ok(password)) => Some(Credentials { username, password }),
+                (Ok(username), Ok(password)) => Some(Credentials {
+                    username,
+                    password,
+                    scope: namespace.clone(),
+                }),
                 (Err(missing), _) | (_, Err(missing)) => return Ok(Err(refusal(field, missing))),
             }
         }

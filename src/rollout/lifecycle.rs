@@ -24,9 +24,9 @@ use super::status::{holds_lock, pending, retry_due, set_condition_to, stalled};
 use super::uninstall::{self, Uninstall, UninstallStep, uninstall_step};
 use super::{Deployable, Note, Observations, Outcome, RecordUpdate, Revision, Settings, Wanted};
 use crate::api::{
-    DriftDetection, EventReason, FINALIZER, Identity, LayerPhase, OnFailure, RECONCILING, Reason,
-    ReleasePhase, RemediationAction, RemediationStatus, SequencedRelease, SequencedReleaseStatus,
-    TEST_EVENT, TEST_SUCCESS, hook_stage,
+    DriftDetection, EventReason, FINALIZER, Identity, LayerPhase, OWNER_ANNOTATION, ObjectKey,
+    OnFailure, RECONCILING, Reason, ReleasePhase, RemediationAction, RemediationStatus,
+    SequencedRelease, SequencedReleaseStatus, TEST_EVENT, TEST_SUCCESS, hook_stage,
 };
 use crate::digest::Digests;
 use crate::history::{HelmStatus, Info, Inventory, Record};
@@ -105,6 +105,10 @@ pub struct Facts {
     pub operation_since: Option<Time>,
     /// Whether the release's namespace is being deleted; gathered for an uninstall.
     pub namespace_terminating: Option<bool>,
+    /// For an uninstall whose record is missing: the objects found by their owner annotation
+    /// (in the release's and the target namespace, and cluster-scoped), or why they could not
+    /// all be looked for.
+    pub leftovers: Option<Result<Vec<ObjectKey>, String>>,
     /// How the objects of a Ready revision differ from what it applied.
     pub drift: Option<DriftReport>,
     /// The controller refuses references outside the release's namespace
@@ -135,6 +139,7 @@ impl Facts {
             observed: Observations::default(),
             operation_since: None,
             namespace_terminating: None,
+            leftovers: None,
             drift: None,
             no_cross_namespace_refs: false,
             accounts: AccountPolicy::default(),
@@ -202,6 +207,8 @@ pub enum Need {
     Namespace,
     /// Whether the objects of the current (Ready) revision still match what it applied.
     Drift,
+    /// The release's objects, found by their owner annotation: its record is missing.
+    Leftovers,
     /// These objects, read from the cluster.
     Observe(Wanted),
 }
@@ -1290,8 +1297,11 @@ fn uninstall(facts: &Facts) -> Next {
             delete,
         }
     };
-    // Without its record (deleted with its namespace, or by hand), what the status kept of the
-    // objects outside the namespace is uninstalled.
+    // Without its record: deleted with its namespace (whose objects go with it), what the status
+    // kept of the objects outside the namespace is uninstalled; deleted by hand or lost, the
+    // objects are looked for by their owner annotation, and the uninstall waits, Stalled, when
+    // they cannot all be looked for, rather than leave them behind unsaid.
+    let mut missing = None;
     let (inventory, sequenced, hooks, revision) = match &record {
         Some(record) => (
             record.uninstall_inventory(),
@@ -1299,6 +1309,36 @@ fn uninstall(facts: &Facts) -> Next {
             record.hooks.as_slice(),
             record.revision,
         ),
+        None if !terminating && let Some(n) = status.revision => {
+            let found = match &facts.leftovers {
+                None => return Next::Need(Need::Leftovers),
+                Some(Err(why)) => {
+                    let message = format!(
+                        "uninstalling: the record of revision {n} is missing, and the release's \
+                         objects cannot all be found by their owner annotation {OWNER_ANNOTATION}: \
+                         {why}; the uninstall goes on once they can be (or remove the finalizer \
+                         {FINALIZER} to leave them)"
+                    );
+                    return stall_uninstalling(facts, Reason::RecordMissing, &message, &settings);
+                }
+                Some(Ok(found)) => found,
+            };
+            let inventory = leftover_inventory(found, &status.inventory, &me_chart(facts));
+            let count = inventory
+                .steps
+                .iter()
+                .map(|s| s.objects.len())
+                .sum::<usize>();
+            missing = Some(Note::warning(
+                EventReason::RecordMissing,
+                format!(
+                    "the record of revision {n} is missing: uninstalling the {count} object{} \
+                     found by their owner annotation, in Helm's kind order",
+                    if count == 1 { "" } else { "s" }
+                ),
+            ));
+            (inventory, false, &[][..], n)
+        }
         None if !status.inventory.is_empty() => (
             Inventory::from_entries(&status.inventory),
             true,
@@ -1313,8 +1353,18 @@ fn uninstall(facts: &Facts) -> Next {
         return stall_uninstalling(facts, Reason::InvalidSpec, &message, &settings);
     }
     let hooks = if terminating { &[][..] } else { hooks };
+    // The missing record is told once, when the uninstall of what was found starts (none of
+    // its steps begun in the status yet).
+    let begun = status.layers.iter().any(|layer| {
+        layer.phase != LayerPhase::Pending && inventory.steps.iter().any(|s| s.name == layer.name)
+    });
+    let missing = missing.filter(|_| !begun);
     match step_uninstall(facts, &inventory, sequenced, hooks, revision, status) {
         Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
+        Outcome::Decided(mut step) if missing.is_some() && !step.finished => {
+            step.events.extend(missing);
+            Next::Uninstall(Box::new(step))
+        }
         Outcome::Decided(step) if timed_out(facts, &settings).is_some() && !step.finished => {
             Next::Uninstall(Box::new(uninstall::time_out(
                 step,
@@ -1335,6 +1385,59 @@ fn uninstall(facts: &Facts) -> Next {
             Next::Uninstall(Box::new(step))
         }
     }
+}
+
+/// The chart path the leftovers of a release without a record are told under: its release
+/// name (the chart's own is in the lost record).
+fn me_chart(facts: &Facts) -> String {
+    facts.identity().release_name
+}
+
+/// The uninstall of objects found by their owner annotation (and of the objects outside the
+/// namespace the status kept): one step per kind, in Helm's uninstall kind order, each after
+/// the one before it.
+fn leftover_inventory(
+    found: &[ObjectKey],
+    kept: &[crate::api::InventoryEntry],
+    chart: &str,
+) -> Inventory {
+    let mut objects: Vec<ObjectKey> = found.to_vec();
+    for entry in kept {
+        let key = ObjectKey {
+            api_version: entry.api_version.clone(),
+            kind: entry.kind.clone(),
+            namespace: entry.namespace.clone(),
+            name: entry.name.clone(),
+        };
+        if !objects.iter().any(|o| o.identity() == key.identity()) {
+            objects.push(key);
+        }
+    }
+    objects.sort_by(|a, b| {
+        crate::plan::kind_order::compare(
+            &a.kind,
+            &b.kind,
+            crate::plan::kind_order::Direction::Uninstall,
+        )
+        .then_with(|| a.namespace.cmp(&b.namespace))
+        .then_with(|| a.name.cmp(&b.name))
+    });
+    let mut steps: Vec<crate::history::InventoryStep> = Vec::new();
+    for object in objects {
+        match steps.last_mut() {
+            Some(step) if step.name == object.kind => step.objects.push(object),
+            _ => {
+                let after = steps.len().checked_sub(1).into_iter().collect();
+                steps.push(crate::history::InventoryStep {
+                    chart: chart.to_string(),
+                    name: object.kind.clone(),
+                    objects: vec![object],
+                    after,
+                });
+            }
+        }
+    }
+    Inventory { steps }
 }
 
 /// An uninstall that cannot go on until a person acts (the spec changes, or the finalizer is

@@ -128,6 +128,7 @@ impl Settings {
             .err()
             .map(|e| format!("spec.readinessTimeout: {e}"))
             .or_else(|| spec.drift_detection.problem())
+            .or_else(|| spec.chart.problem())
     }
 }
 

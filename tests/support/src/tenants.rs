@@ -1,0 +1,133 @@
+//! Teams on a shared cluster, for the tenancy and attack scenarios: namespaces whose
+//! ServiceAccount `deployer` has only the rights a test grants it, and the operator's own
+//! ServiceAccount with the RBAC its chart renders, so that the controller runs with exactly the
+//! rights a `helm install` of the chart gives it (never as the cluster's administrator).
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+
+use crate::operator::{Controller, Operator};
+
+/// The namespace the operator's chart is installed into.
+pub const OPERATOR_NAMESPACE: &str = "sequenced-system";
+/// The user the controller runs as: the chart's ServiceAccount.
+pub const OPERATOR_ACCOUNT: &str = "system:serviceaccount:sequenced-system:sequenced";
+/// The ServiceAccount each team's releases act as.
+pub const DEPLOYER: &str = "deployer";
+
+/// Applies `object` as the cluster admin (server-side apply).
+pub async fn admin_apply(op: &Operator, object: Value) {
+    let api_version = object["apiVersion"].as_str().unwrap_or("v1").to_string();
+    let kind = object["kind"].as_str().unwrap_or_default().to_string();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &kind));
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(op.client.clone(), ns, &resource),
+        None => Api::all_with(op.client.clone(), &resource),
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply("test-admin"),
+        &Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+}
+
+/// The rules of a team that may do everything a release does with ConfigMaps in its namespace.
+pub fn config_map_rules() -> Value {
+    json!([{"apiGroups": [""], "resources": ["configmaps"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}])
+}
+
+/// Namespace `namespace` with ServiceAccount [`DEPLOYER`], bound to a Role with `rules` there.
+pub async fn tenant(op: &Operator, namespace: &str, rules: Value) {
+    op.namespace(namespace).await;
+    admin_apply(
+        op,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": DEPLOYER, "namespace": namespace}}),
+    )
+    .await;
+    admin_apply(
+        op,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": DEPLOYER, "namespace": namespace},
+               "rules": rules}),
+    )
+    .await;
+    admin_apply(
+        op,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": DEPLOYER, "namespace": namespace},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": DEPLOYER},
+               "subjects": [{"kind": "ServiceAccount", "name": DEPLOYER, "namespace": namespace}]}),
+    )
+    .await;
+}
+
+/// The objects of the operator's own chart, rendered into `namespace` with `args` (`--set ...`).
+pub fn operator_chart(namespace: &str, args: &[&str]) -> Vec<Value> {
+    let output = std::process::Command::new(crate::helm())
+        .args(["template", "sequenced"])
+        .arg(crate::charts::repo().join("charts/sequenced"))
+        .args(["--namespace", namespace])
+        .args(args)
+        .output()
+        .expect("helm template");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    sequenced::yaml::parse_documents(&String::from_utf8_lossy(&output.stdout))
+        .expect("YAML")
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// Installs the operator chart's ServiceAccount and RBAC (rendered with `args`) as `helm install`
+/// would create them, in [`OPERATOR_NAMESPACE`]; a controller started with
+/// [`crate::apiserver::TestApiServer::config_as_user`] for [`OPERATOR_ACCOUNT`] then has exactly
+/// those rights.
+pub async fn install_operator_rbac(op: &Operator, args: &[&str]) {
+    op.namespace(OPERATOR_NAMESPACE).await;
+    for doc in operator_chart(OPERATOR_NAMESPACE, args) {
+        let kind = doc["kind"].as_str().unwrap_or("");
+        if kind == "ServiceAccount" || kind.contains("Role") {
+            let mut doc = doc.clone();
+            if matches!(kind, "ServiceAccount" | "Role" | "RoleBinding")
+                && doc["metadata"]["namespace"].is_null()
+            {
+                doc["metadata"]["namespace"] = json!(OPERATOR_NAMESPACE);
+            }
+            admin_apply(op, doc).await;
+        }
+    }
+}
+
+/// A fresh server with the operator chart's ServiceAccount and RBAC (rendered with `args`, e.g.
+/// `--set tenancy.multiTenant=true`) and a controller running as that ServiceAccount, with its
+/// options changed by `configure` (see [`Controller::start_configured`]).
+pub async fn operator_as_chart(
+    args: &[&str],
+    configure: impl FnOnce(&mut sequenced::controller::Options),
+) -> Operator {
+    let mut op = Operator::without_controller().await;
+    install_operator_rbac(&op, args).await;
+    let controller = Controller::start_configured(
+        op.server
+            .config_as_user("test-controller", OPERATOR_ACCOUNT, &[]),
+        "test-controller",
+        4,
+        configure,
+    );
+    op.adopt(controller);
+    op
+}
