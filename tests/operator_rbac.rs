@@ -18,8 +18,7 @@ use std::time::Duration;
 
 use clap::Parser as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use sequenced::api::ReleasePhase;
 use sequenced::api::v1alpha1::SequencedRelease;
 use sequenced::controller::Tenancy;
@@ -27,10 +26,8 @@ use serde_json::{Value, json};
 use support::apiserver::RecordedRequest;
 use support::charts::{chart, condition, config_map, deployment, is_ready, is_stalled, release};
 use support::operator::{Controller, Operator, is_write};
+use support::tenants::{self, OPERATOR_ACCOUNT as CONTROLLER, OPERATOR_NAMESPACE};
 
-/// Where the chart is installed, and who the controller is there.
-const OPERATOR_NAMESPACE: &str = "sequenced-system";
-const CONTROLLER: &str = "system:serviceaccount:sequenced-system:sequenced";
 const TEAM: &str = "team";
 const DEPLOYER: &str = "system:serviceaccount:team:deployer";
 /// The name the controller's requests are recorded under.
@@ -42,79 +39,26 @@ async fn within<F: Future<Output = ()>>(test: F) {
         .expect("the scenario did not finish in time");
 }
 
-/// The operator chart rendered into the operator's namespace with `args`.
-fn operator_chart(args: &[&str]) -> Vec<Value> {
-    let output = std::process::Command::new(support::helm())
-        .args(["template", "sequenced"])
-        .arg(support::charts::repo().join("charts/sequenced"))
-        .args(["--namespace", OPERATOR_NAMESPACE])
-        .args(args)
-        .output()
-        .expect("helm template");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    sequenced::yaml::parse_documents(&String::from_utf8_lossy(&output.stdout))
-        .expect("YAML")
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
-}
-
-/// Applies `object` as the cluster admin.
-async fn admin_apply(op: &Operator, object: &Value) {
-    let api_version = object["apiVersion"].as_str().unwrap().to_string();
-    let kind = object["kind"].as_str().unwrap().to_string();
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &kind));
-    let name = object["metadata"]["name"].as_str().unwrap().to_string();
-    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(op.client.clone(), ns, &resource),
-        None => Api::all_with(op.client.clone(), &resource),
-    };
-    api.patch(
-        &name,
-        &PatchParams::apply("test-admin"),
-        &Patch::Apply(object),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
-}
-
 /// Installs what the operator chart renders with `args` as `helm install` would (its
-/// ServiceAccount, RBAC, admission policy; not the Deployment, which runs in-process here), and
-/// starts the controller as that ServiceAccount with the flags the Deployment would run it
+/// ServiceAccount, RBAC and admission policy; not the Deployment, which runs in-process here),
+/// and starts the controller as that ServiceAccount with the flags the Deployment would run it
 /// with. Namespaces `namespaces` exist first (RoleBindings go into them).
 async fn install_operator(op: &Operator, args: &[&str], namespaces: &[&str]) -> Controller {
-    op.namespace(OPERATOR_NAMESPACE).await;
     for ns in namespaces {
         op.namespace(ns).await;
     }
-    let docs = operator_chart(args);
-    let mut flags = Vec::new();
-    for doc in &docs {
-        match doc["kind"].as_str().unwrap_or_default() {
-            "ServiceAccount"
-            | "Role"
-            | "RoleBinding"
-            | "ClusterRole"
-            | "ClusterRoleBinding"
-            | "ValidatingAdmissionPolicy"
-            | "ValidatingAdmissionPolicyBinding" => admin_apply(op, doc).await,
-            "Deployment" => {
-                let container = &doc["spec"]["template"]["spec"]["containers"][0];
-                flags = container["args"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|a| a.as_str().unwrap().to_string())
-                    .collect();
-            }
-            _ => {}
-        }
-    }
+    tenants::install_operator_rbac(op, args).await;
+    let docs = tenants::operator_chart(OPERATOR_NAMESPACE, args);
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the chart's Deployment");
+    let flags: Vec<String> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("the controller's args")
+        .iter()
+        .filter_map(|a| a.as_str().map(String::from))
+        .collect();
     // The flags as `sequenced run` reads them.
     let cli = sequenced::cli::Cli::try_parse_from(
         std::iter::once("sequenced".to_string()).chain(flags.iter().cloned()),
@@ -196,37 +140,18 @@ async fn records(op: &Operator) -> Vec<String> {
     names
 }
 
-/// The team's ServiceAccount `deployer`, which may do what the chart of [`hooked_chart`]
-/// holds in its namespace, and read its hook pods' logs.
-async fn tenant(op: &Operator) {
-    admin_apply(
-        op,
-        &json!({"apiVersion": "v1", "kind": "ServiceAccount",
-                "metadata": {"name": "deployer", "namespace": TEAM}}),
-    )
-    .await;
+/// The rights of the team's ServiceAccount `deployer`: what the chart of [`hooked_chart`] holds
+/// in its namespace, and reading its hook pods' logs.
+fn hooked_chart_rules() -> Value {
     let all = [
         "get", "list", "watch", "create", "update", "patch", "delete",
     ];
-    admin_apply(
-        op,
-        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                "metadata": {"name": "deployer", "namespace": TEAM},
-                "rules": [
-                    {"apiGroups": [""], "resources": ["configmaps"], "verbs": all},
-                    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": all},
-                    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-                    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]}),
-    )
-    .await;
-    admin_apply(
-        op,
-        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": "deployer", "namespace": TEAM},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
-                "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": TEAM}]}),
-    )
-    .await;
+    json!([
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": all},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": all},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}
+    ])
 }
 
 /// Chart `app`: ConfigMap `settings` (its data the value `version`), and a pre-upgrade hook
@@ -254,6 +179,7 @@ async fn the_multi_tenant_chart_and_its_record_policy_let_the_controller_keep_it
  {
     within(async {
         let op = Operator::without_controller().await;
+        tenants::tenant(&op, TEAM, hooked_chart_rules()).await;
         let charts = std::env::temp_dir();
         let local = format!("tenancy.allowLocalCharts={{{}}}", charts.display());
         let controller = install_operator(
@@ -268,7 +194,7 @@ async fn the_multi_tenant_chart_and_its_record_policy_let_the_controller_keep_it
                 "--set",
                 "rbac.releaseNamespaces={team}",
             ],
-            &[TEAM, "elsewhere"],
+            &["elsewhere"],
         )
         .await;
         // The policy is installed, with the chart's name.
@@ -282,7 +208,6 @@ async fn the_multi_tenant_chart_and_its_record_policy_let_the_controller_keep_it
                 )
                 .is_some()
         );
-        tenant(&op).await;
         let _jobs = op.job_controller(Duration::from_millis(50));
         let dir = hooked_chart();
         op.create(TEAM, release("app", &dir.path().join("app"), json!({})))

@@ -92,15 +92,20 @@ pub fn operator_chart(namespace: &str, args: &[&str]) -> Vec<Value> {
         .collect()
 }
 
-/// Installs the operator chart's ServiceAccount and RBAC (rendered with `args`) as `helm install`
-/// would create them, in [`OPERATOR_NAMESPACE`]; a controller started with
-/// [`crate::apiserver::TestApiServer::config_as_user`] for [`OPERATOR_ACCOUNT`] then has exactly
-/// those rights.
+/// Installs the operator chart's ServiceAccount, RBAC and admission policy (in multi-tenant
+/// mode, the ValidatingAdmissionPolicy that holds its Secret writes to release records),
+/// rendered with `args`, as `helm install` would create them, in [`OPERATOR_NAMESPACE`]; a
+/// controller started with [`crate::apiserver::TestApiServer::config_as_user`] for
+/// [`OPERATOR_ACCOUNT`] then has exactly those rights. The namespaces of
+/// `rbac.releaseNamespaces` must exist first.
 pub async fn install_operator_rbac(op: &Operator, args: &[&str]) {
     op.namespace(OPERATOR_NAMESPACE).await;
     for doc in operator_chart(OPERATOR_NAMESPACE, args) {
         let kind = doc["kind"].as_str().unwrap_or("");
-        if kind == "ServiceAccount" || kind.contains("Role") {
+        if kind == "ServiceAccount"
+            || kind.contains("Role")
+            || kind.starts_with("ValidatingAdmissionPolicy")
+        {
             let mut doc = doc.clone();
             if matches!(kind, "ServiceAccount" | "Role" | "RoleBinding")
                 && doc["metadata"]["namespace"].is_null()
