@@ -45,7 +45,9 @@ impl Gate {
             Gate::Fair(renders) => _fair = Some(renders.acquire(namespace).await),
         }
         let permitted = Instant::now();
-        pipeline::render(helm, chart, &request).await.expect("render");
+        pipeline::render(helm, chart, &request)
+            .await
+            .expect("render");
         permitted
     }
 }
@@ -63,7 +65,13 @@ async fn resolve(helm: &Helm, path: &std::path::Path) -> Resolved {
 }
 
 /// Renders per second for `renders` renders spread over `namespaces` namespaces, all asked at once.
-async fn throughput(gate: &Gate, helm: &Helm, chart: &Resolved, renders: usize, namespaces: usize) -> f64 {
+async fn throughput(
+    gate: &Gate,
+    helm: &Helm,
+    chart: &Resolved,
+    renders: usize,
+    namespaces: usize,
+) -> f64 {
     let started = Instant::now();
     let tasks: Vec<_> = (0..renders)
         .map(|i| {
@@ -82,7 +90,13 @@ async fn throughput(gate: &Gate, helm: &Helm, chart: &Resolved, renders: usize, 
 
 /// How long one render of `team-b` waits for its permit while `team-a` has `queued` slow renders
 /// asked before it.
-async fn waited(gate: &Gate, helm: &Helm, slow: &Resolved, fast: &Resolved, queued: usize) -> Duration {
+async fn waited(
+    gate: &Gate,
+    helm: &Helm,
+    slow: &Resolved,
+    fast: &Resolved,
+    queued: usize,
+) -> Duration {
     let tasks: Vec<_> = (0..queued)
         .map(|_| {
             let (gate, helm, slow) = (gate.clone(), helm.clone(), slow.clone());
@@ -148,7 +162,10 @@ fn main() {
     let shop = support::charts::repo().join("examples/shop");
     let slow_dir = support::charts::chart(
         "slow",
-        &[("templates/slow.yaml", "{{- range until 3000000 }}{{- end }}\nkind: ConfigMap\napiVersion: v1\nmetadata:\n  name: slow\n")],
+        &[(
+            "templates/slow.yaml",
+            "{{- range until 3000000 }}{{- end }}\nkind: ConfigMap\napiVersion: v1\nmetadata:\n  name: slow\n",
+        )],
     );
     runtime.block_on(async {
         let chart = resolve(&helm, &shop).await;
