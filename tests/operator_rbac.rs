@@ -88,25 +88,9 @@ async fn install_operator(op: &Operator, args: &[&str], namespaces: &[&str]) -> 
     )
 }
 
-fn describe(r: &RecordedRequest) -> String {
-    format!(
-        "{} {}?{} as {} -> {}",
-        r.method,
-        r.path,
-        r.query,
-        r.user.as_deref().unwrap_or("the controller"),
-        r.status
-    )
-}
-
 /// The controller's requests that the server refused (RBAC, or an admission policy).
 fn refused(op: &Operator) -> Vec<String> {
-    op.server
-        .requests()
-        .iter()
-        .filter(|r| r.client.as_deref() == Some(CLIENT) && matches!(r.status, 401 | 403 | 422))
-        .map(describe)
-        .collect()
+    tenants::refused(op, CLIENT)
 }
 
 fn status(sr: &SequencedRelease) -> &sequenced::api::SequencedReleaseStatus {
@@ -247,8 +231,8 @@ async fn the_multi_tenant_chart_and_its_record_policy_let_the_controller_keep_it
             .collect();
         assert!(!log_reads.is_empty(), "the hook's log was not read");
         for r in &log_reads {
-            assert_eq!(r.user.as_deref(), Some(DEPLOYER), "{}", describe(r));
-            assert_eq!(r.status, 200, "{}", describe(r));
+            assert_eq!(r.user.as_deref(), Some(DEPLOYER), "{}", tenants::describe(r));
+            assert_eq!(r.status, 200, "{}", tenants::describe(r));
         }
         assert_eq!(
             records(&op).await,
@@ -283,17 +267,10 @@ async fn the_multi_tenant_chart_and_its_record_policy_let_the_controller_keep_it
                 "no {kind} was written by the controller's identity"
             );
         }
-        for r in &own {
-            let books = matches!(
-                r.kind.as_deref(),
-                Some("SequencedRelease" | "Lease" | "Event")
-            ) || r.path.ends_with("/selfsubjectaccessreviews")
-                || (r.kind.as_deref() == Some("Secret")
-                    && r.name
-                        .as_deref()
-                        .is_some_and(|n| n.starts_with("sh.helm.release.v1.app.v")));
-            assert!(books, "{} as the controller", describe(r));
-        }
+        assert_eq!(
+            tenants::beyond_books(&op, CLIENT, CONTROLLER),
+            Vec::<String>::new()
+        );
         for r in requests
             .iter()
             .filter(|r| r.client.as_deref() == Some(CLIENT) && is_write(r))
@@ -301,7 +278,7 @@ async fn the_multi_tenant_chart_and_its_record_policy_let_the_controller_keep_it
             assert!(
                 r.user.as_deref() == Some(CONTROLLER) || r.user.as_deref() == Some(DEPLOYER),
                 "{}",
-                describe(r)
+                tenants::describe(r)
             );
         }
         controller.stop().await;
