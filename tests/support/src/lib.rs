@@ -21,6 +21,7 @@ pub fn helm() -> PathBuf {
     PathBuf::from("helm")
 }
 
+pub mod archives;
 pub mod charts;
 pub mod demo;
 pub mod http;
