@@ -141,6 +141,11 @@ fn nested_archives_share_one_budget_that_helm_gives_each_afresh() {
     // Alone, each loads here too.
     let alone = write_archive(&dir, "inner-0.1.0.tgz", &inner);
     chart::load(&alone).expect("95 MiB in one archive loads");
+    // Refused having held a fraction of it.
+    let (refused, peak) = archives::peak_during(|| chart::load(&path));
+    assert!(refused.is_err());
+    eprintln!("the loader's peak heap refusing the 190 MiB tree: {peak} bytes");
+    assert!(peak <= archives::heap_allowed(&Limits::DEFAULT), "{peak}");
     let error = refused_before_helm(&path);
     let ChartError::TooLarge {
         chart,
