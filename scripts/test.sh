@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, clippy with warnings as errors, every test
-# (unit, integration, doc), and the book. Installs helm and kubectl into .tools/bin first when
-# none is found, and the pinned mdbook (once; later runs find it there).
+# (unit, integration, doc), the book, and the chart archive fuzz target for a bounded time
+# (scripts/fuzz.sh, on the stable toolchain). Installs helm and kubectl into .tools/bin first when
+# none is found, the pinned mdbook and cargo-fuzz (once; later runs find them there).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -31,3 +32,8 @@ cargo test --doc --locked
 echo "== the book" >&2
 mdbook="$(scripts/install-mdbook.sh)"
 "$mdbook" build docs
+# The chart loader against hostile archives (fuzz/fuzz_targets/chart_archive.rs), 90 s unless
+# SEQUENCED_FUZZ_SECONDS says otherwise; the first run also builds the instrumented crates
+# (several minutes; fuzz/target keeps them). A crash fails the run.
+echo "== fuzz: chart_archive" >&2
+scripts/fuzz.sh chart_archive "${SEQUENCED_FUZZ_SECONDS:-90}"

@@ -3,9 +3,12 @@
 //!
 //! - [`resolve`] turns a chart source into one chart on disk, a version range into one version
 //!   (so that the digest of a release hashes what will be deployed, never the range's text);
-//! - [`render`] runs `helm template` with the values files in order (and `--set` flags as they
-//!   are), builds the tree of the charts Helm rendered from the Chart.yaml files and the chart
-//!   paths of its output, and attributes every document to the chart of the tree it came from;
+//! - [`load`] reads the chart's tree within the loader's limits (one budget for the whole tree:
+//!   a chart past one never reaches helm);
+//! - [`render`] (or [`render_loaded`], after [`load`]) runs `helm template` with the values files
+//!   in order (and `--set` flags as they are), builds the tree of the charts Helm rendered from
+//!   the Chart.yaml files and the chart paths of its output, and attributes every document to the
+//!   chart of the tree it came from;
 //! - [`post_render`] runs a release's `spec.postRenderers` (kustomize) over what helm rendered,
 //!   every document keeping its attribution;
 //! - [`plan`] is the pure planner.
@@ -501,10 +504,50 @@ fn hash_path(hasher: &mut Sha256, path: &Path, relative: &Path) -> Result<(), St
     Ok(())
 }
 
-/// Renders the resolved chart with `helm template`.
+/// A chart read within the loader's limits ([`crate::chart::Limits`]), ready to render: what
+/// was wrong with its Chart.yaml files, if anything, is told after helm had its say.
+#[derive(Debug)]
+pub struct Loaded {
+    chart: Result<crate::chart::Chart, ChartError>,
+}
+
+impl Loaded {
+    /// The top chart's name, when its Chart.yaml files could be read.
+    pub fn name(&self) -> Option<&str> {
+        self.chart.as_ref().ok().map(|c| c.metadata.name.as_str())
+    }
+}
+
+/// Reads the resolved chart's tree within the loader's limits. A chart past one (a
+/// decompression bomb, a nesting too deep, an archive that leaves its directory) is refused
+/// here, so that helm never reads it.
+pub async fn load(resolved: &Resolved) -> Result<Loaded, Error> {
+    let path = resolved.path.clone();
+    blocking(move || {
+        let gathered = crate::chart::gather(&path, &crate::chart::Limits::DEFAULT)?;
+        Ok(Loaded {
+            chart: gathered.build(),
+        })
+    })
+    .await
+}
+
+/// Loads ([`load`]) and renders ([`render_loaded`]) the resolved chart.
 pub async fn render(
     helm: &Helm,
     resolved: &Resolved,
+    request: &RenderRequest,
+) -> Result<Rendered, Error> {
+    let loaded = load(resolved).await?;
+    render_loaded(helm, resolved, loaded, request).await
+}
+
+/// Renders the resolved chart, loaded by [`load`], with `helm template`. A chart both helm and
+/// the loader refuse is told in helm's words.
+pub async fn render_loaded(
+    helm: &Helm,
+    resolved: &Resolved,
+    loaded: Loaded,
     request: &RenderRequest,
 ) -> Result<Rendered, Error> {
     // The files live until helm has read them, and are removed when this returns.
@@ -528,9 +571,8 @@ pub async fn render(
     };
     let output = crate::render::template(helm, &resolved.path, &options).await?;
     drop(files);
-    let path = resolved.path.clone();
+    let chart = loaded.chart?;
     blocking(move || {
-        let chart = crate::chart::load(&path)?;
         let crd_files = chart.crd_files();
         let tree = crate::chart::tree(&chart, &crate::render::rendered_charts(&output, &crd_files));
         let documents = crate::render::parse_output_with(&output, &tree, &crd_files)?;

@@ -150,3 +150,32 @@ fn no_controller_file_is_over_about_six_hundred_lines() {
     }
     assert!(long.is_empty(), "{long:?}");
 }
+
+/// The end-to-end tests need a real cluster: each is `#[ignore]`d, so that a run without one
+/// reports them skipped, never passed (`tests/e2e.rs` says how to run them, and how a test there
+/// is written).
+#[test]
+fn every_end_to_end_test_is_ignored_unless_asked_for() {
+    let text = std::fs::read_to_string(repo().join("tests/e2e.rs")).unwrap();
+    let lines: Vec<&str> = text.lines().map(str::trim_start).collect();
+    let mut tests = 0;
+    for (at, line) in lines.iter().enumerate() {
+        if !(line.starts_with("#[tokio::test") || line.starts_with("#[test]")) {
+            continue;
+        }
+        tests += 1;
+        let attributes: Vec<&str> = lines[at..]
+            .iter()
+            .copied()
+            .take_while(|l| l.starts_with("#["))
+            .collect();
+        let function = lines.get(at + attributes.len()).copied().unwrap_or("");
+        assert!(
+            attributes.iter().any(|a| a.starts_with(
+                "#[ignore = \"needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs\"]"
+            )),
+            "tests/e2e.rs: `{function}` is not ignored: give it the #[ignore] the top of the file shows"
+        );
+    }
+    assert!(tests >= 16, "only {tests} tests found in tests/e2e.rs");
+}

@@ -21,7 +21,7 @@ use sequenced::helm::Timeouts;
 use serde_json::{Value, json};
 use support::charts::{chart, condition, config_map, is_ready, message, release};
 use support::http::{Response, Server, serve_dir};
-use support::operator::{Controller, Operator, is_write};
+use support::operator::{Controller, Operator};
 use support::tenants::{self, DEPLOYER, OPERATOR_ACCOUNT, admin_apply};
 use tempfile::TempDir;
 
@@ -167,27 +167,9 @@ async fn create(op: &Operator, namespace: &str, object: Value) -> Result<(), Str
         .map_err(|e| e.to_string())
 }
 
-/// The controller's own writes that are not its books: anything but its releases (and their
-/// status), Events, Leases, access reviews and Helm release records.
+/// The controller's own writes that are not its books.
 fn not_books(op: &Operator) -> Vec<String> {
-    op.server
-        .requests()
-        .into_iter()
-        .filter(|r| r.client.as_deref() == Some("test-controller") && is_write(r))
-        .filter(|r| r.user.as_deref() == Some(OPERATOR_ACCOUNT))
-        .filter(|r| {
-            let books = matches!(
-                r.kind.as_deref(),
-                Some("SequencedRelease" | "Lease" | "Event")
-            ) || r.path.ends_with("/selfsubjectaccessreviews")
-                || (r.kind.as_deref() == Some("Secret")
-                    && r.name
-                        .as_deref()
-                        .is_some_and(|n| n.starts_with("sh.helm.release.v1.")));
-            !books
-        })
-        .map(|r| format!("{} {}", r.method, r.path))
-        .collect()
+    tenants::beyond_books(op, "test-controller", OPERATOR_ACCOUNT)
 }
 
 // 1. `spec.serviceAccountName: ""` escaped impersonation: the release acted as the controller.
@@ -842,13 +824,7 @@ async fn the_controller_writes_only_its_books_as_itself() {
             .await
             .unwrap();
         op.wait_deleted(TEAM_A, "app").await;
-        let refused: Vec<String> = op
-            .server
-            .requests()
-            .iter()
-            .filter(|r| r.client.as_deref() == Some("test-controller") && r.status == 403)
-            .map(|r| format!("{} {}?{} as {:?}", r.method, r.path, r.query, r.user))
-            .collect();
+        let refused = tenants::refused(&op, "test-controller");
         assert_eq!(refused, Vec::<String>::new(), "refused requests");
         assert_eq!(not_books(&op), Vec::<String>::new());
         op.stop().await;

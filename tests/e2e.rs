@@ -1,14 +1,31 @@
-//! The controller scenarios on a real cluster (kind, k3d, ...): opt-in, run only when
-//! `SEQUENCED_E2E_KUBECONFIG` names a kubeconfig. Each test runs the controller in-process
-//! against that cluster, in a fresh namespace that it deletes at the end. The CRD is applied
-//! from crds/ first. Order is checked through the release's status: a layer starts no earlier
-//! than the layers it depends on became ready.
+//! The controller scenarios on a real cluster (kind, k3d, ...): opt-in. Each test runs the
+//! controller in-process against the cluster that `SEQUENCED_E2E_KUBECONFIG` names, in a fresh
+//! namespace that it deletes at the end. The CRD is applied from crds/ first. Order is checked
+//! through the release's status: a layer starts no earlier than the layers it depends on became
+//! ready.
 //!
 //! ```sh
 //! kind create cluster --name sequenced
 //! kind get kubeconfig --name sequenced > /tmp/kind.yaml
-//! SEQUENCED_E2E_KUBECONFIG=/tmp/kind.yaml cargo nextest run --test e2e
+//! SEQUENCED_E2E_KUBECONFIG=/tmp/kind.yaml cargo nextest run --test e2e --run-ignored all
 //! ```
+//!
+//! (`cargo test --test e2e -- --include-ignored` with cargo's runner.)
+//!
+//! **Every test of this file is written the same way**, so that a run without a cluster reports
+//! it skipped, never passed, and a run that asked for it fails without one:
+//!
+//! ```ignore
+//! #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+//! #[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
+//! async fn e2e_what_it_shows() {
+//!     let e2e = setup().await; // panics when SEQUENCED_E2E_KUBECONFIG is not set
+//!     // ...
+//!     e2e.finish().await;
+//! }
+//! ```
+//!
+//! `tests/architecture.rs` checks that every test here carries that `#[ignore]`.
 
 use sequenced_testkit as support;
 
@@ -228,10 +245,15 @@ impl Running {
     }
 }
 
-/// The cluster of `SEQUENCED_E2E_KUBECONFIG`, a fresh namespace and a running controller; None
-/// (the test passes without doing anything) when the variable is unset.
-async fn setup() -> Option<E2e> {
-    let path = std::env::var_os("SEQUENCED_E2E_KUBECONFIG")?;
+/// The cluster of `SEQUENCED_E2E_KUBECONFIG`, a fresh namespace and a running controller. A
+/// test run without the variable fails here: it was asked for (`--run-ignored`) and cannot run.
+async fn setup() -> E2e {
+    let Some(path) = std::env::var_os("SEQUENCED_E2E_KUBECONFIG") else {
+        panic!(
+            "SEQUENCED_E2E_KUBECONFIG is not set: the end-to-end tests need a real cluster \
+             (see the top of tests/e2e.rs)"
+        );
+    };
     let kubeconfig = Kubeconfig::read_from(&path).expect("read the kubeconfig");
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
@@ -256,13 +278,13 @@ async fn setup() -> Option<E2e> {
         .expect("namespace");
     let controller = Running::start(&config, format!("e2e-{namespace}"), &namespace);
     let kubelet = play_kubelet(&client, &namespace).await;
-    Some(E2e {
+    E2e {
         client,
         config,
         namespace,
         controller: Some(controller),
         kubelet,
-    })
+    }
 }
 
 impl E2e {
@@ -388,8 +410,9 @@ fn failed(sr: &SequencedRelease) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_shop_installs_in_order_upgrades_and_uninstalls() {
-    let Some(e2e) = setup().await else { return };
+    let e2e = setup().await;
     e2e.create(release(
         "shop",
         &support::charts::repo().join("examples/shop"),
@@ -425,8 +448,9 @@ async fn e2e_shop_installs_in_order_upgrades_and_uninstalls() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_a_migration_hook_runs_before_the_layers_on_install_and_upgrade() {
-    let Some(e2e) = setup().await else { return };
+    let e2e = setup().await;
     e2e.create(release(
         "migrate",
         &support::charts::repo().join("examples/migrate"),
@@ -460,8 +484,9 @@ async fn e2e_a_migration_hook_runs_before_the_layers_on_install_and_upgrade() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_the_subchart_example_follows_the_seed_order() {
-    let Some(e2e) = setup().await else { return };
+    let e2e = setup().await;
     e2e.create(release(
         "foo",
         &support::charts::repo().join("examples/foo"),
@@ -500,8 +525,9 @@ async fn e2e_the_subchart_example_follows_the_seed_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_failures_timeouts_cycles_and_ownership() {
-    let Some(e2e) = setup().await else { return };
+    let e2e = setup().await;
     let slow = chart(
         "slow",
         &[(
@@ -562,8 +588,9 @@ async fn e2e_failures_timeouts_cycles_and_ownership() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_depends_on_and_twenty_releases() {
-    let Some(e2e) = setup().await else { return };
+    let e2e = setup().await;
     let db = chart(
         "db",
         &[(
@@ -619,8 +646,9 @@ async fn e2e_depends_on_and_twenty_releases() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_two_controllers_share_releases_and_a_stopped_one_hands_over() {
-    let Some(mut e2e) = setup().await else { return };
+    let mut e2e = setup().await;
     let first = e2e.controller.take().unwrap();
     let second = Running::start(
         &e2e.config,
@@ -740,8 +768,9 @@ async fn e2e_two_controllers_share_releases_and_a_stopped_one_hands_over() {
 
 /// A failing upgrade rolled back by `onFailure: rollback`, read with the real helm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_a_failed_upgrade_is_rolled_back_and_helm_reads_the_history() {
-    let Some(e2e) = setup().await else { return };
+    let e2e = setup().await;
     let broken = format!(
         "{{{{- if .Values.broken }}}}\n{}{{{{- end }}}}\n",
         deployment(
@@ -827,8 +856,9 @@ async fn e2e_apply(e2e: &E2e, object: Value) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_a_release_acts_as_its_service_account_and_a_layer_it_may_not_write_is_forbidden() {
-    let Some(e2e) = setup().await else { return };
+    let e2e = setup().await;
     let ns = e2e.namespace.clone();
     e2e_apply(
         &e2e,
@@ -913,8 +943,9 @@ fn unique(prefix: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_the_admission_webhook_pattern_runs_its_jobs_as_their_hook_service_account() {
-    let Some(e2e) = setup().await else { return };
+    let e2e = setup().await;
     let name = unique("web");
     e2e.create(release(
         &name,
@@ -950,8 +981,9 @@ async fn e2e_the_admission_webhook_pattern_runs_its_jobs_as_their_hook_service_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_a_failed_hook_deletes_itself_and_the_hooks_before_it() {
-    let Some(e2e) = setup().await else { return };
+    let e2e = setup().await;
     let name = unique("broken");
     e2e.create(release(
         &name,
@@ -995,8 +1027,9 @@ fn crd(group: &str, kind: &str, plural: &str) -> CustomResourceDefinition {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_a_kind_no_server_serves_is_refused_and_goes_on_once_its_crd_is_installed() {
-    let Some(e2e) = setup().await else { return };
+    let e2e = setup().await;
     let group = format!("{}.example.com", unique("g"));
     let widget = format!(
         "apiVersion: {group}/v1\nkind: Widget\nmetadata:\n  name: gadget\n  annotations:\n    helm.sh/layer: app\n    helm.sh/depends-on/layers: config\nspec:\n  size: 3\n"
@@ -1079,9 +1112,10 @@ fn widget_chart(group: &str, version: &str, fields: Value, spec: Value) -> tempf
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_an_upgrade_whose_crd_gained_a_field_updates_it_under_create_replace_and_leaves_it_under_skip()
  {
-    let Some(e2e) = setup().await else { return };
+    let e2e = setup().await;
     let crds: Api<CustomResourceDefinition> = Api::all(e2e.client.clone());
     for policy in ["Skip", "CreateReplace"] {
         let group = format!("{}.example.com", unique("crd"));
@@ -1185,8 +1219,9 @@ async fn e2e_an_upgrade_whose_crd_gained_a_field_updates_it_under_create_replace
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_a_down_aggregated_api_holds_up_only_the_release_that_needs_it() {
-    let Some(e2e) = setup().await else { return };
+    let e2e = setup().await;
     // An APIService whose Service does not exist: its group-version answers 503.
     let group = format!("{}.example.io", unique("agg"));
     let name = format!("v1alpha1.{group}");
@@ -1244,8 +1279,9 @@ async fn e2e_a_down_aggregated_api_holds_up_only_the_release_that_needs_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_target_paths_common_metadata_and_ignore_rules_hold_under_drift_detection() {
-    let Some(e2e) = setup().await else { return };
+    let e2e = setup().await;
     let name = "daytwo";
     let webhook = unique("daytwo-");
     let settings: ConfigMap = serde_json::from_value(json!({
@@ -1379,8 +1415,9 @@ async fn e2e_target_paths_common_metadata_and_ignore_rules_hold_under_drift_dete
 /// kubelet runs busybox and keeps the log; on one without, the played kubelet fails the Pod and
 /// there is no log to read (the failure is told without it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_a_failing_helm_test_fails_the_upgrade_with_its_log_and_rolls_back() {
-    let Some(e2e) = setup().await else { return };
+    let e2e = setup().await;
     let smoke = r#"apiVersion: batch/v1
 kind: Job
 metadata:
@@ -1517,8 +1554,9 @@ async fn wait_spread(e2e: &E2e, replicas: &[&str]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_three_replicas_share_the_shards_and_a_killed_one_is_taken_over() {
-    let Some(mut e2e) = setup().await else { return };
+    let mut e2e = setup().await;
     let ns = e2e.namespace.clone();
     let a = e2e.controller.take().unwrap();
     let (b_name, c_name) = (format!("e2e-{ns}-b"), format!("e2e-{ns}-c"));

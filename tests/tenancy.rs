@@ -452,13 +452,7 @@ async fn the_multi_tenant_chart_grants_the_controller_all_it_needs_to_deploy_as_
             status(&sr).acting_as.as_deref(),
             Some("serviceaccount team:deployer")
         );
-        let refused: Vec<String> = op
-            .server
-            .requests()
-            .iter()
-            .filter(|r| r.client.as_deref() == Some("test-controller") && r.status == 403)
-            .map(|r| format!("{} {}?{} as {:?}", r.method, r.path, r.query, r.user))
-            .collect();
+        let refused = tenants::refused(&op, "test-controller");
         assert_eq!(refused, Vec::<String>::new(), "refused requests");
         let own = op
             .server
@@ -472,26 +466,10 @@ async fn the_multi_tenant_chart_grants_the_controller_all_it_needs_to_deploy_as_
             "the controller did not act as the chart's service account"
         );
         // The controller's own identity wrote only its books.
-        for r in op.server.requests() {
-            if r.client.as_deref() == Some("test-controller") && is_write(&r) {
-                // Secrets only as Helm's release records, by their name.
-                let record = r.kind.as_deref() == Some("Secret")
-                    && r.name
-                        .as_deref()
-                        .is_some_and(|n| n.starts_with("sh.helm.release.v1."));
-                let books = matches!(
-                    r.kind.as_deref(),
-                    Some("SequencedRelease" | "Lease" | "Event")
-                ) || record
-                    || r.path.ends_with("/selfsubjectaccessreviews");
-                assert!(
-                    books || r.user.as_deref() == Some(DEPLOYER),
-                    "{} {} as the controller",
-                    r.method,
-                    r.path
-                );
-            }
-        }
+        assert_eq!(
+            tenants::beyond_books(&op, "test-controller", account),
+            Vec::<String>::new()
+        );
         controller.stop().await;
     })
     .await;

@@ -353,6 +353,32 @@ async fn refuse(client: &mut TcpStream) {
     let _ = client.write_all(answer).await;
 }
 
+/// A connection to `host:port` at an address the policy allows: Err (after answering 403) when it
+/// refuses them, None (after answering 502) when none answers.
+async fn upstream(
+    client: &mut TcpStream,
+    policy: &SourcePolicy,
+    host: &str,
+    port: u16,
+) -> Result<Option<TcpStream>, Refused> {
+    let addresses = match policy.resolve(host, port).await {
+        Ok(addresses) => addresses,
+        Err(refusal) => {
+            refuse(client).await;
+            return Err(refusal);
+        }
+    };
+    match TcpStream::connect(&addresses[..]).await {
+        Ok(upstream) => Ok(Some(upstream)),
+        Err(_) => {
+            let answer =
+                b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+            let _ = client.write_all(answer).await;
+            Ok(None)
+        }
+    }
+}
+
 /// Serves one client connection: a `CONNECT host:port` tunnel (HTTPS), or one plain-HTTP
 /// request in absolute form, forwarded with `Connection: close` so that the client never sends
 /// a request for another host over it. Err when the policy refused the target.
@@ -391,19 +417,7 @@ async fn proxy(mut client: TcpStream, policy: &SourcePolicy) -> Result<(), Refus
             refuse(&mut client).await;
             return Ok(());
         };
-        let addresses = match policy.resolve(&host, port).await {
-            Ok(addresses) => addresses,
-            Err(refusal) => {
-                refuse(&mut client).await;
-                return Err(refusal);
-            }
-        };
-        let Ok(mut upstream) = TcpStream::connect(&addresses[..]).await else {
-            let _ = client
-                .write_all(
-                    b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                )
-                .await;
+        let Some(mut upstream) = upstream(&mut client, policy, &host, port).await? else {
             return Ok(());
         };
         if client
@@ -428,12 +442,8 @@ async fn proxy(mut client: TcpStream, policy: &SourcePolicy) -> Result<(), Refus
         refuse(&mut client).await;
         return Ok(());
     };
-    let addresses = match policy.resolve(&host, port).await {
-        Ok(addresses) => addresses,
-        Err(refusal) => {
-            refuse(&mut client).await;
-            return Err(refusal);
-        }
+    let Some(mut upstream) = upstream(&mut client, policy, &host, port).await? else {
+        return Ok(());
     };
     let path = {
         let rest = &target["http://".len()..];
@@ -459,14 +469,6 @@ async fn proxy(mut client: TcpStream, policy: &SourcePolicy) -> Result<(), Refus
         }
     }
     forwarded.push_str("Connection: close\r\n\r\n");
-    let Ok(mut upstream) = TcpStream::connect(&addresses[..]).await else {
-        let _ = client
-            .write_all(
-                b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            )
-            .await;
-        return Ok(());
-    };
     if upstream.write_all(forwarded.as_bytes()).await.is_err()
         || (!body.is_empty() && upstream.write_all(body).await.is_err())
     {

@@ -1,8 +1,8 @@
 //! Charts: loading a chart's Chart.yaml files, and the tree of the charts Helm rendered.
 //!
 //! [`load`] reads a chart directory or packaged `.tgz` with every subchart in `charts/`
-//! (directories or `.tgz`, nested at any depth), keeping what sequencing needs from each
-//! Chart.yaml. Which subcharts are enabled is Helm's decision, read from what `helm template`
+//! (directories or `.tgz`, nested up to [`Limits::depth`] levels), keeping what sequencing needs
+//! from each Chart.yaml, within one budget for the whole tree ([`Limits`]). Which subcharts are enabled is Helm's decision, read from what `helm template`
 //! rendered: [`tree`] builds the [`ChartTree`] of the charts that rendered something, each with
 //! its chart path (`foo`, `foo/bar`). [`source`] fetches remote charts into a cache.
 
@@ -13,7 +13,9 @@ pub mod metadata;
 pub mod source;
 mod tree;
 
-pub use load::{load, load_archive};
+pub use load::{
+    Gathered, Limit, Limits, gather, gather_archive, load, load_archive, load_archive_with,
+};
 pub use metadata::{Dependency, Metadata};
 pub use tree::{ChartNode, ChartTree, tree};
 
@@ -70,6 +72,8 @@ pub struct Location {
     root: String,
     /// The chart's directory relative to `root`, empty or ending in `/`.
     inner: String,
+    /// How much of `root` names the top chart (the rest is the way down to this one).
+    top: usize,
 }
 
 impl Location {
@@ -80,6 +84,7 @@ impl Location {
             root.push('/');
         }
         Location {
+            top: root.len(),
             root,
             inner: String::new(),
         }
@@ -87,8 +92,10 @@ impl Location {
 
     /// A packaged chart on disk.
     pub fn archive(path: impl Into<String>) -> Self {
+        let root = format!("{}:", path.into());
         Location {
-            root: format!("{}:", path.into()),
+            top: root.len(),
+            root,
             inner: String::new(),
         }
     }
@@ -98,6 +105,16 @@ impl Location {
         Location {
             root: self.root.clone(),
             inner: format!("{}charts/{name}/", self.inner),
+            top: self.top,
+        }
+    }
+
+    /// The directory `relative` (to this chart, such as `charts/a/charts/b`) as a subchart.
+    fn subchart_path(&self, relative: &str) -> Self {
+        Location {
+            root: self.root.clone(),
+            inner: format!("{}{relative}/", self.inner),
+            top: self.top,
         }
     }
 
@@ -106,12 +123,26 @@ impl Location {
         Location {
             root: format!("{}{}charts/{file_name}:", self.root, self.inner),
             inner: String::new(),
+            top: self.top,
         }
     }
 
     /// How to name a file of this chart in a message.
     pub fn file(&self, name: &str) -> String {
         format!("{}{}{name}", self.root, self.inner)
+    }
+
+    /// The top chart, as the user named it.
+    pub fn top(&self) -> String {
+        let top = &self.root[..self.top];
+        top.strip_suffix([':', '/']).unwrap_or(top).to_string()
+    }
+
+    /// The way from the top chart to the file `name` of this chart (to this chart itself when
+    /// `name` is empty): `charts/bar-0.1.0.tgz:templates/a.yaml`.
+    pub fn inside(&self, name: &str) -> String {
+        let file = self.file(name);
+        file[self.top..].trim_end_matches(['/', ':']).to_string()
     }
 }
 
@@ -135,6 +166,14 @@ pub enum ChartError {
     Archive { path: String, message: String },
     #[error("{file}: {message}")]
     ChartYaml { file: String, message: String },
+    /// The chart tree goes past one of the loader's [`Limits`]: `inside` is the way from the
+    /// top chart to the file or subchart where it did (empty: the top archive itself).
+    #[error("chart {chart}: {}{limit}", if inside.is_empty() { String::new() } else { format!("{inside}: ") })]
+    TooLarge {
+        chart: String,
+        inside: String,
+        limit: Limit,
+    },
 }
 
 impl ChartError {
@@ -146,6 +185,7 @@ impl ChartError {
             ChartError::Read { .. } => "io",
             ChartError::Archive { .. } => "archive",
             ChartError::ChartYaml { .. } => "chart_yaml",
+            ChartError::TooLarge { .. } => "too_large",
         }
     }
 }

@@ -58,12 +58,13 @@ async fn load(
     let source = ChartSource::Reference(args.reference());
     let credentials = args.credentials();
     let resolved = pipeline::resolve(helm, &args.cache(), &source, credentials.as_ref()).await?;
+    let loaded = pipeline::load(&resolved).await?;
     // The release is named after the chart unless told otherwise. A chart whose Chart.yaml
     // cannot be read is left for helm to report.
     let release_name = args.release_name.clone().unwrap_or_else(|| {
-        crate::chart::load(&resolved.path)
-            .map(|chart| chart.metadata.name)
-            .unwrap_or_else(|_| "release-name".to_string())
+        loaded
+            .name()
+            .map_or_else(|| "release-name".to_string(), str::to_string)
     });
     let request = RenderRequest {
         release_name: release_name.clone(),
@@ -74,7 +75,7 @@ async fn load(
         api_versions: args.api_versions.clone(),
         is_upgrade: false,
     };
-    let rendered = pipeline::render(helm, &resolved, &request).await?;
+    let rendered = pipeline::render_loaded(helm, &resolved, loaded, &request).await?;
     Ok(LoadedChart {
         resolved,
         tree: rendered.tree,

@@ -315,8 +315,9 @@ impl Cluster {
         })
     }
 
-    /// An error of a request about `key`: a 403 while acting as a service account names the
-    /// account, the verb and the object.
+    /// An error of a request about `key`: a 403 of the authorizer names who was refused (the
+    /// service account the release acts as, or the controller itself, whose ClusterRole may not
+    /// cover what a chart holds: `rbac.profile: restricted`), the verb and the object.
     pub fn error(
         &self,
         action: &'static str,
@@ -326,10 +327,15 @@ impl Cluster {
         if let Some(refused) = self.impersonation_refused(&source) {
             return refused;
         }
-        if let (Some(account), kube::Error::Api(status)) = (&self.account, &source)
+        if let kube::Error::Api(status) = &source
             && status.code == 403
             && let Some(verb) = access::refused_verb(&status.message)
         {
+            let account = match (&self.account, access::refused_user(&status.message)) {
+                (Some(account), _) => account.to_string(),
+                (None, Some(user)) => format!("the controller ({user})"),
+                (None, None) => "the controller".to_string(),
+            };
             let group = crate::plan::api_group(&key.api_version);
             let resource = status
                 .details
@@ -338,7 +344,7 @@ impl Cluster {
                 .filter(|k| !k.is_empty())
                 .unwrap_or_else(|| format!("{}s", key.kind.to_ascii_lowercase()));
             return ClusterError::Forbidden {
-                account: account.to_string(),
+                account,
                 action: format!(
                     "{verb} {} \"{}\"",
                     access::qualified(group, &resource),

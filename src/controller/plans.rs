@@ -43,12 +43,13 @@ impl Default for Plans {
     }
 }
 
-/// The render permits: as many as the machine has cores, at least two (`helm template` is
-/// CPU-bound, about 50 ms a chart), whatever the reconcile concurrency; no namespace holds more
-/// than half of them (at least one), so one tenant's slow charts never hold every render, and
-/// the queue for the shared permits holds at most that many renders of each namespace (the
-/// others wait on their namespace's own permits), so another tenant's render waits for at most
-/// one render of each busy namespace.
+/// The render permits, shared fairly between namespaces. `helm template` is CPU-bound (about
+/// 50 ms a chart): one namespace may render on every core at once (as many permits as the machine
+/// has cores), and one permit more is kept for the others, so one tenant's slow charts never hold
+/// every render while a cluster of one team still renders on every core. The queue for the shared
+/// permits holds at most a core's count of renders of each namespace (the others wait on their
+/// namespace's own permits), so another tenant's render waits for at most one render of each busy
+/// namespace.
 pub struct Renders {
     all: tokio::sync::Semaphore,
     share: usize,
@@ -57,10 +58,10 @@ pub struct Renders {
 
 impl Renders {
     pub fn new(cores: usize) -> Renders {
-        let permits = cores.max(2);
+        let cores = cores.max(1);
         Renders {
-            all: tokio::sync::Semaphore::new(permits),
-            share: (permits / 2).max(1),
+            all: tokio::sync::Semaphore::new(cores + 1),
+            share: cores,
             namespaces: Mutex::default(),
         }
     }
@@ -607,32 +608,31 @@ mod tests {
     use std::time::Duration;
 
     #[tokio::test]
-    async fn one_namespace_never_holds_every_render_permit() {
+    async fn one_namespace_renders_on_every_core_but_never_holds_every_permit() {
         let renders = Renders::new(2);
-        let first = renders.acquire("team-a").await;
-        // Team A's second render waits, whatever the shared permits left...
-        let second = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-a"));
-        assert!(second.await.is_err(), "team A held every permit");
+        let a1 = renders.acquire("team-a").await;
+        let _a2 = renders.acquire("team-a").await;
+        // Team A's third render waits, whatever is left...
+        let third = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-a"));
+        assert!(third.await.is_err(), "team A held every permit");
         // ...and team B's goes at once.
-        let other = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-b"));
-        assert!(other.await.is_ok(), "team B waited for team A");
-        drop(first);
-        let again = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-a"));
-        assert!(again.await.is_ok(), "team A's permit was not given back");
+        let b = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-b")).await;
+        assert!(b.is_ok(), "team B waited for team A");
+        // Every permit is held now: team C waits for the first render to end.
+        let c = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-c"));
+        assert!(c.await.is_err());
+        drop(a1);
+        let c = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-c"));
+        assert!(c.await.is_ok(), "team A's permit was not given back");
     }
 
     #[tokio::test]
-    async fn more_cores_give_a_namespace_half_of_the_permits() {
-        let renders = Renders::new(8);
-        let mut held = Vec::new();
-        for _ in 0..4 {
-            held.push(renders.acquire("team-a").await);
-        }
-        let fifth = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-a"));
-        assert!(fifth.await.is_err());
-        for _ in 0..4 {
-            held.push(renders.acquire("team-b").await);
-        }
-        assert_eq!(held.len(), 8);
+    async fn a_single_core_still_keeps_a_permit_for_another_namespace() {
+        let renders = Renders::new(1);
+        let _a = renders.acquire("team-a").await;
+        let again = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-a"));
+        assert!(again.await.is_err());
+        let b = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-b"));
+        assert!(b.await.is_ok());
     }
 }

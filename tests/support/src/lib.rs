@@ -51,6 +51,7 @@ pub fn recording_helm(dir: &Path) -> (sequenced::helm::Helm, PathBuf) {
     (sequenced::helm::Helm::at(&script), log)
 }
 
+pub mod archives;
 pub mod charts;
 pub mod demo;
 pub mod http;

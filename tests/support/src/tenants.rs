@@ -7,7 +7,8 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
-use crate::operator::{Controller, Operator};
+use crate::apiserver::RecordedRequest;
+use crate::operator::{Controller, Operator, is_write};
 
 /// The namespace the operator's chart is installed into.
 pub const OPERATOR_NAMESPACE: &str = "sequenced-system";
@@ -92,15 +93,20 @@ pub fn operator_chart(namespace: &str, args: &[&str]) -> Vec<Value> {
         .collect()
 }
 
-/// Installs the operator chart's ServiceAccount and RBAC (rendered with `args`) as `helm install`
-/// would create them, in [`OPERATOR_NAMESPACE`]; a controller started with
-/// [`crate::apiserver::TestApiServer::config_as_user`] for [`OPERATOR_ACCOUNT`] then has exactly
-/// those rights.
+/// Installs the operator chart's ServiceAccount, RBAC and admission policy (in multi-tenant
+/// mode, the ValidatingAdmissionPolicy that holds its Secret writes to release records),
+/// rendered with `args`, as `helm install` would create them, in [`OPERATOR_NAMESPACE`]; a
+/// controller started with [`crate::apiserver::TestApiServer::config_as_user`] for
+/// [`OPERATOR_ACCOUNT`] then has exactly those rights. The namespaces of
+/// `rbac.releaseNamespaces` must exist first.
 pub async fn install_operator_rbac(op: &Operator, args: &[&str]) {
     op.namespace(OPERATOR_NAMESPACE).await;
     for doc in operator_chart(OPERATOR_NAMESPACE, args) {
         let kind = doc["kind"].as_str().unwrap_or("");
-        if kind == "ServiceAccount" || kind.contains("Role") {
+        if kind == "ServiceAccount"
+            || kind.contains("Role")
+            || kind.starts_with("ValidatingAdmissionPolicy")
+        {
             let mut doc = doc.clone();
             if matches!(kind, "ServiceAccount" | "Role" | "RoleBinding")
                 && doc["metadata"]["namespace"].is_null()
@@ -130,4 +136,54 @@ pub async fn operator_as_chart(
     );
     op.adopt(controller);
     op
+}
+
+/// Whether `r` is a write of the controller's books: a SequencedRelease (its status, its
+/// finalizer), an Event, a Lease, an access review, or a Helm release record (a Secret named
+/// `sh.helm.release.v1.*`); anything else the controller writes as itself is not.
+pub fn is_book(r: &RecordedRequest) -> bool {
+    let record = r.kind.as_deref() == Some("Secret")
+        && r.name
+            .as_deref()
+            .is_some_and(|n| n.starts_with("sh.helm.release.v1."));
+    matches!(
+        r.kind.as_deref(),
+        Some("SequencedRelease" | "Lease" | "Event")
+    ) || record
+        || r.path.ends_with("/selfsubjectaccessreviews")
+}
+
+/// A request as a failing assertion names it.
+pub fn describe(r: &RecordedRequest) -> String {
+    format!(
+        "{} {}?{} as {} -> {}",
+        r.method,
+        r.path,
+        r.query,
+        r.user.as_deref().unwrap_or("the cluster admin"),
+        r.status
+    )
+}
+
+/// The requests of the controller recorded as `client` that the server refused (RBAC, or an
+/// admission policy).
+pub fn refused(op: &Operator, client: &str) -> Vec<String> {
+    op.server
+        .requests()
+        .iter()
+        .filter(|r| r.client.as_deref() == Some(client) && matches!(r.status, 401 | 403 | 422))
+        .map(describe)
+        .collect()
+}
+
+/// The writes the controller recorded as `client` made as `user` (its own identity) that are
+/// not its books ([`is_book`]).
+pub fn beyond_books(op: &Operator, client: &str, user: &str) -> Vec<String> {
+    op.server
+        .requests()
+        .iter()
+        .filter(|r| r.client.as_deref() == Some(client) && is_write(r))
+        .filter(|r| r.user.as_deref() == Some(user) && !is_book(r))
+        .map(describe)
+        .collect()
 }
