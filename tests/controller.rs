@@ -124,7 +124,7 @@ async fn shop_applies_app_only_after_database_and_queue_are_ready() {
             status
                 .last_applied_digest
                 .unwrap()
-                .starts_with("v2:sha256:")
+                .starts_with("v3:sha256:")
         );
         assert_eq!(
             condition(

@@ -37,6 +37,12 @@ fn status(sr: &SequencedRelease) -> &sequenced::api::SequencedReleaseStatus {
     sr.status.as_ref().expect("a status")
 }
 
+/// The management cluster, its controller run as the operator chart's ServiceAccount with the
+/// RBAC the chart renders (in its default, single-tenant mode).
+async fn operator() -> Operator {
+    tenants::operator_as_chart(&[], |_| {}).await
+}
+
 /// A kubeconfig for `server` with its credentials inline (the test API server takes a request
 /// without its user header as the administrator's).
 fn kubeconfig_of(server: &TestApiServer) -> String {
@@ -66,7 +72,8 @@ async fn kubeconfig_secret(
 }
 
 /// Chart `fleet`: layer `config` (ConfigMap `settings`, `data.version` from the values), then
-/// layer `app` (ConfigMap `app`), which depends on it.
+/// layer `app` (ConfigMap `app`, `data.widgets` whether the cluster it is rendered for serves
+/// `example.com/v1` Widgets), which depends on it.
 fn fleet() -> TempDir {
     chart(
         "fleet",
@@ -77,7 +84,7 @@ fn fleet() -> TempDir {
             ),
             (
                 "templates/app.yaml",
-                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n  annotations:\n    helm.sh/layer: app\n    helm.sh/depends-on/layers: config\ndata:\n  kubeVersion: {{ .Capabilities.KubeVersion.Version | quote }}\n",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n  annotations:\n    helm.sh/layer: app\n    helm.sh/depends-on/layers: config\ndata:\n  widgets: {{ .Capabilities.APIVersions.Has \"example.com/v1/Widget\" | quote }}\n",
             ),
             ("values.yaml", "version: 1\n"),
         ],
@@ -173,15 +180,30 @@ async fn helm_history(server: &TestApiServer, name: &str) -> Vec<(i64, String, S
 async fn a_release_is_installed_corrected_upgraded_rolled_back_and_uninstalled_on_its_remote_cluster()
  {
     within(async {
-        let op = Operator::start(4).await;
+        let op = operator().await;
         let remote = TestApiServer::start().await;
+        // Only the remote cluster serves Widgets.
+        remote_apply(&remote, support::widget_crd()).await;
+        let widgets: Api<DynamicObject> = Api::namespaced_with(
+            remote.client(),
+            "default",
+            &support::api_resource("example.com/v1", "Widget", "widgets"),
+        );
+        while widgets.list(&Default::default()).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         kubeconfig_secret(&op, "default", "fleet-a", "value", &kubeconfig_of(&remote)).await;
         let dir = fleet();
         op.create("default", remote_release("shop", &dir, json!({})))
             .await;
 
-        // Installed in order on the remote cluster, nothing of it on the management cluster.
+        // Installed in order on the remote cluster, rendered for its APIs; nothing of it on the
+        // management cluster.
         let sr = ready_at(&op, "default", "shop", 1).await;
+        let app = remote
+            .object("v1", "ConfigMap", Some("default"), "app")
+            .unwrap();
+        assert_eq!(app["data"]["widgets"], "true");
         assert_eq!(applied(&remote, 0), ["settings", "app"]);
         assert_eq!(
             version_on(&remote, "default", "settings").as_deref(),
@@ -305,7 +327,7 @@ async fn a_release_is_installed_corrected_upgraded_rolled_back_and_uninstalled_o
 async fn an_unreachable_remote_cluster_is_a_visible_condition_and_the_release_resumes_when_it_is_back()
  {
     within(async {
-        let op = Operator::start(4).await;
+        let op = operator().await;
         let remote = TestApiServer::start().await;
         kubeconfig_secret(&op, "default", "fleet-a", "value", &kubeconfig_of(&remote)).await;
         let dir = fleet();
@@ -366,7 +388,7 @@ async fn an_unreachable_remote_cluster_is_a_visible_condition_and_the_release_re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubeconfig_with_an_exec_plugin_is_refused_and_a_fixed_one_is_used() {
     within(async {
-        let op = Operator::start(4).await;
+        let op = operator().await;
         let remote = TestApiServer::start().await;
         let dir = fleet();
 
@@ -425,7 +447,6 @@ async fn a_kubeconfig_with_an_exec_plugin_is_refused_and_a_fixed_one_is_used() {
 /// On `server`, as its administrator: namespace `namespace`, and ServiceAccount `deployer` there
 /// bound to a Role that may do everything a release does with ConfigMaps there.
 async fn remote_tenant(server: &TestApiServer, namespace: &str) {
-    let client = server.client();
     let objects = [
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
         json!({"apiVersion": "v1", "kind": "ServiceAccount",
@@ -439,23 +460,28 @@ async fn remote_tenant(server: &TestApiServer, namespace: &str) {
                "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": namespace}]}),
     ];
     for object in objects {
-        let api_version = object["apiVersion"].as_str().unwrap().to_string();
-        let kind = object["kind"].as_str().unwrap().to_string();
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
-        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &kind));
-        let name = object["metadata"]["name"].as_str().unwrap().to_string();
-        let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-            None => Api::all_with(client.clone(), &resource),
-        };
-        api.patch(
-            &name,
-            &PatchParams::apply("test-admin"),
-            &Patch::Apply(&object),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("apply {kind} {name} on the remote cluster: {e}"));
+        remote_apply(server, object).await;
     }
+}
+
+/// Applies `object` on `server` as its administrator.
+async fn remote_apply(server: &TestApiServer, object: Value) {
+    let api_version = object["apiVersion"].as_str().unwrap().to_string();
+    let kind = object["kind"].as_str().unwrap().to_string();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &kind));
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(server.client(), ns, &resource),
+        None => Api::all_with(server.client(), &resource),
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply("test-admin"),
+        &Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("apply {kind} {name} on the remote cluster: {e}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

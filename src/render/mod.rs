@@ -319,13 +319,13 @@ fn split_output<'a>(output: &'a str, crd_files: &[&ChartFile]) -> Vec<RawDocumen
         let is_crd_file = header.is_some_and(|path| attribute(path).1.starts_with("crds/"));
         let body_len = match header {
             Some(path) if is_crd_file => crd_body(body_start, path, crd_files)
-                .unwrap_or_else(|| crd_body_by_headers(body_start, root.unwrap_or_default())),
-            Some(_) => template_body(body_start, root.unwrap_or_default()),
+                .unwrap_or_else(|| crd_body_by_headers(body_start, root)),
+            Some(_) => template_body(body_start, root),
             // Not a header (a `---` line helm did not write, or text before the first one): its
             // first line belongs to it, whatever it is, so that the loop always moves on.
             None => {
                 let first = body_start.find('\n').map_or(body_start.len(), |at| at + 1);
-                first + template_body(&body_start[first..], root.unwrap_or_default())
+                first + template_body(&body_start[first..], root)
             }
         };
         let (body, after) = body_start.split_at(body_len);
@@ -349,7 +349,7 @@ fn header(text: &str) -> Option<(&str, &str)> {
 /// The length of a template document: up to the next `---` line (helm splits templates at them,
 /// so the next one is its own), unless a `# Source:` line that helm cannot have written follows
 /// it (then this is a CRD file after all, whose bytes were not known).
-fn template_body(text: &str, root: &str) -> usize {
+fn template_body(text: &str, root: Option<&str>) -> usize {
     next_separator(text, |from| {
         header(from).is_none_or(|(path, _)| helm_could_write(path, root))
     })
@@ -357,10 +357,12 @@ fn template_body(text: &str, root: &str) -> usize {
 }
 
 /// Whether helm could have written `# Source: path` for a chart whose top chart is `root`: a file
-/// of `crds/` or `templates/` of that chart or of a chart in its `charts/` directories.
-fn helm_could_write(path: &str, root: &str) -> bool {
+/// of `crds/` or `templates/` of that chart or of a chart in its `charts/` directories. Before
+/// the first header (`root` None: helm's output of a chart with nothing but hooks begins with an
+/// empty line) any chart's.
+fn helm_could_write(path: &str, root: Option<&str>) -> bool {
     let (chart, file) = attribute(path);
-    chart.split('/').next() == Some(root)
+    root.is_none_or(|root| chart.split('/').next() == Some(root))
         && (file.starts_with("crds/") || file.starts_with("templates/"))
 }
 
@@ -402,7 +404,7 @@ fn crd_body(text: &str, path: &str, crd_files: &[&ChartFile]) -> Option<usize> {
 
 /// The length of a printed CRD file whose bytes are not known: up to the next `---` line followed
 /// by a `# Source:` line that names a `crds/` or `templates/` file of the top chart `root`.
-fn crd_body_by_headers(text: &str, root: &str) -> usize {
+fn crd_body_by_headers(text: &str, root: Option<&str>) -> usize {
     next_separator(text, |from| {
         header(from).is_some_and(|(path, _)| helm_could_write(path, root))
     })
@@ -670,6 +672,21 @@ mod tests {
                 (Some("foo/crds/c.yaml"), "kind: B"),
                 (Some("foo/templates/e.yaml"), ""),
                 (Some("foo/templates/x.yaml"), "kind: C"),
+            ]
+        );
+    }
+
+    /// A chart of nothing but hooks: helm's output begins with an empty line (its empty manifests),
+    /// then the hooks, each with its header.
+    #[test]
+    fn output_that_begins_with_an_empty_line_keeps_its_sources() {
+        let output = "\n---\n# Source: hooked/templates/migrate.yaml\nkind: Job\n---\n# Source: hooked/templates/b.yaml\nkind: B\n";
+        let docs = split_output(output, &[]);
+        assert_eq!(
+            summary(&docs),
+            vec![
+                (Some("hooked/templates/migrate.yaml"), "kind: Job"),
+                (Some("hooked/templates/b.yaml"), "kind: B"),
             ]
         );
     }
