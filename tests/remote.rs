@@ -588,3 +588,46 @@ async fn in_multi_tenant_mode_the_kubeconfig_secret_is_read_as_the_releases_acco
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployed_release_given_a_kubeconfig_deploys_its_next_revision_on_the_remote_cluster() {
+    within(async {
+        let op = operator().await;
+        let remote = TestApiServer::start().await;
+        kubeconfig_secret(&op, "default", "fleet-a", "value", &kubeconfig_of(&remote)).await;
+        let dir = fleet();
+        let mut local = remote_release("shop", &dir, json!({}));
+        local["spec"].as_object_mut().unwrap().remove("kubeConfig");
+        op.create("default", local).await;
+        ready_at(&op, "default", "shop", 1).await;
+        assert_eq!(
+            version_on(&op.server, "default", "settings").as_deref(),
+            Some("1")
+        );
+
+        op.patch_spec(
+            "shop",
+            json!({"kubeConfig": {"secretRef": {"name": "fleet-a"}}}),
+        )
+        .await;
+        let sr = op
+            .wait_release("default", "shop", "Ready on the remote cluster", |sr| {
+                is_ready(sr) && revision(sr).is_some_and(|r| r > 1)
+            })
+            .await;
+        assert_eq!(
+            version_on(&remote, "default", "settings").as_deref(),
+            Some("1")
+        );
+        assert!(
+            status(&sr)
+                .acting_as
+                .as_deref()
+                .is_some_and(|a| a.contains("on the remote cluster")),
+            "{:?}",
+            status(&sr).acting_as
+        );
+        op.stop().await;
+    })
+    .await;
+}
