@@ -631,3 +631,33 @@ async fn a_deployed_release_given_a_kubeconfig_deploys_its_next_revision_on_the_
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_run_on_the_remote_cluster_and_their_logs_are_read_there() {
+    within(async {
+        let op = operator().await;
+        let remote = TestApiServer::start().await;
+        let _jobs = remote.job_controller(Duration::from_millis(50));
+        kubeconfig_secret(&op, "default", "fleet-a", "value", &kubeconfig_of(&remote)).await;
+        let failing = format!(
+            "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: migrate\n  labels:\n    {}: fail\n  annotations:\n    helm.sh/hook: pre-install\nspec:\n  backoffLimit: 0\n  template:\n    metadata:\n      annotations:\n        {}: \"no table fleet\\n\"\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: main\n          image: busybox:1.36\n",
+            support::workloads::OUTCOME_LABEL,
+            support::workloads::LOG_ANNOTATION,
+        );
+        let dir = chart("hooked", &[("templates/migrate.yaml", failing.as_str())]);
+        let mut spec = remote_release("app", &dir, json!({}));
+        spec["spec"]["chart"]["path"] = json!(dir.path().join("hooked").display().to_string());
+        op.create("default", spec).await;
+        let sr = op
+            .wait_release("default", "app", "Stalled HookFailed", |sr| {
+                condition(sr, "Stalled").is_some_and(|(s, r, _)| s == "True" && r == "HookFailed")
+            })
+            .await;
+        // The Job ran on the remote cluster, and its log was read there.
+        assert!(remote.object("batch/v1", "Job", Some("default"), "migrate").is_some());
+        assert!(op.server.object("batch/v1", "Job", Some("default"), "migrate").is_none());
+        assert!(message(&sr).contains("no table fleet"), "{}", message(&sr));
+        op.stop().await;
+    })
+    .await;
+}
