@@ -228,7 +228,12 @@ impl Watches {
     pub fn forget_remote(&self, id: &Arc<str>) {
         let ours = |remote: &Option<Arc<str>>| remote.as_ref() == Some(id);
         if let Ok(mut tasks) = self.tasks.lock() {
-            tasks.retain(|(remote, task)| !(ours(remote) && (task.abort(), true).1));
+            tasks.retain(|(remote, task)| {
+                if ours(remote) {
+                    task.abort();
+                }
+                !ours(remote)
+            });
         }
         if let Ok(mut kinds) = self.kinds.lock() {
             kinds.retain(|k| !ours(&k.remote));
