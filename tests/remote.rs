@@ -508,9 +508,10 @@ async fn in_multi_tenant_mode_the_kubeconfig_secret_is_read_as_the_releases_acco
         )
         .await;
         let sr = op
-            .wait_release("team", "app", "refused the kubeconfig Secret", |sr| {
-                condition(sr, "Ready").is_some_and(|(s, _, m)| {
-                    s == "False"
+            .wait_release("team", "app", "Stalled Forbidden", |sr| {
+                condition(sr, "Stalled").is_some_and(|(s, r, m)| {
+                    s == "True"
+                        && r == "Forbidden"
                         && m.contains("serviceaccount team:deployer cannot get secrets \"fleet-a\"")
                 })
             })

@@ -63,6 +63,11 @@ pub(super) async fn reconcile(sr: Arc<SequencedRelease>, ctx: &Context) -> Resul
     let names = target.remote_names(&sr);
     let mut reconcile = Reconcile::new(sr, ctx, target);
     let result = match failed {
+        // The account may not read the kubeconfig Secret (multi-tenant mode): as for valuesFrom,
+        // a person must grant it.
+        Some(Error::Cluster(refused @ ClusterError::Forbidden { .. })) => {
+            reconcile.forbidden(&refused).await
+        }
         Some(error) => Err(Stop::Failed(error)),
         None => reconcile.run().await,
     };
