@@ -300,3 +300,71 @@ pub(crate) fn followed<T: Send + 'static>(
         None => events,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remote(kubeconfig: &str) -> Arc<Remote> {
+        let config = RemoteConfig {
+            config: kube::Config::new("http://127.0.0.1:1".parse().unwrap()),
+            server: "http://127.0.0.1:1".to_string(),
+        };
+        Arc::new(Remote::new(remote_id(kubeconfig.as_bytes()), config).unwrap())
+    }
+
+    fn release(name: &str) -> ObjectRef<SequencedRelease> {
+        ObjectRef::new(name).within("apps")
+    }
+
+    #[tokio::test]
+    async fn a_remote_cluster_is_dropped_when_the_last_release_leaves_it() {
+        let remotes = Remotes::default();
+        let fleet = remote("fleet-a");
+        remotes.insert(Arc::clone(&fleet));
+        let (a, b) = (release("a"), release("b"));
+        assert_eq!(
+            remotes.target(&a, Some((&fleet, "fleet-a/None", Some(1)))),
+            (Vec::new(), true)
+        );
+        assert_eq!(
+            remotes.target(&b, Some((&fleet, "fleet-a/None", Some(1)))),
+            (Vec::new(), true)
+        );
+        // The same target again changes nothing.
+        assert_eq!(
+            remotes.target(&a, Some((&fleet, "fleet-a/None", Some(1)))),
+            (Vec::new(), false)
+        );
+        // One release leaves: the cluster is still used.
+        assert_eq!(remotes.target(&a, None), (Vec::new(), true));
+        assert!(remotes.get(&fleet.id).is_some());
+        // The last one leaves: its clients go.
+        assert_eq!(
+            remotes.target(&b, None),
+            (vec![Arc::clone(&fleet.id)], true)
+        );
+        assert!(remotes.get(&fleet.id).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_kubeconfig_is_known_only_at_the_version_of_the_secret_it_was_read_at() {
+        let remotes = Remotes::default();
+        let fleet = remote("fleet-a");
+        let a = release("a");
+        // Read before the watch of inputs saw the Secret: never taken as known.
+        remotes.target(&a, Some((&fleet, "fleet-a/None", None)));
+        assert!(remotes.known(&a, "fleet-a/None", None).is_none());
+        remotes.target(&a, Some((&fleet, "fleet-a/None", Some(3))));
+        assert!(remotes.known(&a, "fleet-a/None", Some(3)).is_some());
+        // The Secret changed, or the spec names another key: read again.
+        assert!(remotes.known(&a, "fleet-a/None", Some(4)).is_none());
+        assert!(
+            remotes
+                .known(&a, "fleet-a/Some(\"other\")", Some(3))
+                .is_none()
+        );
+        // A rotated kubeconfig is another cluster.
+        assert_ne!(remote_id(b"fleet-a"), remote_id(b"fleet-a rotated"));
+    }
+}
