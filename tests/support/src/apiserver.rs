@@ -126,6 +126,7 @@ mod pods;
 mod protobuf;
 mod rbac;
 mod resources;
+mod restart;
 mod scale;
 mod select;
 mod store;
@@ -154,6 +155,7 @@ use errors::ApiError;
 use rbac::User;
 pub use rbac::{GROUPS_HEADER, USER_HEADER};
 use resources::ResourceType;
+pub use restart::Restart;
 use select::{FieldSelector, LabelSelector};
 use store::{DeleteOptions, Out, Selection, State, Write};
 
@@ -199,11 +201,13 @@ struct Inner {
     paused: Mutex<std::collections::HashSet<String>>,
     /// The server is down ([`TestApiServer::set_down`]).
     down: std::sync::atomic::AtomicBool,
+    /// Killed and restarted, etcd reachable or not (apiserver/restart.rs).
+    lifecycle: restart::Lifecycle,
 }
 
 impl Inner {
     fn is_down(&self) -> bool {
-        self.down.load(std::sync::atomic::Ordering::SeqCst)
+        self.down.load(std::sync::atomic::Ordering::SeqCst) || self.lifecycle.killed()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -246,11 +250,30 @@ impl TestApiServer {
             rv_tx,
             paused: Mutex::new(std::collections::HashSet::new()),
             down: std::sync::atomic::AtomicBool::new(false),
+            lifecycle: restart::Lifecycle::new(),
         });
         let server = inner.clone();
         tokio::spawn(async move {
+            let mut listener = Some(listener);
+            let mut kills = server.lifecycle.kills();
             loop {
-                let Ok((stream, _)) = listener.accept().await else {
+                let Some(open) = listener.as_ref() else {
+                    // Killed: nothing listens (connections are refused) until the restart.
+                    server.lifecycle.until_alive().await;
+                    listener = Some(restart::rebind(addr).await);
+                    kills.borrow_and_update();
+                    continue;
+                };
+                let accepted = tokio::select! {
+                    accepted = open.accept() => accepted,
+                    _ = kills.changed() => {
+                        if server.lifecycle.killed() {
+                            listener = None;
+                        }
+                        continue;
+                    }
+                };
+                let Ok((stream, _)) = accepted else {
                     continue;
                 };
                 if server.is_down() {
@@ -259,7 +282,9 @@ impl TestApiServer {
                     continue;
                 }
                 let inner = server.clone();
+                let mut killed = server.lifecycle.kills();
                 tokio::spawn(async move {
+                    let socket = restart::Conn::new(stream, inner.clone());
                     let service = service_fn(move |req| {
                         let inner = inner.clone();
                         async move {
@@ -270,9 +295,13 @@ impl TestApiServer {
                             Ok::<_, std::io::Error>(serve(inner, req).await)
                         }
                     });
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let connection =
+                        http1::Builder::new().serve_connection(TokioIo::new(socket), service);
+                    // A kill drops the connection where it is: its socket is reset.
+                    tokio::select! {
+                        _ = connection => {}
+                        _ = killed.changed() => {}
+                    }
                 });
             }
         });
@@ -700,7 +729,8 @@ async fn serve(inner: Arc<Inner>, req: http::Request<Incoming>) -> Response<Body
         headers: parts.headers,
         body: bytes,
     };
-    let reply = dispatch(&inner, &req);
+    let gated = restart::storage_gate(&inner, &req).await;
+    let reply = dispatch(&inner, &req, gated);
     match reply {
         Reply::Json {
             status,
@@ -912,8 +942,10 @@ fn parse_body(req: &Req) -> Option<Result<Value, String>> {
     })
 }
 
-fn dispatch(inner: &Inner, req: &Req) -> Reply {
+/// Answers `req`; `gated` is what an unreachable etcd answers instead of the handler.
+fn dispatch(inner: &Inner, req: &Req, gated: Option<ApiError>) -> Reply {
     let mut state = inner.lock();
+    state.rbac_unsynced = inner.lifecycle.rbac_unsynced();
     let routed = route(&state, &req.path);
     let target = match &routed {
         Ok(Route::Resource(t)) => Some(t.as_ref()),
@@ -980,7 +1012,13 @@ fn dispatch(inner: &Inner, req: &Req) -> Reply {
             let attributes = rbac::request_info(&req.method, &req.path, &req.params);
             match (rbac::check(&state, &user, &attributes), routed) {
                 (Err(e), _) | (Ok(()), Err(e)) => Reply::error(e),
-                (Ok(()), Ok(route)) => handle(&mut state, req, route, parsed, &user),
+                (Ok(()), Ok(route)) => match gated {
+                    Some(e) => Reply::error(e),
+                    None => match inner.lifecycle.interpose(req, &route, &state) {
+                        Some(reply) => reply,
+                        None => handle(&mut state, req, route, parsed, &user),
+                    },
+                },
             }
         }
     };
@@ -1815,6 +1853,8 @@ struct WatchStream {
     rx: tokio::sync::watch::Receiver<u64>,
     next_bookmark: Option<tokio::time::Instant>,
     done: bool,
+    /// How many times etcd had gone away when the watch started: it ends at the next time.
+    storage_losses: u64,
 }
 
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
@@ -1870,7 +1910,8 @@ impl WatchStream {
 
     async fn next(mut self) -> Option<(Result<Frame<Bytes>, Infallible>, WatchStream)> {
         loop {
-            if self.inner.is_down() {
+            if self.inner.is_down() || self.inner.lifecycle.storage_losses() != self.storage_losses
+            {
                 return None;
             }
             if self.paused() {
@@ -1923,6 +1964,7 @@ fn watch_response(inner: Arc<Inner>, plan: WatchPlan) -> Response<Body> {
         last: plan.from,
         done: plan.finished,
         next_bookmark: next_bookmark_at(tokio::time::Instant::now(), plan.deadline),
+        storage_losses: inner.lifecycle.storage_losses(),
         inner,
         plan,
         rx,
