@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, ListParams, LogParams};
 use serde_json::Value;
 
-use super::{Cluster, ClusterError, api_error};
+use super::{Cluster, ClusterError};
 use crate::rollout::HookLog;
 
 /// How much of a log is read at most (its last lines, before they are cut to
@@ -72,7 +72,9 @@ impl Cluster {
             "Pod" => match pods.get_opt(&name).await {
                 Ok(pod) => pod,
                 Err(e) if unreadable(&e) => return Ok(None),
-                Err(e) => return Err(api_error("reading", format!("Pod {namespace}/{name}"), e)),
+                Err(e) => {
+                    return Err(self.api_error("reading", format!("Pod {namespace}/{name}"), e));
+                }
             },
             _ => {
                 let params = ListParams::default().labels(&format!("job-name={name}"));
@@ -81,7 +83,7 @@ impl Cluster {
                     Err(e) if unreadable(&e) => return Ok(None),
                     Err(e) => {
                         let what = format!("the Pods of Job {namespace}/{name}");
-                        return Err(api_error("listing", what, e));
+                        return Err(self.api_error("listing", what, e));
                     }
                 };
                 let owned = listed.items.into_iter().filter(|p| {
@@ -113,7 +115,7 @@ impl Cluster {
                 tracing::debug!(pod = %pod_name, error = %e, "no log to read");
                 Ok(None)
             }
-            Err(e) => Err(api_error(
+            Err(e) => Err(self.api_error(
                 "reading the log of",
                 format!("Pod {namespace}/{pod_name}"),
                 e,

@@ -18,7 +18,7 @@ use super::records::Records;
 use super::source::Sources;
 use super::watches::Watches;
 use crate::api::{ReleasePhase, SequencedRelease};
-use crate::cluster::{Account, Cluster};
+use crate::cluster::{Account, Cluster, Health};
 use crate::lock::{Locks, Shards};
 use crate::rollout;
 
@@ -52,6 +52,9 @@ pub(crate) struct Context {
     failures: Mutex<HashMap<ObjectRef<SequencedRelease>, u32>>,
     /// Set on SIGTERM: no new step starts.
     stopping: AtomicBool,
+    /// The releases in progress when the API server answered again after an outage, until
+    /// their first step.
+    pub recovery: Recovery,
 }
 
 /// A release as this controller last wrote it, and the resourceVersions its writes replaced.
@@ -66,6 +69,7 @@ impl Context {
     pub fn new(
         client: Client,
         config: kube::Config,
+        health: Arc<Health>,
         options: Options,
         store: Store<SequencedRelease>,
         watches: Watches,
@@ -74,7 +78,7 @@ impl Context {
         shards: Arc<Shards>,
     ) -> Context {
         Context {
-            cluster: Arc::new(Cluster::new(client.clone())),
+            cluster: Arc::new(Cluster::with_health(client.clone(), health)),
             accounts: Mutex::new(HashMap::new()),
             config,
             watches,
@@ -92,6 +96,7 @@ impl Context {
             locks,
             shards,
             stopping: AtomicBool::new(false),
+            recovery: Recovery::default(),
         }
     }
 
@@ -196,6 +201,7 @@ impl Context {
         self.plans.forget(release);
         self.records.forget(release);
         self.operations.forget(release);
+        self.recovery.forget(release);
         if let Ok(mut checks) = self.drift_checks.lock() {
             checks.remove(release);
         }
@@ -272,6 +278,65 @@ impl Operations {
     fn forget(&self, release: &ObjectRef<SequencedRelease>) {
         if let Ok(mut seen) = self.seen.lock() {
             seen.remove(release);
+        }
+    }
+}
+
+/// Where the time goes after an outage: for each release that was in the middle of an
+/// operation when the API server answered again, when it was first reconciled and when it took
+/// its first step, each logged once (and the second observed in
+/// `sequenced_outage_recovery_seconds`).
+#[derive(Default)]
+pub(crate) struct Recovery {
+    /// By release: when the server answered again, and whether it was reconciled since.
+    waiting: Mutex<HashMap<ObjectRef<SequencedRelease>, (Instant, bool)>>,
+}
+
+impl Recovery {
+    /// The server answered again at `back`; `release` was in the middle of an operation.
+    pub fn expect(&self, release: ObjectRef<SequencedRelease>, back: Instant) {
+        if let Ok(mut waiting) = self.waiting.lock() {
+            waiting.insert(release, (back, false));
+        }
+    }
+
+    /// A reconcile of `release` starts.
+    pub fn reconciling(&self, release: &ObjectRef<SequencedRelease>) {
+        let Ok(mut waiting) = self.waiting.lock() else {
+            return;
+        };
+        if let Some((back, seen)) = waiting.get_mut(release)
+            && !*seen
+        {
+            *seen = true;
+            tracing::info!(release = %release, after_s = back.elapsed().as_secs_f64(), "first reconcile since the API server answered again");
+        }
+    }
+
+    /// `release` takes a step (`step`); the first since the server answered again is logged and
+    /// measured.
+    pub fn stepped(
+        &self,
+        release: &ObjectRef<SequencedRelease>,
+        step: &str,
+        metrics: &crate::metrics::Metrics,
+    ) {
+        let Some((back, _)) = self
+            .waiting
+            .lock()
+            .ok()
+            .and_then(|mut waiting| waiting.remove(release))
+        else {
+            return;
+        };
+        let after = back.elapsed();
+        metrics.outage_recovery.observe(after.as_secs_f64());
+        tracing::info!(release = %release, after_s = after.as_secs_f64(), step, "first step since the API server answered again");
+    }
+
+    pub fn forget(&self, release: &ObjectRef<SequencedRelease>) {
+        if let Ok(mut waiting) = self.waiting.lock() {
+            waiting.remove(release);
         }
     }
 }

@@ -127,6 +127,21 @@ impl Error {
             Error::Internal(_) => "internal",
         }
     }
+
+    /// How soon to try again when the request that failed met an API server that is starting
+    /// (the one judgement: [`crate::cluster::starting`]): its `retryAfterSeconds`, or a second
+    /// for a refusal while it starts. None for everything else, which backs off.
+    pub fn retry_soon(&self, health: &crate::cluster::Health) -> Option<Duration> {
+        match self {
+            Error::Cluster(e) => e.retry_soon(),
+            Error::Kube { source, .. }
+            | Error::SpecRead { source, .. }
+            | Error::Lock(LockError::Api { source, .. }) => {
+                crate::cluster::starting(health, source)
+            }
+            Error::Pipeline(_) | Error::Internal(_) => None,
+        }
+    }
 }
 
 /// A failed API call on `what`.

@@ -7,22 +7,26 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
+use kube::runtime::watcher::{self, watcher};
 
 use super::context::Context;
 use super::events::Events;
 use super::watches::Watches;
 use super::{Error, Halt, Options, Stop, kube_error, reconcile, stats};
 use crate::api::{ReleasePhase, SequencedRelease};
+use crate::cluster::{Health, health, reconnecting};
 use crate::lock::{Locks, Shards};
 use crate::rollout;
 
 /// The longest backoff after API errors.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// The longest wait before a request refused by a starting API server is tried again.
+const STARTING_RETRY: Duration = Duration::from_secs(2);
 /// After SIGTERM, how long the reconciles in flight may take to finish their current API call.
 const IN_FLIGHT_BOUND: Duration = Duration::from_secs(5);
 /// After SIGTERM, how long releasing the leases may take.
@@ -43,23 +47,33 @@ pub async fn run(
     // with backoff and says why in the status; discovery leaves a failing group-version out.
     let mut config = config;
     config.default_retry = false;
-    let client = Client::try_from(config.clone()).map_err(kube_error("making a client"))?;
+    // Every request of every client of this API server is seen by one Health: whether the
+    // server is away, back, or starting (cluster/health.rs).
+    let health = Arc::new(Health::new());
+    let client = health::client(config.clone(), &health).map_err(kube_error("making a client"))?;
+    health.probe_with(client.clone());
     let api: Api<SequencedRelease> = Api::all(client.clone());
-    api.list(&kube::api::ListParams::default().limit(1))
-        .await
-        .map_err(kube_error(
-            "listing SequencedReleases (is the CRD installed? `sequenced crd | kubectl apply -f -`)",
-        ))?;
+    crd_served(&api, &health).await?;
     let (trigger, triggers) = futures::channel::mpsc::unbounded();
-    let controller = Controller::new(api.clone(), watcher::Config::default().any_semantic())
-        .trigger_backoff(crate::cluster::reconnect_backoff());
-    let store = controller.store();
+    // The SequencedRelease watch reconnects on its own (`reconnecting`): kube-runtime's trigger
+    // backoff would hold back every wake of every release after each of its errors.
+    let (store, writer) = kube::runtime::reflector::store();
+    let releases = kube::runtime::reflector(
+        writer,
+        reconnecting(
+            watcher(api.clone(), watcher::Config::default().any_semantic()).boxed(),
+            &health,
+        ),
+    )
+    .applied_objects();
+    let controller = Controller::for_stream(releases, store.clone()).trigger_backoff(NoPause);
     let concurrency = options.concurrency;
     let identity = options.identity.clone();
     let shards = Arc::new(Shards::new(
         client.clone(),
         identity.clone(),
         options.sharding.clone(),
+        Arc::clone(&health),
     ));
     // The first round before anything else: a lone replica owns every shard from the start.
     shards.round().await;
@@ -104,6 +118,7 @@ pub async fn run(
     let context = Arc::new(Context::new(
         client.clone(),
         config,
+        health,
         options,
         store.clone(),
         Watches::new(client.clone(), trigger.clone(), Arc::clone(&shards)),
@@ -129,12 +144,15 @@ pub async fn run(
             let _ = stopped.wait_for(|s| *s).await;
         }
     };
+    let dependencies = reconnecting(
+        watcher(api, watcher::Config::default().any_semantic()).boxed(),
+        context.cluster.health(),
+    )
+    .applied_objects();
     let controller = controller
-        .watches(
-            api,
-            watcher::Config::default().any_semantic(),
-            move |dependency| dependents(&store, &dependency),
-        )
+        .watches_stream(dependencies, move |dependency| {
+            dependents(&store, &dependency)
+        })
         .reconcile_on(triggers)
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(graceful)
@@ -192,10 +210,12 @@ impl Drop for Aborted {
     }
 }
 
-/// Keeps this replica's shards, one round every third of a shard Lease's duration. Releases of
-/// shards gained are reconciled at once (resumed from their status); those of shards lost are
-/// forgotten (and woken, so that a lock still held on one is handed over). When the API server
-/// answers again after rounds that could not reach it, the releases in the middle of an
+/// Keeps this replica's shards, one round every third of a shard Lease's duration, one at once
+/// when the API server answers again after being away, and one every second while rounds fail
+/// against a server that answers (a starting server refuses the controller's service account for
+/// a moment). Releases of shards gained are reconciled at once (resumed from their status); those
+/// of shards lost are forgotten (and woken, so that a lock still held on one is handed over).
+/// When the API server answers again after being away, the releases in the middle of an
 /// operation go on at once, their backoff forgotten: the backoff grown while the server was away
 /// does not decide when they go on. Releases with nothing to do are not woken.
 fn keep_shards(
@@ -205,13 +225,24 @@ fn keep_shards(
     let context = Arc::clone(context);
     tokio::spawn(async move {
         let shards = Arc::clone(&context.shards);
+        let health = Arc::clone(context.cluster.health());
         let metrics = Arc::clone(&context.options.metrics);
+        let mut backs = health.backs();
+        let mut failed = false;
         loop {
-            tokio::time::sleep(shards.period()).await;
+            let wait = match failed && !health.away() {
+                true => shards.period().min(Duration::from_secs(1)),
+                false => shards.period(),
+            };
+            let back = tokio::select! {
+                () = tokio::time::sleep(wait) => false,
+                changed = backs.changed() => changed.is_ok(),
+            };
             if context.stopping() {
                 return;
             }
             let round = shards.round().await;
+            failed = round.failed;
             metrics
                 .shards_owned
                 .set(shards.watch().borrow().len() as i64);
@@ -223,22 +254,27 @@ fn keep_shards(
                 .shard_moves
                 .with_label_values(&["released"])
                 .inc_by(round.lost.len() as u64);
-            if round.gained.is_empty() && round.lost.is_empty() && !round.reconnected {
+            let recovered = back || round.reconnected;
+            if round.gained.is_empty() && round.lost.is_empty() && !recovered {
                 continue;
             }
-            if round.reconnected {
+            if recovered {
                 context.forgive_all();
             }
+            let back_at = health.back_at().unwrap_or_else(std::time::Instant::now);
             let owned = shards.watch().borrow().clone();
             for sr in context.store.state() {
                 let shard = shards.shard(&sr.uid().unwrap_or_default());
                 let key = ObjectRef::from_obj(&*sr);
+                let resumed = recovered && owned.contains(&shard) && in_progress(&sr);
+                if resumed {
+                    context.recovery.expect(key.clone(), back_at);
+                }
                 let wake = if round.lost.contains(&shard) {
                     context.forget(&key);
                     context.locks.holds(&key)
                 } else {
-                    round.gained.contains(&shard)
-                        || (round.reconnected && owned.contains(&shard) && in_progress(&sr))
+                    round.gained.contains(&shard) || resumed
                 };
                 if wake && trigger.unbounded_send(key).is_err() {
                     return;
@@ -246,6 +282,56 @@ fn keep_shards(
             }
         }
     })
+}
+
+/// The controller's trigger stream is never held back: each watch waits on its own after an
+/// error ([`reconnecting`]), so that the errors of one (the SequencedRelease watch meeting a
+/// restarted API server: 410, then 503) do not hold back the wakes of every release, as
+/// kube-runtime's trigger backoff would.
+#[derive(Debug, Clone, Copy)]
+struct NoPause;
+
+impl Iterator for NoPause {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::ZERO)
+    }
+}
+
+impl kube::runtime::utils::Backoff for NoPause {
+    fn reset(&mut self) {}
+}
+
+/// Waits until SequencedReleases are served: an API server that is away or starting is waited
+/// for (an operator started with its cluster must not crash-loop); a CRD that is not installed
+/// or a refusal of a server that is up ends the run.
+async fn crd_served(api: &Api<SequencedRelease>, health: &Health) -> Result<(), Error> {
+    let what =
+        "listing SequencedReleases (is the CRD installed? `sequenced crd | kubectl apply -f -`)";
+    let mut failures = 0;
+    loop {
+        let error = match api.list(&kube::api::ListParams::default().limit(1)).await {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        let waits = match &error {
+            kube::Error::Api(status) => {
+                status.code >= 500
+                    || status.code == 429
+                    || crate::cluster::starting(health, &error).is_some()
+            }
+            _ => true,
+        };
+        if !waits {
+            return Err(kube_error(what)(error));
+        }
+        if failures == 0 {
+            tracing::warn!(error = %error, "the API server does not serve SequencedReleases yet; waiting");
+        }
+        tokio::time::sleep(health::reconnect_delay(failures)).await;
+        failures = failures.saturating_add(1);
+    }
 }
 
 /// Whether a release is in the middle of something: an operation, an uninstall, or reconciles
@@ -274,7 +360,6 @@ fn watch_discovery(
 ) -> tokio::task::JoinHandle<()> {
     use kube::api::DynamicObject;
     use kube::core::{ApiResource, GroupVersionKind, PartialObjectMeta};
-    use kube::runtime::WatchStreamExt;
     let resource = |group: &str, kind: &str, plural: &str| {
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural)
     };
@@ -289,9 +374,10 @@ fn watch_discovery(
     let streams = kinds.map(|kind| {
         let api: Api<PartialObjectMeta<DynamicObject>> =
             Api::all_with(context.client.clone(), &kind);
-        watcher::watcher(api, watcher::Config::default().any_semantic())
-            .default_backoff()
-            .boxed()
+        reconnecting(
+            watcher(api, watcher::Config::default().any_semantic()).boxed(),
+            context.cluster.health(),
+        )
     });
     let context = Arc::clone(context);
     tokio::spawn(async move {
@@ -391,7 +477,15 @@ fn dependents(
 
 fn error_policy(sr: Arc<SequencedRelease>, error: &Error, ctx: Arc<Context>) -> Action {
     let failures = ctx.failed(ObjectRef::from_obj(&*sr));
-    let delay = backoff(failures, fastrand::f64());
+    // A starting API server is asked again soon (within its own `retryAfterSeconds`, at most
+    // every other second: kube-apiserver says 5 s, and served custom resources 1.7 and 2.4 s
+    // after it answered again in the recordings), without a backoff grown meanwhile.
+    let delay = match error.retry_soon(ctx.cluster.health()) {
+        Some(after) => after
+            .clamp(Duration::from_millis(500), STARTING_RETRY)
+            .mul_f64(0.75 + fastrand::f64() * 0.5),
+        None => backoff(failures, fastrand::f64()),
+    };
     tracing::warn!(
         release = %format!("{}/{}", sr.namespace().unwrap_or_default(), sr.name_any()),
         category = error.category(),
@@ -423,6 +517,7 @@ async fn reconcile_one(sr: Arc<SequencedRelease>, ctx: Arc<Context>) -> Result<A
         }
         return Ok(Action::await_change());
     }
+    ctx.recovery.reconciling(&key);
     let release = format!("{}/{}", sr.namespace().unwrap_or_default(), sr.name_any());
     let span = tracing::info_span!("reconcile", release = %release);
     let started = std::time::Instant::now();

@@ -14,8 +14,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher::watcher;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher::watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -23,7 +23,7 @@ use crate::api::{
     OWNER_ANNOTATION, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, SequencedRelease,
     owner_of,
 };
-use crate::cluster::{Account, Cluster, Kind};
+use crate::cluster::{Account, Cluster, Kind, reconnecting};
 use crate::lock::Shards;
 use crate::lock::shards::sharded_watches;
 
@@ -281,7 +281,8 @@ impl Watches {
                 .map(|a| format!(" as {a}"))
                 .unwrap_or_default()
         );
-        let [sharded, unlabelled] = sharded_watches(api, "", self.shards.watch());
+        let [sharded, unlabelled] =
+            sharded_watches(api, "", self.shards.watch(), self.shards.health());
         for (part, events) in [(Part::Shards, sharded), (Part::Unlabelled, unlabelled)] {
             let task = self.index(
                 (key.clone(), part),
@@ -503,8 +504,9 @@ impl Watches {
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let trigger = self.trigger.clone();
         let registry = Arc::clone(&self.external);
+        let health = Arc::clone(cluster.health());
         let task = tokio::spawn(async move {
-            let mut events = watcher(api, config).default_backoff().boxed();
+            let mut events = reconnecting(watcher(api, config).boxed(), &health);
             while let Some(event) = events.next().await {
                 if !matches!(
                     event,
@@ -564,21 +566,20 @@ impl Watches {
     fn watch_inputs(&self, kind: InputKind, namespace: String) {
         let trigger = self.trigger.clone();
         let readers = Arc::clone(&self.readers);
+        let health = self.shards.health();
         let config = watcher::Config::default().any_semantic();
         let events = match kind {
             InputKind::ConfigMap => {
                 let api: Api<PartialObjectMeta<ConfigMap>> =
                     Api::namespaced(self.client.clone(), &namespace);
-                watcher(api, config)
-                    .default_backoff()
+                reconnecting(watcher(api, config).boxed(), &health)
                     .map(|e| e.map(changed))
                     .boxed()
             }
             InputKind::Secret => {
                 let api: Api<PartialObjectMeta<Secret>> =
                     Api::namespaced(self.client.clone(), &namespace);
-                watcher(api, config)
-                    .default_backoff()
+                reconnecting(watcher(api, config).boxed(), &health)
                     .map(|e| e.map(changed))
                     .boxed()
             }

@@ -85,6 +85,9 @@ pub struct Sighting {
     pub duration: Duration,
     /// When this controller first saw this resourceVersion (its own monotonic clock).
     pub since: Instant,
+    /// Written by a sharded replica (it carries the shard label), which keeps a member Lease
+    /// while it acts.
+    pub sharded: bool,
 }
 
 impl Sighting {
@@ -108,6 +111,7 @@ impl Sighting {
                     .unwrap_or(0),
             ),
             since,
+            sharded: lease.labels().contains_key(SHARD_LABEL),
         }
     }
 }
@@ -261,8 +265,12 @@ impl Locks {
     pub fn watch(self: &std::sync::Arc<Self>, trigger: UnboundedSender<Release>) {
         let api: Api<Lease> = Api::all(self.client.clone());
         let locks = std::sync::Arc::downgrade(self);
-        let [sharded, unlabelled] =
-            shards::sharded_watches(api, MANAGED_SELECTOR, self.shards.watch());
+        let [sharded, unlabelled] = shards::sharded_watches(
+            api,
+            MANAGED_SELECTOR,
+            self.shards.watch(),
+            self.shards.health(),
+        );
         let mut events = futures::stream::select(sharded, unlabelled);
         let task = tokio::spawn(async move {
             while let Some(event) = events.next().await {
@@ -303,13 +311,14 @@ impl Locks {
         verdict
     }
 
-    /// Whether the session `holder` is over: it belongs to a replica whose member Lease expired,
-    /// or it is an earlier session of this controller's own identity that it no longer holds (a
+    /// Whether the session `holder` of a lease seen as `sighting` is over: it belongs to a
+    /// replica whose member Lease expired (or, for a lease a sharded replica wrote, is gone), or
+    /// it is an earlier session of this controller's own identity that it no longer holds (a
     /// lease it could not release while the API server was away, or one of the process this one
     /// replaced under the same name).
-    fn dead(&self, holder: &str) -> bool {
+    fn dead(&self, holder: &str, sighting: &Sighting) -> bool {
         let (identity, _) = split_holder(holder);
-        identity == self.identity || self.shards.is_dead(identity)
+        identity == self.identity || self.shards.is_dead(identity, sighting.sharded)
     }
 
     /// Whether this controller holds the release's lock.
@@ -326,7 +335,7 @@ impl Locks {
         }
         let sighting = guard(&self.seen).get(release).cloned()?;
         match standing(&sighting, Instant::now()) {
-            Standing::Held { holder, .. } if self.dead(&holder) => None,
+            Standing::Held { holder, .. } if self.dead(&holder, &sighting) => None,
             Standing::Held { holder, remaining } => {
                 guard(&self.waiting).insert(release.clone());
                 Some((holder, remaining))
@@ -408,12 +417,16 @@ impl Locks {
             Some(current) => {
                 let outcome = match self.saw(&release, &current) {
                     Standing::Free => Acquired::Fresh,
-                    // Its holder's replica is dead (its member Lease expired): this replica
-                    // owns the release's shard now, and nobody else acts on it.
-                    Standing::Held { holder, .. } if self.dead(&holder) => Acquired::TakenOver {
-                        previous: holder,
-                        unchanged_for: Duration::ZERO,
-                    },
+                    // Its holder's replica is dead (its member Lease expired, or is gone): this
+                    // replica owns the release's shard now, and nobody else acts on it.
+                    Standing::Held { holder, .. }
+                        if self.dead(&holder, &Sighting::of(&current, None, Instant::now())) =>
+                    {
+                        Acquired::TakenOver {
+                            previous: holder,
+                            unchanged_for: Duration::ZERO,
+                        }
+                    }
                     Standing::Held { holder, remaining } => {
                         guard(&self.waiting).insert(release.clone());
                         return Ok(Acquired::Busy {
