@@ -128,6 +128,27 @@ impl Error {
         }
     }
 
+    /// Whether the API server (or etcd behind it) could not serve the request: no answer, a
+    /// 5xx or 429, or a starting server's refusal. Such failures are told once the status can be
+    /// written again, even the first of a run ([`Context::untold`]).
+    pub fn server_side(&self) -> bool {
+        fn unavailable(source: &kube::Error) -> bool {
+            match source {
+                kube::Error::Api(status) => status.code >= 500 || status.code == 429,
+                _ => true,
+            }
+        }
+        match self {
+            Error::Cluster(ClusterError::Starting { .. }) => true,
+            Error::Cluster(ClusterError::Discovery(source))
+            | Error::Cluster(ClusterError::Api { source, .. })
+            | Error::Kube { source, .. }
+            | Error::SpecRead { source, .. }
+            | Error::Lock(LockError::Api { source, .. }) => unavailable(source),
+            Error::Cluster(_) | Error::Pipeline(_) | Error::Internal(_) => false,
+        }
+    }
+
     /// How soon to try again when the request that failed met an API server that is starting
     /// (the one judgement: [`crate::cluster::starting`]): its `retryAfterSeconds`, or a second
     /// for a refusal while it starts. None for everything else, which backs off.

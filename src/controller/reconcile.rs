@@ -49,6 +49,10 @@ pub(super) async fn reconcile(sr: Arc<SequencedRelease>, ctx: &Context) -> Resul
             reconcile.report(&error).await;
             Err(Stop::Failed(error))
         }
+        Ok(action) => {
+            reconcile.tell_untold().await;
+            Ok(action)
+        }
         done => done,
     }
 }

@@ -214,7 +214,10 @@ impl Drop for Aborted {
 /// when the API server answers again after being away, and one every second while rounds fail
 /// against a server that answers (a starting server refuses the controller's service account for
 /// a moment). Releases of shards gained are reconciled at once (resumed from their status); those
-/// of shards lost are forgotten (and woken, so that a lock still held on one is handed over).
+/// of shards lost to another replica are forgotten (and woken, so that a lock still held on one
+/// is handed over). A replica cut off from the API server for most of a Lease stops acting on
+/// its shards; those nobody took meanwhile are its own again when it is back, with what it knew
+/// of their releases.
 /// When the API server answers again after being away, the releases in the middle of an
 /// operation go on at once, their backoff forgotten: the backoff grown while the server was away
 /// does not decide when they go on. Releases with nothing to do are not woken.
@@ -229,6 +232,10 @@ fn keep_shards(
         let metrics = Arc::clone(&context.options.metrics);
         let mut backs = health.backs();
         let mut failed = false;
+        // Shards not acted on while this replica was cut off, that nobody took meanwhile: their
+        // releases are not forgotten, and not all woken when they come back (nobody else acted
+        // on them); the releases in the middle of an operation go on as after any outage.
+        let mut suspended: std::collections::BTreeSet<u32> = Default::default();
         loop {
             let wait = match failed && !health.away() {
                 true => shards.period().min(Duration::from_secs(1)),
@@ -254,15 +261,40 @@ fn keep_shards(
                 .shard_moves
                 .with_label_values(&["released"])
                 .inc_by(round.lost.len() as u64);
-            let recovered = back || round.reconnected;
-            if round.gained.is_empty() && round.lost.is_empty() && !recovered {
+            let held = shards.held();
+            let owned = shards.watch().borrow().clone();
+            // Lost for good: another replica holds them (or they are free). Lost while cut off
+            // but still held: suspended.
+            let mut lost: std::collections::BTreeSet<u32> = round
+                .lost
+                .iter()
+                .chain(suspended.iter())
+                .filter(|n| !held.contains(n))
+                .copied()
+                .collect();
+            suspended.extend(round.lost.iter().filter(|n| held.contains(n)));
+            let resumed_shards: Vec<u32> = round
+                .gained
+                .iter()
+                .filter(|n| suspended.contains(n))
+                .copied()
+                .collect();
+            suspended.retain(|n| held.contains(n) && !owned.contains(n));
+            lost.retain(|n| !owned.contains(n));
+            let gained: Vec<u32> = round
+                .gained
+                .iter()
+                .filter(|n| !resumed_shards.contains(n))
+                .copied()
+                .collect();
+            let recovered = back || round.reconnected || !resumed_shards.is_empty();
+            if gained.is_empty() && lost.is_empty() && !recovered {
                 continue;
             }
             if recovered {
                 context.forgive_all();
             }
             let back_at = health.back_at().unwrap_or_else(std::time::Instant::now);
-            let owned = shards.watch().borrow().clone();
             for sr in context.store.state() {
                 let shard = shards.shard(&sr.uid().unwrap_or_default());
                 let key = ObjectRef::from_obj(&*sr);
@@ -270,11 +302,11 @@ fn keep_shards(
                 if resumed {
                     context.recovery.expect(key.clone(), back_at);
                 }
-                let wake = if round.lost.contains(&shard) {
+                let wake = if lost.contains(&shard) {
                     context.forget(&key);
                     context.locks.holds(&key)
                 } else {
-                    round.gained.contains(&shard) || resumed
+                    gained.contains(&shard) || resumed
                 };
                 if wake && trigger.unbounded_send(key).is_err() {
                     return;
@@ -509,10 +541,13 @@ pub fn backoff(failures: u32, random: f64) -> Duration {
 /// from the fresher object, and the halts become the requeue they call for.
 async fn reconcile_one(sr: Arc<SequencedRelease>, ctx: Arc<Context>) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(&*sr);
-    if !ctx.shards.owns(&sr.uid().unwrap_or_default()) {
+    let uid = sr.uid().unwrap_or_default();
+    if !ctx.shards.owns(&uid) {
         // Another replica's release: nothing to do here, but hand over a lock still held on it
-        // (its shard moved in the middle of an operation).
-        if ctx.locks.holds(&key) {
+        // (its shard moved in the middle of an operation). A shard not acted on while this
+        // replica is cut off is still its own: its locks are kept.
+        let moved = !ctx.shards.held().contains(&ctx.shards.shard(&uid));
+        if moved && ctx.locks.holds(&key) {
             interrupt_all(&ctx, std::slice::from_ref(&key)).await;
         }
         return Ok(Action::await_change());

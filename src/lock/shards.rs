@@ -371,6 +371,13 @@ impl Shards {
         self.owned.borrow().contains(&self.shard(uid))
     }
 
+    /// The shards whose Lease names this replica, as of the last round: the shards it owns,
+    /// and those it does not act on while it cannot renew its member Lease (cut off) but that
+    /// nobody else took meanwhile.
+    pub fn held(&self) -> BTreeSet<u32> {
+        guard(&self.state).held.keys().copied().collect()
+    }
+
     /// Whether this replica owns every shard (then its watches see every managed object).
     pub fn owns_all(&self) -> bool {
         self.owned.borrow().len() == self.count() as usize

@@ -1878,7 +1878,8 @@ fn next_bookmark_at(
 }
 
 impl WatchStream {
-    fn collect(&mut self) {
+    /// Takes the events after the last one sent (up to resourceVersion `upto`, when given).
+    fn collect(&mut self, upto: Option<u64>) {
         let state = self.inner.lock();
         if state.floor > self.last {
             let e = ApiError::expired(format!(
@@ -1890,12 +1891,13 @@ impl WatchStream {
             return;
         }
         let start = state.log.partition_point(|c| c.rv <= self.last);
-        for change in state.log.range(start..) {
+        let limit = upto.unwrap_or(state.rv);
+        for change in state.log.range(start..).take_while(|c| c.rv <= limit) {
             if let Some(b) = event_for(&self.plan, change) {
                 self.pending.push_back(b);
             }
         }
-        self.last = self.last.max(state.rv);
+        self.last = self.last.max(limit);
     }
 
     fn paused(&self) -> bool {
@@ -1910,9 +1912,18 @@ impl WatchStream {
 
     async fn next(mut self) -> Option<(Result<Frame<Bytes>, Infallible>, WatchStream)> {
         loop {
-            if self.inner.is_down() || self.inner.lifecycle.storage_losses() != self.storage_losses
-            {
+            if self.inner.is_down() {
                 return None;
+            }
+            let losses = self.inner.lifecycle.storage_losses();
+            if losses != self.storage_losses {
+                // etcd went away: what the watch cache had is sent, then the watch ends.
+                self.storage_losses = losses;
+                if !self.done {
+                    self.collect(Some(self.inner.lifecycle.storage_lost_at()));
+                    self.done = true;
+                }
+                continue;
             }
             if self.paused() {
                 if self.rx.changed().await.is_err() {
@@ -1927,7 +1938,7 @@ impl WatchStream {
                 return None;
             }
             self.rx.borrow_and_update();
-            self.collect();
+            self.collect(None);
             if !self.pending.is_empty() {
                 continue;
             }
@@ -1947,7 +1958,7 @@ impl WatchStream {
                     self.done = true;
                 }
                 _ = tokio::time::sleep_until(bookmark_at) => {
-                    self.collect();
+                    self.collect(None);
                     let rv = self.last;
                     self.pending.push_back(bookmark(&self.plan, rv, false));
                     self.next_bookmark = next_bookmark_at(tokio::time::Instant::now(), self.plan.deadline);

@@ -27,10 +27,10 @@
 //! (gets, lists without `resourceVersion=0`, every write) wait for it until the request timeout
 //! (60 s, kube-apiserver's `--request-timeout`; [`TestApiServer::set_storage_timeout`]) and then
 //! answer 504 `Timeout`, or go through when etcd is back in time; the watch cache stops: open
-//! watches end, and new watches and lists served from the cache answer 429 `storage is
-//! (re)initializing` (`retryAfterSeconds: 1`); `/readyz` answers 500 (`[-]etcd failed`). When
-//! etcd is back the watch cache starts again from a fresh list: the watch history is gone, so
-//! watches resumed from before get 410 `Expired`.
+//! watches end once they have sent the events it already had, and new watches and lists served
+//! from it answer 429 `storage is (re)initializing` (`retryAfterSeconds: 1`); `/readyz` answers
+//! 500 (`[-]etcd failed`). When etcd is back the watch cache starts again from a fresh list: the
+//! watch history is gone, so watches resumed from before get 410 `Expired`.
 //!
 //! Known differences: discovery (`/apis`) lists the CRD groups at once (the recordings leave
 //! its body out); `/healthz` and `/livez` always answer ok; the windows are fixed lengths, where
@@ -137,6 +137,8 @@ pub(super) struct Lifecycle {
     storage_down: tokio::sync::watch::Sender<bool>,
     /// Counts the times etcd went away: a watch opened before is ended.
     storage_losses: std::sync::atomic::AtomicU64,
+    /// The resourceVersion when etcd last went away: what the watch cache had.
+    storage_lost_at: std::sync::atomic::AtomicU64,
     storage_timeout: Mutex<Duration>,
 }
 
@@ -148,6 +150,7 @@ impl Lifecycle {
             back: Mutex::new(None),
             storage_down: tokio::sync::watch::channel(false).0,
             storage_losses: std::sync::atomic::AtomicU64::new(0),
+            storage_lost_at: std::sync::atomic::AtomicU64::new(0),
             storage_timeout: Mutex::new(REQUEST_TIMEOUT),
         }
     }
@@ -189,6 +192,11 @@ impl Lifecycle {
     /// How many times etcd went away so far.
     pub(super) fn storage_losses(&self) -> u64 {
         self.storage_losses.load(Ordering::SeqCst)
+    }
+
+    /// The resourceVersion when etcd last went away.
+    pub(super) fn storage_lost_at(&self) -> u64 {
+        self.storage_lost_at.load(Ordering::SeqCst)
     }
 
     /// What the restart or an unreachable etcd answers instead of the handler, after
@@ -427,6 +435,8 @@ impl TestApiServer {
     pub fn set_storage_down(&self, down: bool) {
         let lifecycle = &self.inner.lifecycle;
         if down {
+            let rv = self.inner.lock().rv;
+            lifecycle.storage_lost_at.store(rv, Ordering::SeqCst);
             lifecycle.storage_losses.fetch_add(1, Ordering::SeqCst);
         } else {
             self.inner.lock().compact();
