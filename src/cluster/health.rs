@@ -350,7 +350,7 @@ mod tests {
     #[test]
     fn a_server_that_answers_after_an_outage_is_starting_and_back() {
         let health = Health::new();
-        let mut backs = health.backs();
+        let backs = health.backs();
         assert!(!health.starting(), "nothing seen: a refusal is believed");
         health.unreachable();
         assert!(health.away() && health.starting());

@@ -115,6 +115,15 @@ pub async fn run(
         Arc::clone(&shards),
     ));
     locks.watch(trigger.clone());
+    // The locks a killed process of this identity left: released where another replica owns the
+    // release now, taken over where this one does.
+    let owned = Arc::clone(&shards.watch().borrow());
+    match locks.find_earlier().await {
+        Ok(()) => locks.release_earlier(&owned).await,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing the release Leases an earlier process of this controller held")
+        }
+    }
     let context = Arc::new(Context::new(
         client.clone(),
         config,
@@ -263,6 +272,9 @@ fn keep_shards(
                 .inc_by(round.lost.len() as u64);
             let held = shards.held();
             let owned = shards.watch().borrow().clone();
+            if !round.failed {
+                context.locks.release_earlier(&owned).await;
+            }
             // Lost for good: another replica holds them (or they are free). Lost while cut off
             // but still held: suspended.
             let mut lost: std::collections::BTreeSet<u32> = round

@@ -572,14 +572,14 @@ impl Watches {
             InputKind::ConfigMap => {
                 let api: Api<PartialObjectMeta<ConfigMap>> =
                     Api::namespaced(self.client.clone(), &namespace);
-                reconnecting(watcher(api, config).boxed(), &health)
+                reconnecting(watcher(api, config).boxed(), health)
                     .map(|e| e.map(changed))
                     .boxed()
             }
             InputKind::Secret => {
                 let api: Api<PartialObjectMeta<Secret>> =
                     Api::namespaced(self.client.clone(), &namespace);
-                reconnecting(watcher(api, config).boxed(), &health)
+                reconnecting(watcher(api, config).boxed(), health)
                     .map(|e| e.map(changed))
                     .boxed()
             }

@@ -209,6 +209,9 @@ pub struct Locks {
     watch: Mutex<Option<tokio::task::AbortHandle>>,
     /// The shards of this replica: which replicas are dead, and each release's shard label.
     shards: std::sync::Arc<Shards>,
+    /// Release Leases held by earlier sessions of this controller's own identity (a process
+    /// killed and started again under the same name, as a restarted container), found at start.
+    earlier: Mutex<HashMap<Release, Lease>>,
 }
 
 impl Drop for Locks {
@@ -251,6 +254,76 @@ impl Locks {
             seen: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashSet::new()),
             watch: Mutex::new(None),
+            earlier: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Finds the release Leases that earlier sessions of this controller's identity hold (a
+    /// process killed with them, started again under the same name): one list of the managed
+    /// Leases. Those of releases in its shards it takes over when it reconciles them; the others
+    /// [`Locks::release_earlier`] releases, since nobody else would take them before they expire.
+    pub async fn find_earlier(&self) -> Result<(), kube::Error> {
+        let api: Api<Lease> = Api::all(self.client.clone());
+        let listed = api
+            .list(&kube::api::ListParams::default().labels(MANAGED_SELECTOR))
+            .await?;
+        let held = guard(&self.held);
+        let mut earlier = guard(&self.earlier);
+        for lease in listed.items {
+            let Some(release) = owner_of(lease.annotations()) else {
+                continue;
+            };
+            let ours = lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref())
+                .is_some_and(|h| split_holder(h).0 == self.identity);
+            if ours && !held.contains_key(&release) {
+                earlier.insert(release, lease);
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases the Leases of earlier sessions of this identity on releases whose shard is not in
+    /// `owned` (see [`Locks::find_earlier`]). A Lease changed since it was listed is left alone.
+    pub async fn release_earlier(&self, owned: &std::collections::BTreeSet<u32>) {
+        let due: Vec<(Release, Lease)> = {
+            let mut earlier = guard(&self.earlier);
+            let due: Vec<Release> = earlier
+                .iter()
+                .filter(|(_, lease)| {
+                    lease
+                        .labels()
+                        .get(SHARD_LABEL)
+                        .and_then(|n| n.parse::<u32>().ok())
+                        .is_none_or(|n| !owned.contains(&n))
+                })
+                .map(|(release, _)| release.clone())
+                .collect();
+            due.into_iter()
+                .filter_map(|release| earlier.remove_entry(&release))
+                .collect()
+        };
+        for (release, mut lease) in due {
+            lease.metadata.managed_fields = None;
+            if let Some(spec) = lease.spec.as_mut() {
+                spec.holder_identity = None;
+                spec.renew_time = Some(micro_now());
+            }
+            match self
+                .api(&release)
+                .replace(&lease_name(&release.name), &PostParams::default(), &lease)
+                .await
+            {
+                Ok(lease) => {
+                    tracing::info!(release = %release, "released the lock an earlier process of this controller held");
+                    self.saw(&release, &lease);
+                }
+                Err(e) => {
+                    tracing::debug!(release = %release, error = %e, "releasing the lock of an earlier process")
+                }
+            }
         }
     }
 
@@ -486,6 +559,7 @@ impl Locks {
         sent: Instant,
     ) {
         guard(&self.seen).insert(release.clone(), Sighting::of(&lease, None, sent));
+        guard(&self.earlier).remove(release);
         guard(&self.held).insert(
             release.clone(),
             Held {

@@ -72,6 +72,8 @@ impl Reconcile<'_> {
                 .untold(&self.key, attempt, &error.to_string(), &self.facts.now);
             return;
         }
+        // Told now: the failures of the run before this one need no telling after.
+        self.ctx.take_untold(&self.key);
         self.publish(&[Note::warning(
             EventReason::ReconcileFailed,
             error.to_string(),
@@ -87,7 +89,7 @@ impl Reconcile<'_> {
             return;
         };
         let message = format!(
-            "{} reconcile(s) failed in a row from {} while the API server could not serve them (nor store the status that would tell it); the last: {}",
+            "{} reconcile(s) failed in a row from {} while the API server could not serve them, and the status did not tell it then; the last: {}",
             untold.failures,
             untold.since.0.strftime("%Y-%m-%dT%H:%M:%SZ"),
             untold.last

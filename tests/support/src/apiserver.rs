@@ -729,6 +729,14 @@ async fn serve(inner: Arc<Inner>, req: http::Request<Incoming>) -> Response<Body
         headers: parts.headers,
         body: bytes,
     };
+    if restart::hold_gate(&inner, &req).await.is_some() {
+        // Dropped: it never reached the server; the connection closes unanswered.
+        return Response::builder()
+            .status(StatusCode::SERVICE_UNAVAILABLE)
+            .header("connection", "close")
+            .body(Full::new(Bytes::new()).boxed())
+            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()));
+    }
     let gated = restart::storage_gate(&inner, &req).await;
     let reply = dispatch(&inner, &req, gated);
     match reply {

@@ -20,6 +20,7 @@
 //!     answers 200 with one `ERROR` event, 410 `Expired`, `too old resource version: OLD (NEW)`
 //!     (the server wrote once on starting, so every earlier resourceVersion is too old), and
 //!     the watch history is gone.
+//!
 //!   Core and built-in resources and discovery answer at once.
 //!
 //! The etcd outage ([`TestApiServer::set_storage_down`]) is not recorded; it follows what
@@ -140,6 +141,9 @@ pub(super) struct Lifecycle {
     /// The resourceVersion when etcd last went away: what the watch cache had.
     storage_lost_at: std::sync::atomic::AtomicU64,
     storage_timeout: Mutex<Duration>,
+    /// The request a test holds ([`TestApiServer::hold`]).
+    holds: Mutex<Holds>,
+    holds_tx: tokio::sync::watch::Sender<u64>,
 }
 
 impl Lifecycle {
@@ -152,6 +156,8 @@ impl Lifecycle {
             storage_losses: std::sync::atomic::AtomicU64::new(0),
             storage_lost_at: std::sync::atomic::AtomicU64::new(0),
             storage_timeout: Mutex::new(REQUEST_TIMEOUT),
+            holds: Mutex::new(Holds::default()),
+            holds_tx: tokio::sync::watch::channel(0).0,
         }
     }
 
@@ -309,6 +315,77 @@ pub(super) async fn storage_gate(inner: &Inner, req: &Req) -> Option<ApiError> {
     }
 }
 
+/// A request to hold ([`TestApiServer::hold`]): the next one with this method whose path (with
+/// query) contains this, and from this client when one is named.
+#[derive(Debug, Clone)]
+struct HoldRule {
+    method: String,
+    contains: String,
+    client: Option<String>,
+}
+
+/// The held request, and what to do with it.
+#[derive(Default)]
+pub(super) struct Holds {
+    rule: Option<HoldRule>,
+    /// A request is held now.
+    holding: bool,
+    /// Let the held request go on (true) or answer nothing (false), once decided.
+    decided: Option<bool>,
+}
+
+/// Holds the request if a rule asks for it, until the test lets it go on (None: served as
+/// usual) or drops it (Some: it never reached the server; the connection is closed).
+pub(super) async fn hold_gate(inner: &Inner, req: &Req) -> Option<()> {
+    let mut changes = inner.lifecycle.holds_tx.subscribe();
+    {
+        let mut holds = inner
+            .lifecycle
+            .holds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let full = if req.query.is_empty() {
+            req.path.clone()
+        } else {
+            format!("{}?{}", req.path, req.query)
+        };
+        let client = req.header(super::CLIENT_HEADER);
+        let matches = holds.rule.as_ref().is_some_and(|rule| {
+            rule.method == req.method.as_str()
+                && full.contains(&rule.contains)
+                && rule.client.as_deref().is_none_or(|c| Some(c) == client)
+        });
+        if !matches {
+            return None;
+        }
+        holds.rule = None;
+        holds.holding = true;
+        holds.decided = None;
+    }
+    inner.lifecycle.holds_tx.send_modify(|n| *n += 1);
+    loop {
+        let decided = inner
+            .lifecycle
+            .holds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .decided;
+        if let Some(go_on) = decided {
+            let mut holds = inner
+                .lifecycle
+                .holds
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            holds.holding = false;
+            holds.decided = None;
+            return (!go_on).then_some(());
+        }
+        if changes.changed().await.is_err() {
+            return None;
+        }
+    }
+}
+
 /// A connection's socket: reset (an RST, not a FIN) when dropped after a kill, as the sockets of
 /// a killed process are.
 pub(super) struct Conn {
@@ -444,6 +521,71 @@ impl TestApiServer {
         lifecycle.storage_down.send_replace(down);
         // Wakes the watch streams, which end when etcd went away.
         self.inner.rv_tx.send_modify(|_| {});
+    }
+
+    /// Holds the next request with `method` whose path (with query) contains `contains`, sent
+    /// by `client` when one is named ([`TestApiServer::config_as`]), before the server looks at
+    /// it: a test kills its sender at that very point ([`TestApiServer::held`]), then drops it
+    /// ([`TestApiServer::drop_held`]: it never reached the server) or lets it go on
+    /// ([`TestApiServer::release_held`]). One rule at a time; a new one replaces the last.
+    pub fn hold(&self, method: &str, contains: &str, client: Option<&str>) {
+        let lifecycle = &self.inner.lifecycle;
+        let mut holds = lifecycle.holds.lock().unwrap_or_else(|e| e.into_inner());
+        holds.rule = Some(HoldRule {
+            method: method.to_uppercase(),
+            contains: contains.to_string(),
+            client: client.map(str::to_string),
+        });
+    }
+
+    /// Whether a request is held now.
+    pub fn held(&self) -> bool {
+        self.inner
+            .lifecycle
+            .holds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .holding
+    }
+
+    /// Waits until a request is held, at most `timeout`; whether one is.
+    pub async fn wait_held(&self, timeout: Duration) -> bool {
+        let mut changes = self.inner.lifecycle.holds_tx.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.held() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .is_err()
+            {
+                return self.held();
+            }
+        }
+    }
+
+    /// Forgets the held request: it is not served (its connection is closed unanswered), as if
+    /// its sender had died before sending it. A rule that held nothing yet is forgotten too.
+    pub fn drop_held(&self) {
+        self.decide_held(false);
+    }
+
+    /// Lets the held request go on.
+    pub fn release_held(&self) {
+        self.decide_held(true);
+    }
+
+    fn decide_held(&self, go_on: bool) {
+        let lifecycle = &self.inner.lifecycle;
+        {
+            let mut holds = lifecycle.holds.lock().unwrap_or_else(|e| e.into_inner());
+            holds.rule = None;
+            if holds.holding {
+                holds.decided = Some(go_on);
+            }
+        }
+        lifecycle.holds_tx.send_modify(|n| *n += 1);
     }
 
     /// How long a request waits for an unreachable etcd before its 504 (60 s by default).
