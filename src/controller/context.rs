@@ -56,7 +56,7 @@ pub(crate) struct Context {
     stopping: AtomicBool,
     /// The releases in progress when the API server answered again after an outage, until
     /// their first step.
-    pub recovery: Recovery,
+    pub recovery: super::outage::Recovery,
 }
 
 /// A release as this controller last wrote it, and the resourceVersions its writes replaced.
@@ -99,7 +99,7 @@ impl Context {
             locks,
             shards,
             stopping: AtomicBool::new(false),
-            recovery: Recovery::default(),
+            recovery: super::outage::Recovery::default(),
         }
     }
 
@@ -320,63 +320,4 @@ pub(crate) struct Untold {
     pub since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
     /// The last error.
     pub last: String,
-}
-
-/// Where the time goes after an outage: for each release that was in the middle of an
-/// operation when the API server answered again, when it was first reconciled and when it took
-/// its first step, each logged once (and the second observed in
-/// `sequenced_outage_recovery_seconds`).
-#[derive(Default)]
-pub(crate) struct Recovery {
-    /// By release: when the server answered again, and whether it was reconciled since.
-    waiting: Mutex<HashMap<ObjectRef<SequencedRelease>, (Instant, bool)>>,
-}
-
-impl Recovery {
-    /// The server answered again at `back`; `release` was in the middle of an operation.
-    pub fn expect(&self, release: ObjectRef<SequencedRelease>, back: Instant) {
-        if let Ok(mut waiting) = self.waiting.lock() {
-            waiting.insert(release, (back, false));
-        }
-    }
-
-    /// A reconcile of `release` starts.
-    pub fn reconciling(&self, release: &ObjectRef<SequencedRelease>) {
-        let Ok(mut waiting) = self.waiting.lock() else {
-            return;
-        };
-        if let Some((back, seen)) = waiting.get_mut(release)
-            && !*seen
-        {
-            *seen = true;
-            tracing::info!(release = %release, after_s = back.elapsed().as_secs_f64(), "first reconcile since the API server answered again");
-        }
-    }
-
-    /// `release` takes a step (`step`); the first since the server answered again is logged and
-    /// measured.
-    pub fn stepped(
-        &self,
-        release: &ObjectRef<SequencedRelease>,
-        step: &str,
-        metrics: &crate::metrics::Metrics,
-    ) {
-        let Some((back, _)) = self
-            .waiting
-            .lock()
-            .ok()
-            .and_then(|mut waiting| waiting.remove(release))
-        else {
-            return;
-        };
-        let after = back.elapsed();
-        metrics.outage_recovery.observe(after.as_secs_f64());
-        tracing::info!(release = %release, after_s = after.as_secs_f64(), step, "first step since the API server answered again");
-    }
-
-    pub fn forget(&self, release: &ObjectRef<SequencedRelease>) {
-        if let Ok(mut waiting) = self.waiting.lock() {
-            waiting.remove(release);
-        }
-    }
 }

@@ -14,11 +14,14 @@
 //! - [`records`]: the release records in the cluster;
 //! - [`objects`]: applying, deleting and observing the release's objects;
 //! - [`watches`]: what wakes a release besides its own object; [`stats`]: CPU time;
-//! - [`events`]: the Events recorded on a release, one per distinct note.
+//! - [`events`]: the Events recorded on a release, one per distinct note;
+//! - `outage`: waiting for the API server at start, the trigger stream that never pauses, and
+//!   where the time goes after an outage.
 
 mod context;
 mod events;
 mod objects;
+mod outage;
 pub mod plans;
 mod reconcile;
 pub mod records;

@@ -17,7 +17,7 @@ use kube::runtime::watcher::{self, watcher};
 use super::context::Context;
 use super::events::Events;
 use super::watches::Watches;
-use super::{Error, Halt, Options, Stop, kube_error, reconcile, stats};
+use super::{Error, Halt, Options, Stop, kube_error, outage, reconcile, stats};
 use crate::api::{ReleasePhase, SequencedRelease};
 use crate::cluster::{Health, health, reconnecting};
 use crate::lock::{Locks, Shards};
@@ -53,7 +53,7 @@ pub async fn run(
     let client = health::client(config.clone(), &health).map_err(kube_error("making a client"))?;
     health.probe_with(client.clone());
     let api: Api<SequencedRelease> = Api::all(client.clone());
-    crd_served(&api, &health).await?;
+    outage::crd_served(&api, &health).await?;
     let (trigger, triggers) = futures::channel::mpsc::unbounded();
     // The SequencedRelease watch reconnects on its own (`reconnecting`): kube-runtime's trigger
     // backoff would hold back every wake of every release after each of its errors.
@@ -66,7 +66,8 @@ pub async fn run(
         ),
     )
     .applied_objects();
-    let controller = Controller::for_stream(releases, store.clone()).trigger_backoff(NoPause);
+    let controller =
+        Controller::for_stream(releases, store.clone()).trigger_backoff(outage::NoPause);
     let concurrency = options.concurrency;
     let identity = options.identity.clone();
     let shards = Arc::new(Shards::new(
@@ -252,7 +253,13 @@ fn keep_shards(
             };
             let back = tokio::select! {
                 () = tokio::time::sleep(wait) => false,
-                changed = backs.changed() => changed.is_ok(),
+                changed = backs.changed() => match changed {
+                    Ok(()) => true,
+                    Err(_) => {
+                        tokio::time::sleep(wait).await;
+                        false
+                    }
+                },
             };
             if context.stopping() {
                 return;
@@ -326,56 +333,6 @@ fn keep_shards(
             }
         }
     })
-}
-
-/// The controller's trigger stream is never held back: each watch waits on its own after an
-/// error ([`reconnecting`]), so that the errors of one (the SequencedRelease watch meeting a
-/// restarted API server: 410, then 503) do not hold back the wakes of every release, as
-/// kube-runtime's trigger backoff would.
-#[derive(Debug, Clone, Copy)]
-struct NoPause;
-
-impl Iterator for NoPause {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        Some(Duration::ZERO)
-    }
-}
-
-impl kube::runtime::utils::Backoff for NoPause {
-    fn reset(&mut self) {}
-}
-
-/// Waits until SequencedReleases are served: an API server that is away or starting is waited
-/// for (an operator started with its cluster must not crash-loop); a CRD that is not installed
-/// or a refusal of a server that is up ends the run.
-async fn crd_served(api: &Api<SequencedRelease>, health: &Health) -> Result<(), Error> {
-    let what =
-        "listing SequencedReleases (is the CRD installed? `sequenced crd | kubectl apply -f -`)";
-    let mut failures = 0;
-    loop {
-        let error = match api.list(&kube::api::ListParams::default().limit(1)).await {
-            Ok(_) => return Ok(()),
-            Err(e) => e,
-        };
-        let waits = match &error {
-            kube::Error::Api(status) => {
-                status.code >= 500
-                    || status.code == 429
-                    || crate::cluster::starting(health, &error).is_some()
-            }
-            _ => true,
-        };
-        if !waits {
-            return Err(kube_error(what)(error));
-        }
-        if failures == 0 {
-            tracing::warn!(error = %error, "the API server does not serve SequencedReleases yet; waiting");
-        }
-        tokio::time::sleep(health::reconnect_delay(failures)).await;
-        failures = failures.saturating_add(1);
-    }
 }
 
 /// Whether a release is in the middle of something: an operation, an uninstall, or reconciles
