@@ -42,11 +42,17 @@ impl Default for Timeouts {
     }
 }
 
-/// A helm binary and the time each call of it may take.
+/// The most helm may print on stdout by default ([`Helm::with_output_limit`]).
+pub const DEFAULT_OUTPUT_LIMIT: u64 = 32 * 1024 * 1024;
+/// The most of helm's stderr that is kept (the rest is read and dropped): its message.
+const STDERR_LIMIT: u64 = 256 * 1024;
+
+/// A helm binary, the time each call of it may take and how much it may print.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Helm {
     path: PathBuf,
     timeouts: Timeouts,
+    output_limit: u64,
 }
 
 /// Why helm could not be run, or what it said when it failed.
@@ -61,6 +67,9 @@ pub enum HelmError {
     /// Helm did not finish in time and was killed.
     #[error("{command} timed out after {after} and was stopped")]
     TimedOut { command: String, after: String },
+    /// Helm printed more than it may ([`Helm::with_output_limit`]) and was stopped.
+    #[error("{command} printed more than {limit} and was stopped (--render-output-limit)")]
+    TooLarge { command: String, limit: String },
     /// Helm ran and failed; `stderr` is its message, unchanged, after its gist
     /// ([`gist`]) on the first line: what a one-line view (a `kubectl get` column, an event
     /// list) keeps.
@@ -109,6 +118,7 @@ impl HelmError {
             HelmError::NotFound | HelmError::EnvNotFound { .. } => "helm_missing",
             HelmError::Spawn { .. } => "helm_spawn",
             HelmError::TimedOut { .. } => "helm_timeout",
+            HelmError::TooLarge { .. } => "helm_output_too_large",
             HelmError::Failed { .. } => "helm_failed",
         }
     }
@@ -117,7 +127,7 @@ impl HelmError {
     /// or did not finish in time, may do better next time; a helm that ran and failed says
     /// something about its input.
     pub fn is_transient(&self) -> bool {
-        !matches!(self, HelmError::Failed { .. })
+        !matches!(self, HelmError::Failed { .. } | HelmError::TooLarge { .. })
     }
 }
 
@@ -146,7 +156,15 @@ impl Helm {
         Helm {
             path: path.into(),
             timeouts: Timeouts::default(),
+            output_limit: DEFAULT_OUTPUT_LIMIT,
         }
+    }
+
+    /// The same binary, stopped when it prints more than `bytes` on stdout (a chart that
+    /// renders without end must not fill the operator's memory).
+    pub fn with_output_limit(mut self, bytes: u64) -> Self {
+        self.output_limit = bytes.max(1);
+        self
     }
 
     /// The same binary with other timeouts.
@@ -175,7 +193,19 @@ impl Helm {
         args: &[OsString],
         timeout: Duration,
     ) -> Result<String, HelmError> {
-        self.run_reporting(name, args, timeout, false).await
+        self.run_reporting(name, args, timeout, false, &[]).await
+    }
+
+    /// [`Helm::run`] with these variables added to (or, when empty, removed from) helm's
+    /// environment: the proxy of a guarded chart fetch.
+    pub async fn run_with_env(
+        &self,
+        name: &str,
+        args: &[OsString],
+        timeout: Duration,
+        env: &[(String, String)],
+    ) -> Result<String, HelmError> {
+        self.run_reporting(name, args, timeout, false, env).await
     }
 
     /// [`Helm::run`] for commands that say why they failed on stdout (`helm repo update`
@@ -185,8 +215,9 @@ impl Helm {
         name: &str,
         args: &[OsString],
         timeout: Duration,
+        env: &[(String, String)],
     ) -> Result<String, HelmError> {
-        self.run_reporting(name, args, timeout, true).await
+        self.run_reporting(name, args, timeout, true, env).await
     }
 
     async fn run_reporting(
@@ -195,8 +226,17 @@ impl Helm {
         args: &[OsString],
         timeout: Duration,
         stdout_in_errors: bool,
+        env: &[(String, String)],
     ) -> Result<String, HelmError> {
-        let mut child = tokio::process::Command::new(&self.path)
+        let mut command = tokio::process::Command::new(&self.path);
+        for (key, value) in env {
+            if value.is_empty() {
+                command.env_remove(key);
+            } else {
+                command.env(key, value);
+            }
+        }
+        let mut child = command
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -218,14 +258,26 @@ impl Helm {
                 message: "its output could not be captured".to_string(),
             });
         };
+        let limit = self.output_limit;
+        let leader = child.id();
         let finished = tokio::time::timeout(timeout, async {
             let mut out = Vec::new();
             let mut err = Vec::new();
-            let (read_out, read_err, status) = tokio::join!(
-                stdout.read_to_end(&mut out),
-                stderr.read_to_end(&mut err),
-                child.wait()
-            );
+            // Past the limit helm is stopped at once (its output would otherwise be read to the
+            // end); its stderr beyond what is kept is read and dropped, so that it never blocks.
+            let read_out = async {
+                let read = (&mut stdout).take(limit + 1).read_to_end(&mut out).await;
+                if out.len() as u64 > limit {
+                    kill_group(leader);
+                }
+                read
+            };
+            let read_err = async {
+                let read = (&mut stderr).take(STDERR_LIMIT).read_to_end(&mut err).await;
+                let rest = tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await;
+                read.and(rest)
+            };
+            let (read_out, read_err, status) = tokio::join!(read_out, read_err, child.wait());
             read_out.and(read_err).and(status).map(|s| (s, out, err))
         })
         .await;
@@ -252,6 +304,12 @@ impl Helm {
             Ok(Ok(done)) => done,
         };
         group.done();
+        if stdout.len() as u64 > limit {
+            return Err(HelmError::TooLarge {
+                command: name.to_string(),
+                limit: format_size(limit),
+            });
+        }
         if !status.success() {
             let status = match status.code() {
                 Some(code) => format!("exit code {code}"),
@@ -289,18 +347,33 @@ impl Helm {
     }
 }
 
+/// `1048576` as `1Mi`, sizes as the flags take them.
+pub fn format_size(bytes: u64) -> String {
+    for (unit, size) in [("Gi", 1u64 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
+        if bytes >= size && bytes.is_multiple_of(size) {
+            return format!("{}{unit}", bytes / size);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+/// Kills the process group `leader` leads, while it is not reaped yet.
+fn kill_group(leader: Option<u32>) {
+    if let Some(id) = leader.and_then(|id| libc::pid_t::try_from(id).ok()) {
+        // SAFETY: kill(2) takes plain integers; a negative id names the process group that
+        // helm leads (it was started with process_group(0) and is not reaped yet).
+        unsafe {
+            libc::kill(-id, libc::SIGKILL);
+        }
+    }
+}
+
 /// The process group helm leads; killed when dropped unless helm finished by itself.
 struct ProcessGroup(Option<u32>);
 
 impl ProcessGroup {
     fn kill(&mut self) {
-        if let Some(id) = self.0.take().and_then(|id| libc::pid_t::try_from(id).ok()) {
-            // SAFETY: kill(2) takes plain integers; a negative id names the process group that
-            // helm leads (it was started with process_group(0) and is not reaped yet).
-            unsafe {
-                libc::kill(-id, libc::SIGKILL);
-            }
-        }
+        kill_group(self.0.take());
     }
 
     /// Helm exited and was reaped: its id may be reused, so the group must not be signalled.

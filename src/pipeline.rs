@@ -114,8 +114,11 @@ pub async fn values_files(helm: &Helm, entries: &[ValuesEntry]) -> Result<Vec<Va
     }])
 }
 
-/// `values` with `value` set at `path`, by helm's own `--set` (or `--set-string`) parser: a
-/// chart of one template that prints `.Values` is rendered with them.
+/// `values` with `value` set at `path`. Helm's own `--set` parser reads the path (a chart of
+/// one template that prints `.Values` is rendered with them), but never the value: it may be a
+/// Secret's, and helm's command line is readable by every process of the node and its errors
+/// end up in statuses. Helm sets a random token at the path, which is then replaced by the
+/// value, typed as `--set` types a scalar ([`typed`]).
 async fn set_path(
     helm: &Helm,
     values: serde_json::Map<String, Value>,
@@ -146,25 +149,16 @@ async fn set_path(
         origin: origin.to_string(),
         text: Value::Object(values).to_string(),
     })?;
-    let quoted = value.len() >= 2
-        && ((value.starts_with('"') && value.ends_with('"'))
-            || (value.starts_with('\'') && value.ends_with('\'')));
-    let assignment = if quoted {
-        format!("{path}={}", value.trim_matches(|c| c == '"' || c == '\''))
-    } else {
-        format!("{path}={value}")
-    };
-    let (set, set_string) = if quoted {
-        (vec![], vec![assignment])
-    } else {
-        (vec![assignment], vec![])
-    };
+    let token = format!(
+        "sequenced-value-{:016x}{:016x}",
+        fastrand::u64(..),
+        fastrand::u64(..)
+    );
     let options = RenderOptions {
         release_name: "values".to_string(),
         namespace: "default".to_string(),
         values_files: vec![current.path().to_path_buf()],
-        set,
-        set_string,
+        set_string: vec![format!("{path}={token}")],
         ..RenderOptions::default()
     };
     let output = match crate::render::template(helm, chart.path(), &options).await {
@@ -173,11 +167,12 @@ async fn set_path(
             source: HelmError::Failed { stderr, .. },
             ..
         }) => {
+            // What helm says names the path and the token, never the value.
             return Err(Error::Values {
                 origin: origin.to_string(),
                 message: format!(
                     "cannot set values path {path}: {}",
-                    crate::helm::gist(&stderr)
+                    crate::helm::gist(&stderr).replace(&token, "<value>")
                 ),
             });
         }
@@ -188,14 +183,83 @@ async fn set_path(
         .filter(|l| !l.starts_with("---") && !l.starts_with("# Source:"))
         .collect::<Vec<_>>()
         .join("\n");
-    match serde_json::from_str::<Value>(printed.trim()) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(Value::Null) => Ok(serde_json::Map::new()),
-        _ => Err(Error::Io {
-            what: format!("{origin}: setting values path {path}"),
-            message: format!("helm printed no values object: {printed}"),
-        }),
+    let mut merged = match serde_json::from_str::<Value>(printed.trim()) {
+        Ok(Value::Object(map)) => Value::Object(map),
+        Ok(Value::Null) => Value::Object(serde_json::Map::new()),
+        _ => {
+            return Err(Error::Io {
+                what: format!("{origin}: setting values path {path}"),
+                message: "helm printed no values object".to_string(),
+            });
+        }
+    };
+    if !replace_token(&mut merged, &token, &typed(value)) {
+        return Err(Error::Values {
+            origin: origin.to_string(),
+            message: format!("cannot set values path {path}: helm set nothing there"),
+        });
     }
+    match merged {
+        Value::Object(map) => Ok(map),
+        _ => Ok(serde_json::Map::new()),
+    }
+}
+
+/// Replaces every string `token` in `value` by `with`; whether there was one.
+fn replace_token(value: &mut Value, token: &str, with: &Value) -> bool {
+    match value {
+        Value::String(s) if s == token => {
+            *value = with.clone();
+            true
+        }
+        Value::Array(items) => {
+            let mut found = false;
+            for item in items {
+                found |= replace_token(item, token, with);
+            }
+            found
+        }
+        Value::Object(map) => {
+            let mut found = false;
+            for item in map.values_mut() {
+                found |= replace_token(item, token, with);
+            }
+            found
+        }
+        _ => false,
+    }
+}
+
+/// The value a `valuesFrom[].targetPath` entry sets: in single or double quotes, the string
+/// between them (as Flux reads it); else one scalar typed as Helm's `--set` types a scalar
+/// (`true`, `false` and `null` in any case, and integers without a leading zero; anything else
+/// is a string). The whole text is the value: a comma, brace or backslash in it (a password)
+/// is kept as it is, where `--set` would split it or fail.
+pub fn typed(text: &str) -> Value {
+    let quoted = text.len() >= 2
+        && ((text.starts_with('"') && text.ends_with('"'))
+            || (text.starts_with('\'') && text.ends_with('\'')));
+    if quoted {
+        return Value::String(text[1..text.len() - 1].to_string());
+    }
+    if text.eq_ignore_ascii_case("true") {
+        return Value::Bool(true);
+    }
+    if text.eq_ignore_ascii_case("false") {
+        return Value::Bool(false);
+    }
+    if text.eq_ignore_ascii_case("null") {
+        return Value::Null;
+    }
+    if text == "0" {
+        return Value::from(0);
+    }
+    if !text.starts_with('0')
+        && let Ok(n) = text.parse::<i64>()
+    {
+        return Value::from(n);
+    }
+    Value::String(text.to_string())
 }
 
 /// `--set`, `--set-string`, `--set-json` and `--set-literal` flags, passed to helm as they are.
@@ -262,6 +326,11 @@ impl Error {
     pub fn reason(&self) -> Reason {
         match self {
             Error::Values { .. } => Reason::InvalidSpec,
+            Error::Source(SourceError::NotAllowed { .. }) => Reason::SourceNotAllowed,
+            Error::Render(RenderError::Helm {
+                source: HelmError::TooLarge { .. },
+                ..
+            }) => Reason::RenderTooLarge,
             Error::Source(_) | Error::Io { .. } => Reason::ChartUnavailable,
             Error::Chart(_) => Reason::InvalidChart,
             Error::Render(_) => Reason::RenderFailed,
@@ -273,10 +342,25 @@ impl Error {
     /// finish in time, as opposed to a chart that does not load, render or plan.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Source(_) | Error::Io { .. } => true,
+            Error::Source(e) => e.is_transient(),
+            Error::Io { .. } => true,
             Error::Render(RenderError::Helm { source, .. }) => source.is_transient(),
             Error::Values { .. } | Error::Chart(_) | Error::Render(_) | Error::Plan(_) => false,
         }
+    }
+
+    /// Whether helm did not finish in time (rendering or pulling).
+    pub fn timed_out(&self) -> bool {
+        matches!(
+            self,
+            Error::Render(RenderError::Helm {
+                source: HelmError::TimedOut { .. },
+                ..
+            }) | Error::Source(SourceError::Pull {
+                source: HelmError::TimedOut { .. },
+                ..
+            })
+        )
     }
 
     /// A fixed short category, for metrics labels.

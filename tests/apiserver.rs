@@ -3720,3 +3720,278 @@ async fn the_played_deployment_controller_waits_its_delay_at_each_generation() {
     })
     .await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// ValidatingAdmissionPolicy
+
+const ADMISSION: &str = "/apis/admissionregistration.k8s.io/v1";
+
+/// Creates ValidatingAdmissionPolicy `name` with `spec`, and a binding of the same name with
+/// `binding` as its spec (policyName filled in).
+async fn policy(server: &TestApiServer, name: &str, spec: Value, mut binding: Value) {
+    admin_creates(
+        server,
+        &format!("{ADMISSION}/validatingadmissionpolicies"),
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+               "metadata": {"name": name}, "spec": spec}),
+    )
+    .await;
+    binding["policyName"] = json!(name);
+    admin_creates(
+        server,
+        &format!("{ADMISSION}/validatingadmissionpolicybindings"),
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": name}, "spec": binding}),
+    )
+    .await;
+}
+
+fn config_map_rules(operations: &[&str]) -> Value {
+    json!({"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations,
+                              "resources": ["configmaps"]}]})
+}
+
+fn config_map_of(name: &str, data: Value) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": data})).unwrap()
+}
+
+#[tokio::test]
+async fn a_validating_admission_policy_denies_with_kube_apiservers_status() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        policy(
+            &server,
+            "no-bad-data",
+            json!({"failurePolicy": "Fail", "matchConstraints": config_map_rules(&["CREATE", "UPDATE"]),
+                   "validations": [{"expression": "!has(object.data) || !('mode' in object.data) || object.data.mode != 'bad'"}]}),
+            json!({"validationActions": ["Deny"]}),
+        )
+        .await;
+        let api: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+        api.create(&PostParams::default(), &config_map_of("fine", json!({"mode": "good"})))
+            .await
+            .expect("an object the policy admits");
+        // The body as kube-apiserver's validating/dispatcher.go makes it: admission.NewForbidden
+        // with the reason (Invalid unless the validation says) and the message as a cause.
+        let answer = send_json(
+            &server,
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "worse"}, "data": {"mode": "bad"}}),
+        )
+        .await;
+        let denial = "ValidatingAdmissionPolicy 'no-bad-data' with binding 'no-bad-data' denied request: failed expression: !has(object.data) || !('mode' in object.data) || object.data.mode != 'bad'";
+        assert_eq!(answer.status, 422, "{}", answer.text);
+        assert_eq!(
+            answer.json(),
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": format!("configmaps \"worse\" is forbidden: {denial}"),
+                   "reason": "Invalid",
+                   "details": {"name": "worse", "kind": "configmaps", "causes": [{"message": denial}]},
+                   "code": 422})
+        );
+        assert!(api.get_opt("worse").await.unwrap().is_none(), "a denied object was stored");
+        // An update is judged on the object it would store (a merge patch here).
+        let (code, reason, message) = refused(
+            api.patch("fine", &PatchParams::default(), &Patch::Merge(json!({"data": {"mode": "bad"}})))
+                .await,
+        );
+        assert_eq!((code, reason.as_str()), (422, "Invalid"));
+        assert!(message.starts_with("configmaps \"fine\" is forbidden: ValidatingAdmissionPolicy 'no-bad-data'"), "{message}");
+        assert_eq!(api.get("fine").await.unwrap().data.unwrap()["mode"], "good");
+        // So is a dry run, and a server-side apply that would create the object.
+        let dry = PostParams { dry_run: true, ..PostParams::default() };
+        assert_eq!(refused(api.create(&dry, &config_map_of("dry", json!({"mode": "bad"}))).await).0, 422);
+        let apply = api
+            .patch(
+                "applied",
+                &PatchParams::apply("test"),
+                &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"}, "data": {"mode": "bad"}})),
+            )
+            .await;
+        assert_eq!(refused(apply).0, 422);
+        // Not a kind the policy matches, nor an operation.
+        let secrets: Api<Secret> = Api::namespaced(server.client(), "default");
+        secrets
+            .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "s"}, "stringData": {"mode": "bad"}})).unwrap())
+            .await
+            .expect("a Secret is not matched");
+        api.delete("fine", &DeleteParams::default()).await.expect("a delete is not matched");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn messages_reasons_variables_and_the_user_of_a_request_reach_the_policy() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        deployer_setup(&server).await;
+        policy(
+            &server,
+            "deployer-only-tagged",
+            json!({"failurePolicy": "Fail", "matchConstraints": config_map_rules(&["CREATE", "UPDATE", "DELETE"]),
+                   "matchConditions": [{"name": "the-deployer", "expression": format!("request.userInfo.username == '{DEPLOYER}'")}],
+                   "variables": [{"name": "cm", "expression": "request.operation == 'DELETE' ? oldObject : object"},
+                                 {"name": "tagged", "expression": "has(variables.cm.metadata.labels) && 'tag' in variables.cm.metadata.labels"}],
+                   "validations": [{"expression": "variables.tagged",
+                                    "messageExpression": "'the deployer may ' + request.operation + ' only tagged ConfigMaps, not ' + request.namespace + '/' + request.name",
+                                    "reason": "Forbidden"}]}),
+            json!({"validationActions": ["Deny"]}),
+        )
+        .await;
+        let deployer = impersonating(server.config(), DEPLOYER, &[]);
+        let api: Api<ConfigMap> = Api::namespaced(deployer.clone(), "t");
+        let (code, reason, message) = refused(api.create(&PostParams::default(), &config_map_of("plain", json!({}))).await);
+        assert_eq!((code, reason.as_str()), (403, "Forbidden"));
+        assert_eq!(
+            message,
+            "configmaps \"plain\" is forbidden: ValidatingAdmissionPolicy 'deployer-only-tagged' with binding 'deployer-only-tagged' denied request: the deployer may CREATE only tagged ConfigMaps, not t/plain"
+        );
+        let tagged: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "tagged", "labels": {"tag": "x"}}})).unwrap();
+        api.create(&PostParams::default(), &tagged).await.expect("a tagged ConfigMap");
+        // The administrator is not the deployer: the matchCondition leaves the policy out.
+        let admin: Api<ConfigMap> = Api::namespaced(server.client(), "t");
+        admin.create(&PostParams::default(), &config_map_of("plain", json!({}))).await.unwrap();
+        // A delete is judged on the object deleted (oldObject), one by one for a collection.
+        let (_, _, message) = refused(api.delete("plain", &DeleteParams::default()).await);
+        assert!(message.ends_with("may DELETE only tagged ConfigMaps, not t/plain"), "{message}");
+        role_for(
+            &server,
+            "t",
+            "collections",
+            json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["deletecollection"]}]),
+            deployer_subject(),
+        )
+        .await;
+        let (_, _, message) = refused(api.delete_collection(&DeleteParams::default(), &ListParams::default()).await);
+        assert!(message.ends_with("not t/plain"), "{message}");
+        assert!(admin.get_opt("plain").await.unwrap().is_some());
+        api.delete("tagged", &DeleteParams::default()).await.expect("a tagged one is deleted");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn failure_policies_actions_and_binding_selectors_decide_what_an_error_or_a_denial_does() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        namespace(&server, "audited").await;
+        namespace(&server, "enforced").await;
+        let labels = |ns: &str, team: &str| {
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"team": team}}})
+        };
+        let namespaces: Api<Namespace> = Api::all(server.client());
+        for (ns, team) in [("audited", "a"), ("enforced", "b")] {
+            namespaces.patch(ns, &PatchParams::apply("test"), &Patch::Apply(labels(ns, team))).await.unwrap();
+        }
+        // An expression that cannot be evaluated (no data): Fail denies, Ignore admits.
+        let broken = json!([{"expression": "object.data.mode == 'x'"}]);
+        policy(
+            &server,
+            "fail",
+            json!({"failurePolicy": "Fail", "matchConstraints": config_map_rules(&["CREATE"]), "validations": broken}),
+            json!({"validationActions": ["Deny"], "matchResources": {"namespaceSelector": {"matchLabels": {"team": "b"}}}}),
+        )
+        .await;
+        policy(
+            &server,
+            "ignore",
+            json!({"failurePolicy": "Ignore", "matchConstraints": config_map_rules(&["CREATE"]), "validations": broken}),
+            json!({"validationActions": ["Deny"]}),
+        )
+        .await;
+        // A denial only audited does not refuse.
+        policy(
+            &server,
+            "audit",
+            json!({"matchConstraints": config_map_rules(&["CREATE"]), "validations": [{"expression": "false"}]}),
+            json!({"validationActions": ["Audit"]}),
+        )
+        .await;
+        let enforced: Api<ConfigMap> = Api::namespaced(server.client(), "enforced");
+        let (code, reason, message) = refused(enforced.create(&PostParams::default(), &config_map_of("c", Value::Null)).await);
+        assert_eq!((code, reason.as_str()), (422, "Invalid"));
+        assert!(
+            message.starts_with("configmaps \"c\" is forbidden: ValidatingAdmissionPolicy 'fail' with binding 'fail' denied request: expression 'object.data.mode == 'x'' resulted in error: "),
+            "{message}"
+        );
+        // The binding selects namespaces of team b only.
+        let audited: Api<ConfigMap> = Api::namespaced(server.client(), "audited");
+        audited.create(&PostParams::default(), &config_map_of("c", Value::Null)).await.expect("admitted");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn policies_and_bindings_are_checked_when_written_and_never_judged_by_a_policy() {
+    timed(async {
+        let server = TestApiServer::start().await;
+        let post = |kind: &str, spec: Value| {
+            let plural = if kind == "ValidatingAdmissionPolicy" { "validatingadmissionpolicies" } else { "validatingadmissionpolicybindings" };
+            let server = server.clone();
+            let kind = kind.to_string();
+            async move {
+                send_json(
+                    &server,
+                    "POST",
+                    &format!("{ADMISSION}/{plural}"),
+                    "application/json",
+                    &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": {"name": "p"}, "spec": spec}),
+                )
+                .await
+            }
+        };
+        let answer = post(
+            "ValidatingAdmissionPolicy",
+            json!({"matchConstraints": config_map_rules(&["CREATE", "REPLACE"]),
+                   "validations": [{"expression": "objects.data.size() > 0"}, {"expression": "object.data.(", "reason": "Teapot"}]}),
+        )
+        .await;
+        assert_eq!(answer.status, 422, "{}", answer.text);
+        let message = answer.json()["message"].as_str().unwrap().to_string();
+        assert!(message.starts_with("ValidatingAdmissionPolicy.admissionregistration.k8s.io \"p\" is invalid: ["), "{message}");
+        for part in [
+            "spec.matchConstraints.resourceRules[0].operations[1]: Unsupported value: \"REPLACE\"",
+            "spec.validations[0].expression: Invalid value: \"objects.data.size() > 0\": compilation failed: ERROR: <input>:1:1: undeclared reference to 'objects' (in container '')",
+            "spec.validations[1].expression: Invalid value: \"object.data.(\": compilation failed",
+            "spec.validations[1].reason: Unsupported value: \"Teapot\"",
+        ] {
+            assert!(message.contains(part), "{part} not in {message}");
+        }
+        let answer = post("ValidatingAdmissionPolicy", json!({"matchConstraints": {}})).await;
+        let message = answer.json()["message"].as_str().unwrap().to_string();
+        assert!(message.contains("spec.matchConstraints.resourceRules: Required value"), "{message}");
+        assert!(message.contains("spec.validations: Required value: validations or auditAnnotations must contain at least one item"), "{message}");
+        let answer = post("ValidatingAdmissionPolicyBinding", json!({"validationActions": ["Deny", "Warn", "Deny"]})).await;
+        assert_eq!(answer.status, 422);
+        let message = answer.json()["message"].as_str().unwrap().to_string();
+        for part in [
+            "spec.policyName: Required value",
+            "spec.validationActions[2]: Duplicate value: \"Deny\"",
+            "must not contain both Deny and Warn",
+        ] {
+            assert!(message.contains(part), "{part} not in {message}");
+        }
+        // A policy that refuses everything does not lock itself in: policies and bindings are
+        // exempt, so it can be taken back.
+        policy(
+            &server,
+            "everything",
+            json!({"matchConstraints": {"resourceRules": [{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"], "resources": ["*"]}]},
+                   "validations": [{"expression": "[1, 2].all(x, x > 5)", "message": "nothing at all"}]}),
+            json!({"validationActions": ["Deny"]}),
+        )
+        .await;
+        let api: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+        let (_, _, message) = refused(api.create(&PostParams::default(), &config_map_of("x", Value::Null)).await);
+        assert!(message.ends_with("denied request: nothing at all"), "{message}");
+        let bindings: Api<DynamicObject> = Api::all_with(
+            server.client(),
+            &ApiResource::from_gvk(&GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding")),
+        );
+        bindings.delete("everything", &DeleteParams::default()).await.expect("the binding is deleted");
+        api.create(&PostParams::default(), &config_map_of("x", Value::Null)).await.expect("free again");
+    })
+    .await;
+}

@@ -14,8 +14,8 @@ use sequenced::chart::source::{
 };
 use sequenced::helm::{Helm, HelmError};
 use sha2::{Digest, Sha256};
-use support::http::{Request, Response, Server};
-use support::{chart, package};
+use support::http::{Request, Response, Server, serve_dir as serve, unauthorized};
+use support::{chart, package, recording_helm};
 use tempfile::TempDir;
 
 fn helm() -> Helm {
@@ -59,48 +59,6 @@ fn repository(versions: &[&str]) -> TempDir {
         .expect("helm repo index");
     assert!(status.success());
     dir
-}
-
-/// With `password`, the 401 (and Basic challenge of `realm`) of a request without the basic
-/// credentials `ci:PASSWORD`; None when it may pass.
-fn unauthorized(
-    request: &Request,
-    password: Option<&str>,
-    realm: &str,
-    body: &[u8],
-) -> Option<Response> {
-    use base64::Engine;
-    let password = password?;
-    let expected = format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("ci:{password}"))
-    );
-    (request.headers.get("authorization") != Some(&expected)).then(|| Response {
-        status: 401,
-        headers: vec![(
-            "WWW-Authenticate".into(),
-            format!("Basic realm=\"{realm}\""),
-        )],
-        body: body.to_vec(),
-    })
-}
-
-/// Serves the files of `dir`; with `password`, only to requests with those basic credentials.
-fn serve(dir: &Path, password: Option<&'static str>) -> Server {
-    let dir = dir.to_path_buf();
-    Server::start(move |request: &Request| {
-        if let Some(refused) = unauthorized(request, password, "charts", b"unauthorized\n") {
-            return refused;
-        }
-        let name = request.path.trim_start_matches('/');
-        if name.contains("..") {
-            return Response::not_found();
-        }
-        match std::fs::read(dir.join(name)) {
-            Ok(body) => Response::ok("application/octet-stream", body),
-            Err(_) => Response::not_found(),
-        }
-    })
 }
 
 fn repo_ref(server: &Server, version: Option<&str>) -> ChartReference {
@@ -235,6 +193,7 @@ fn repository_credentials_reach_helm_and_no_message_shows_them() {
     let wrong = Credentials {
         username: "ci".into(),
         password: "wr0ng-s3cret".into(),
+        scope: "team".into(),
     };
     let err = fetch(&cache, &repo_ref(&server, None), Some(&wrong))
         .unwrap_err()
@@ -244,6 +203,7 @@ fn repository_credentials_reach_helm_and_no_message_shows_them() {
     let credentials = Credentials {
         username: "ci".into(),
         password: "s3cret".into(),
+        scope: "team".into(),
     };
     let fetched = fetch(&cache, &repo_ref(&server, None), Some(&credentials)).unwrap();
     assert_eq!(version_of(&fetched.path), "0.3.0");
@@ -437,22 +397,6 @@ fn the_template_command_renders_a_remote_chart() {
     );
 }
 
-/// A helm that writes each command line it is given, and the mode of every file it names, to
-/// `log`, then runs the real helm.
-fn recording_helm(dir: &Path) -> (Helm, PathBuf) {
-    let log = dir.join("helm.log");
-    let script = dir.join("helm");
-    let text = format!(
-        "#!/bin/sh\nprintf 'ARGS %s\\n' \"$*\" >> '{log}'\nfor a in \"$@\"; do\n  if [ -f \"$a\" ]; then printf 'FILE %s %s\\n' \"$(stat -c %a \"$a\")\" \"$a\" >> '{log}'; fi\ndone\nexec '{helm}' \"$@\"\n",
-        log = log.display(),
-        helm = support::helm().display(),
-    );
-    std::fs::write(&script, text).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    (Helm::at(&script), log)
-}
-
 #[test]
 fn credentials_reach_helm_only_in_private_files_that_are_gone_after_the_pull() {
     let scratch = TempDir::new().unwrap();
@@ -460,6 +404,7 @@ fn credentials_reach_helm_only_in_private_files_that_are_gone_after_the_pull() {
     let credentials = Credentials {
         username: "ci".into(),
         password: "s3cret-pa55".into(),
+        scope: "team".into(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -506,4 +451,97 @@ fn credentials_reach_helm_only_in_private_files_that_are_gone_after_the_pull() {
         assert_eq!(*mode, "600", "{path} may be read by others");
         assert!(!Path::new(path).exists(), "{path} is left behind");
     }
+}
+
+fn credentials(password: &str, scope: &str) -> Credentials {
+    Credentials {
+        username: "ci".into(),
+        password: password.into(),
+        scope: scope.into(),
+    }
+}
+
+#[test]
+fn a_private_chart_is_served_from_the_cache_only_to_its_namespace_and_credentials() {
+    let repo = repository(&["0.3.0"]);
+    let server = serve(repo.path(), Some("s3cret"));
+    let cache_dir = TempDir::new().unwrap();
+    let cache = ChartCache::new(cache_dir.path());
+    let exact = repo_ref(&server, Some("0.3.0"));
+    let team_a = credentials("s3cret", "team-a");
+    assert!(fetch(&cache, &exact, Some(&team_a)).unwrap().downloaded);
+    // The same namespace with the same credentials: from the cache.
+    assert!(!fetch(&cache, &exact, Some(&team_a)).unwrap().downloaded);
+    // Without credentials, or with others: never from the cache; the repository says no.
+    for asked in [None, Some(credentials("guess", "team-a"))] {
+        let err = fetch(&cache, &exact, asked.as_ref())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("401"), "{err}");
+    }
+    // Another namespace with the same credentials fetches its own copy.
+    let team_b = credentials("s3cret", "team-b");
+    let theirs = fetch(&cache, &exact, Some(&team_b)).unwrap();
+    assert!(theirs.downloaded);
+    assert_eq!(server.count("GET", "/demo-0.3.0.tgz"), 2);
+    // The cache's directory names tell nothing of the password.
+    for entry in std::fs::read_dir(cache_dir.path()).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let unsalted = hex::encode(Sha256::digest(b"s3cret"));
+        assert!(!name.contains(&unsalted[..12]), "{name}");
+    }
+    let salt = std::fs::metadata(cache_dir.path().join(".salt")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(salt.permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn chart_names_that_are_paths_never_reach_the_cache() {
+    let cache_dir = TempDir::new().unwrap();
+    let cache = ChartCache::new(cache_dir.path());
+    for name in ["../other/app", "..", ".hidden", "a/b"] {
+        let reference = ChartReference::Repository {
+            url: "http://127.0.0.1:9".into(),
+            name: name.into(),
+            version: Some("1.0.0".into()),
+        };
+        let err = fetch(&cache, &reference, None).unwrap_err().to_string();
+        assert!(err.contains("is not a chart name"), "{name}: {err}");
+    }
+    assert_eq!(std::fs::read_dir(cache_dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn over_its_budget_the_cache_removes_the_least_recently_used_archives_no_release_uses() {
+    let versions = ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0"];
+    let repo = repository(&versions);
+    let server = serve(repo.path(), None);
+    let cache_dir = TempDir::new().unwrap();
+    let size = std::fs::metadata(repo.path().join("demo-0.1.0.tgz"))
+        .unwrap()
+        .len();
+    // Room for two archives and a half.
+    let cache = ChartCache::new(cache_dir.path()).with_budget(size * 5 / 2);
+    let mut paths = Vec::new();
+    for version in versions {
+        let fetched = fetch(&cache, &repo_ref(&server, Some(version)), None).unwrap();
+        paths.push(fetched.path);
+        // Far enough apart for the file system's clock.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // 0.1.0 is used by a release now: kept, whatever its age.
+    let in_use: std::collections::HashSet<PathBuf> = [paths[0].clone()].into();
+    let evicted = cache.evict(&in_use);
+    assert_eq!(evicted.removed, 3, "{evicted:?}");
+    assert!(evicted.after <= size * 5 / 2, "{evicted:?}");
+    let kept: Vec<bool> = paths.iter().map(|p| p.exists()).collect();
+    assert_eq!(kept, [true, false, false, false, true]);
+    // A removed archive is fetched again when asked for.
+    let again = fetch(&cache, &repo_ref(&server, Some("0.2.0")), None).unwrap();
+    assert!(again.downloaded);
+    // Without a budget nothing is removed.
+    assert_eq!(
+        ChartCache::new(cache_dir.path()).evict(&in_use),
+        Default::default()
+    );
 }

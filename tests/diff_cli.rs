@@ -284,7 +284,26 @@ async fn changed_values_show_the_managed_fields_that_change_and_secrets_masked()
             text.contains("      -  password: (sensitive value)\n      +  password: (sensitive value, changed)\n"),
             "{text}"
         );
-        for hidden in ["s3cret", "team", "storage", "resourceVersion", "managedFields"] {
+        // Neither side shows a value: not the live object's base64 `data` (the API server
+        // keeps `stringData` as `data`), nor the applied one's.
+        use base64::Engine;
+        let encoded = |v: &str| base64::engine::general_purpose::STANDARD.encode(v);
+        let live_secret: k8s_openapi::api::core::v1::Secret =
+            kube::Api::namespaced(setup.server().client(), "default")
+                .get("creds")
+                .await
+                .unwrap();
+        let live = live_secret.data.unwrap();
+        assert_eq!(live["password"].0, b"s3cret-one");
+        for hidden in [
+            "s3cret",
+            &encoded("s3cret-one"),
+            &encoded("s3cret-two"),
+            "team",
+            "storage",
+            "resourceVersion",
+            "managedFields",
+        ] {
             assert!(!text.contains(hidden), "{hidden} in {text}");
         }
 
@@ -293,7 +312,9 @@ async fn changed_values_show_the_managed_fields_that_change_and_secrets_masked()
             .diff(&["web", "--set", "password=s3cret-two", "-o", "json"])
             .await;
         let json: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-        assert!(!stdout(&out).contains("s3cret"));
+        for hidden in ["s3cret", &encoded("s3cret-one"), &encoded("s3cret-two")] {
+            assert!(!stdout(&out).contains(hidden), "{hidden}");
+        }
         let creds = &json["stages"][1]["layers"][0]["objects"][0];
         assert_eq!(creds["kind"], "Secret");
         assert_eq!(creds["action"], "change");

@@ -1038,6 +1038,153 @@ fn uninstall_walks_the_inventory_then_finishes_dropping_the_records() {
 }
 
 #[test]
+fn a_release_never_acts_as_the_controller_by_an_empty_name_nor_in_multi_tenant_mode() {
+    use sequenced::rollout::lifecycle::{AccountPolicy, account_name};
+    let single = AccountPolicy::default();
+    let locked = AccountPolicy {
+        default_service_account: None,
+        multi_tenant: true,
+    };
+    let defaulted = AccountPolicy {
+        default_service_account: Some("default".into()),
+        multi_tenant: true,
+    };
+    let spec = |sa: Option<&str>| {
+        release(
+            sa.map_or_else(|| json!({}), |sa| json!({"serviceAccountName": sa})),
+            json!({}),
+        )
+        .spec
+    };
+    assert_eq!(account_name(&spec(None), &single), Ok(None));
+    assert_eq!(
+        account_name(&spec(Some("ci")), &single),
+        Ok(Some("ci".into()))
+    );
+    assert_eq!(
+        account_name(&spec(None), &defaulted),
+        Ok(Some("default".into()))
+    );
+    // The empty name once meant "the controller's rights", the default applied before it.
+    for policy in [&single, &locked, &defaulted] {
+        let refused = account_name(&spec(Some("")), policy).unwrap_err();
+        assert!(refused.contains("must not be empty"), "{refused}");
+    }
+    assert!(account_name(&spec(Some("Bad Name")), &single).is_err());
+    let refused = account_name(&spec(None), &locked).unwrap_err();
+    assert!(refused.contains("required"), "{refused}");
+    // The lifecycle stalls such a release before it reads anything of its chart...
+    let mut f = facts(release(json!({"serviceAccountName": ""}), json!({})));
+    f.accounts = defaulted.clone();
+    let Next::Stall { status, .. } = next(&f) else {
+        panic!("stalls");
+    };
+    let (_, reason, message) = condition(&status, "Stalled");
+    assert_eq!(reason, "InvalidSpec");
+    assert!(message.starts_with("spec.serviceAccountName"), "{message}");
+    // ...and deletes nothing of it when it is deleted: as which account would it?
+    let mut f = facts(with_status(
+        release(
+            json!({"serviceAccountName": ""}),
+            json!({"deletionTimestamp": "2027-01-15T08:00:00Z"}),
+        ),
+        ready(1, "sha256:1"),
+    ));
+    f.accounts = defaulted;
+    f.records
+        .insert(1, record(1, "sha256:1", deployable().inventory.clone()));
+    let Next::Stall { status, .. } = next(&f) else {
+        panic!("stalls");
+    };
+    assert_eq!(status.phase, Some(ReleasePhase::Uninstalling));
+    assert_eq!(condition(&status, "Stalled").1, "InvalidSpec");
+}
+
+#[test]
+fn an_uninstall_without_its_record_deletes_what_the_owner_annotation_finds_or_waits() {
+    let deleting = json!({"deletionTimestamp": "2027-01-15T08:00:00Z"});
+    let mut f = facts(with_status(
+        release(json!({}), deleting),
+        ready(3, "sha256:1"),
+    ));
+    f.records.insert(3, None);
+    assert_eq!(next(&f), Next::Need(Need::Leftovers));
+    // They cannot all be looked for: Uninstalling, Stalled, saying how to leave them.
+    f.leftovers = Some(Err("API group metrics.k8s.io/v1beta1 is unavailable".into()));
+    let Next::Stall { status, event, .. } = next(&f) else {
+        panic!("stalls");
+    };
+    assert_eq!(status.phase, Some(ReleasePhase::Uninstalling));
+    let (stalled, reason, message) = condition(&status, "Stalled");
+    assert_eq!(
+        (stalled.as_str(), reason.as_str()),
+        ("True", "RecordMissing")
+    );
+    assert!(
+        message.contains("the record of revision 3 is missing")
+            && message.contains("metrics.k8s.io/v1beta1 is unavailable")
+            && message.contains("remove the finalizer"),
+        "{message}"
+    );
+    assert!(event.is_some());
+    // Found: deleted all at once as `helm uninstall` deletes, in Helm's uninstall kind order
+    // (the Deployment before its ConfigMap), and the missing record told in an event.
+    let key = |kind: &str, api_version: &str, name: &str| ObjectKey {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        namespace: Some("apps".into()),
+        name: name.into(),
+    };
+    let found = vec![
+        key("ConfigMap", "v1", "settings"),
+        key("Deployment", "apps/v1", "web"),
+    ];
+    f.leftovers = Some(Ok(found.clone()));
+    let Next::Need(Need::Observe(wanted)) = next(&f) else {
+        panic!("observes whose the objects are");
+    };
+    assert_eq!(wanted.present.first(), Some(&found[1]));
+    for k in &found {
+        f.observed.present.insert(
+            k.clone(),
+            Some(Claim {
+                owner: Some("apps/shop".into()),
+                ..Claim::default()
+            }),
+        );
+    }
+    let Next::Uninstall(step) = next(&f) else {
+        panic!("deletes");
+    };
+    assert_eq!(
+        step.deletes,
+        [(0, vec![found[1].clone()]), (1, vec![found[0].clone()])]
+    );
+    let told: Vec<_> = step
+        .events
+        .iter()
+        .filter(|e| e.reason == EventReason::RecordMissing)
+        .collect();
+    assert_eq!(told.len(), 1);
+    assert!(
+        told[0]
+            .message
+            .contains("uninstalling the 2 objects found by their owner annotation"),
+        "{}",
+        told[0].message
+    );
+    // Once begun, not told again.
+    f.status = step.status.clone();
+    if let Next::Uninstall(step) = next(&f) {
+        assert!(
+            step.events
+                .iter()
+                .all(|e| e.reason != EventReason::RecordMissing)
+        );
+    }
+}
+
+#[test]
 fn requeues_follow_the_phase() {
     let sr = release(
         json!({"timeout": "90s", "interval": "5m", "retries": 1}),

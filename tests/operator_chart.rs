@@ -96,6 +96,13 @@ affinity:
 priorityClassName: system-cluster-critical
 terminationGracePeriodSeconds: 45
 tmp: {sizeLimit: 2Gi}
+chartCache: {size: 1Gi}
+render: {outputLimit: 16Mi}
+extraVolumes: [{name: charts, configMap: {name: platform-charts}}]
+extraVolumeMounts: [{name: charts, mountPath: /charts, readOnly: true}]
+networkPolicy:
+  enabled: true
+  apiServer: {cidrs: [10.0.0.1/32]}
 metrics:
   serviceMonitor:
     enabled: true
@@ -416,7 +423,13 @@ fn the_controller_runs_with_its_flags_identity_probes_and_resources() {
     assert_eq!(container["image"], "sequenced:0.1.0");
     assert_eq!(
         container["args"],
-        json!(["run", "--metrics-addr=0.0.0.0:8080", "--concurrency=16"])
+        json!([
+            "run",
+            "--metrics-addr=0.0.0.0:8080",
+            "--concurrency=16",
+            "--chart-cache-size=512Mi",
+            "--render-output-limit=32Mi"
+        ])
     );
     assert_eq!(
         env(container, "SEQUENCED_IDENTITY")["valueFrom"]["fieldRef"]["fieldPath"],
@@ -541,10 +554,10 @@ fn multi_tenant_rbac_grants_the_controller_its_bookkeeping_and_impersonation_onl
     let docs = render(&["--set", "tenancy.multiTenant=true"]);
     let (name, namespace) = pod_account(&docs);
     let rules = granted(&docs, (&name, &namespace), None);
-    // Target namespaces are created as the release's service account.
+    // Target namespaces are created, and ConfigMaps read, as the release's service account.
     let missing: Vec<String> = missing_needs(&rules)
         .into_iter()
-        .filter(|m| m != "create namespaces.")
+        .filter(|m| m != "create namespaces." && m != "get configmaps.")
         .collect();
     assert_eq!(missing, Vec::<String>::new());
     assert!(allows(&rules, "", "serviceaccounts", "impersonate"));
@@ -574,6 +587,7 @@ fn multi_tenant_rbac_grants_the_controller_its_bookkeeping_and_impersonation_onl
         "{args:?}"
     );
     assert!(args.contains(&"--no-cross-namespace-refs"), "{args:?}");
+    assert!(args.contains(&"--multi-tenant"), "{args:?}");
     // Each is its own choice too.
     let docs = render(&[
         "--set",
@@ -592,7 +606,9 @@ fn multi_tenant_rbac_grants_the_controller_its_bookkeeping_and_impersonation_onl
     let default_args =
         strings(&container(of_kind(&render(&[]), "Deployment")[0])["args"]).join(" ");
     assert!(
-        !default_args.contains("service-account") && !default_args.contains("cross-namespace"),
+        !default_args.contains("service-account")
+            && !default_args.contains("cross-namespace")
+            && !default_args.contains("multi-tenant"),
         "{default_args}"
     );
 }
@@ -644,6 +660,18 @@ fn every_option_reaches_the_rendered_objects() {
     assert_eq!(pod["priorityClassName"], "system-cluster-critical");
     assert_eq!(pod["terminationGracePeriodSeconds"], 45);
     assert_eq!(pod["volumes"][0]["emptyDir"]["sizeLimit"], "2Gi");
+    assert_eq!(
+        pod["volumes"][1],
+        json!({"name": "charts", "configMap": {"name": "platform-charts"}})
+    );
+    assert_eq!(
+        container["volumeMounts"][1],
+        json!({"name": "charts", "mountPath": "/charts", "readOnly": true})
+    );
+    let args = strings(&container["args"]);
+    assert!(args.contains(&"--chart-cache-size=1Gi"), "{args:?}");
+    assert!(args.contains(&"--render-output-limit=16Mi"), "{args:?}");
+    find(&docs, "NetworkPolicy", "sequenced");
     let account = find(&docs, "ServiceAccount", "operator");
     assert!(account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].is_string());
     // The release namespaces', and the operator's own for the shard Leases.
@@ -888,7 +916,13 @@ fn kustomize_builds_the_whole_install_from_deploy() {
     assert_eq!(deployment["metadata"]["namespace"], NAMESPACE);
     assert_eq!(
         container(deployment)["args"],
-        json!(["run", "--metrics-addr=0.0.0.0:8080", "--concurrency=16"])
+        json!([
+            "run",
+            "--metrics-addr=0.0.0.0:8080",
+            "--concurrency=16",
+            "--chart-cache-size=512Mi",
+            "--render-output-limit=32Mi"
+        ])
     );
     // kubectl applies these objects, so none of them claims to be managed by Helm.
     for doc in &docs {
@@ -1037,4 +1071,507 @@ fn replicas_share_the_shards_through_leases_in_the_operators_namespace() {
         env(container, "POD_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"],
         "metadata.namespace"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tenancy flags, least privilege, the record policy and the NetworkPolicy
+
+fn args_of(docs: &[Value]) -> Vec<String> {
+    strings(&container(find(docs, "Deployment", "sequenced"))["args"])
+        .into_iter()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn the_tenancy_cache_and_render_values_reach_the_controllers_flags() {
+    let docs = render(&[
+        "--set",
+        "tenancy.multiTenant=true",
+        "--set",
+        "tenancy.allowLocalCharts={/charts/platform,/charts/shared}",
+        "--set",
+        "tenancy.chartSources={charts.example.com,*.registry.example.com,10.20.0.0/16}",
+        "--set",
+        "tenancy.deniedCIDRs={100.64.0.0/10}",
+        "--set",
+        "chartCache.size=256Mi",
+        "--set",
+        "render.outputLimit=8Mi",
+    ]);
+    let args = args_of(&docs);
+    for flag in [
+        "--multi-tenant",
+        "--allow-local-charts=/charts/platform",
+        "--allow-local-charts=/charts/shared",
+        "--chart-source-allow=charts.example.com",
+        "--chart-source-allow=*.registry.example.com",
+        "--chart-source-allow=10.20.0.0/16",
+        "--chart-source-deny=100.64.0.0/10",
+        "--chart-cache-size=256Mi",
+        "--render-output-limit=8Mi",
+    ] {
+        assert!(args.iter().any(|a| a == flag), "no {flag} in {args:?}");
+    }
+    // Each flag is one the binary takes, with a value it accepts.
+    use clap::Parser as _;
+    let cli = sequenced::cli::Cli::try_parse_from(
+        std::iter::once("sequenced".to_string()).chain(args.iter().cloned()),
+    );
+    assert!(cli.is_ok(), "sequenced {args:?}: {:?}", cli.err());
+}
+
+#[test]
+fn a_chart_cache_that_does_not_fit_the_tmp_empty_dir_is_refused() {
+    let message = render_error(&["--set", "chartCache.size=1Gi"]);
+    assert!(
+        message.contains("chartCache.size 1Gi is not under tmp.sizeLimit 1Gi"),
+        "{message}"
+    );
+    let message = render_error(&["--set", "chartCache.size=3G", "--set", "tmp.sizeLimit=2Gi"]);
+    assert!(message.contains("tmp.sizeLimit 2Gi"), "{message}");
+    // Room to spare, and a quantity the chart cannot compare is left to the user.
+    render(&["--set", "chartCache.size=1Gi", "--set", "tmp.sizeLimit=4Gi"]);
+    render(&["--set", "tmp.sizeLimit=1.5Gi"]);
+    let message = render_error(&["--set", "chartCache.size=lots"]);
+    assert!(message.contains("chartCache"), "{message}");
+}
+
+#[test]
+fn multi_tenant_rbac_reads_no_pod_logs_and_writes_secrets_only_where_releases_live() {
+    let docs = render(&[
+        "--set",
+        "tenancy.multiTenant=true",
+        "--set",
+        "rbac.releaseNamespaces={team-a,team-b}",
+    ]);
+    let (name, namespace) = pod_account(&docs);
+    let cluster_wide = granted(&docs, (&name, &namespace), None);
+    // Hook logs are read as the release's account.
+    for (resource, verb) in [("pods", "get"), ("pods", "list"), ("pods/log", "get")] {
+        assert!(
+            !allows(&cluster_wide, "", resource, verb),
+            "the controller may {verb} {resource}"
+        );
+    }
+    // No Secret or ConfigMap at all outside the release namespaces.
+    for verb in [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ] {
+        assert!(
+            !allows(&cluster_wide, "", "secrets", verb),
+            "the controller may {verb} Secrets in every namespace"
+        );
+        assert!(
+            !allows(&cluster_wide, "", "configmaps", verb),
+            "the controller may {verb} ConfigMaps in every namespace"
+        );
+    }
+    for team in ["team-a", "team-b"] {
+        let rules = granted(&docs, (&name, &namespace), Some(team));
+        // Its records, and the metadata watches of the inputs releases read.
+        for verb in ["get", "list", "watch", "create", "patch", "delete"] {
+            assert!(
+                allows(&rules, "", "secrets", verb),
+                "{verb} secrets in {team}"
+            );
+        }
+        for verb in ["list", "watch"] {
+            assert!(
+                allows(&rules, "", "configmaps", verb),
+                "{verb} configmaps in {team}"
+            );
+        }
+        // ConfigMaps are read as the release's account.
+        assert!(
+            !allows(&rules, "", "configmaps", "get"),
+            "get configmaps in {team}"
+        );
+        let missing: Vec<String> = missing_needs(&rules)
+            .into_iter()
+            .filter(|m| m != "create namespaces." && m != "get configmaps.")
+            .collect();
+        assert_eq!(missing, Vec::<String>::new(), "in {team}");
+    }
+    let elsewhere = granted(&docs, (&name, &namespace), Some("team-c"));
+    assert!(!allows(&elsewhere, "", "secrets", "create"));
+    assert!(!allows(&elsewhere, "", "secrets", "list"));
+    // Without releaseNamespaces the same rules are granted in every namespace, and nothing more.
+    let docs = render(&["--set", "tenancy.multiTenant=true"]);
+    let rules = granted(&docs, (&name, &namespace), None);
+    assert!(allows(&rules, "", "secrets", "create"));
+    assert!(!allows(&rules, "", "configmaps", "get"));
+    assert!(!allows(&rules, "", "pods/log", "get"));
+}
+
+/// The record policy and its binding, rendered with `args`.
+fn record_policy(args: &[&str]) -> (Value, Value) {
+    let docs = render(args);
+    let policy = find(
+        &docs,
+        "ValidatingAdmissionPolicy",
+        "sequenced-release-records",
+    )
+    .clone();
+    let binding = find(
+        &docs,
+        "ValidatingAdmissionPolicyBinding",
+        "sequenced-release-records",
+    )
+    .clone();
+    (policy, binding)
+}
+
+#[test]
+fn the_record_policy_comes_with_multi_tenant_mode_and_names_the_controllers_account() {
+    let (policy, binding) = record_policy(&["--set", "tenancy.multiTenant=true"]);
+    assert_eq!(policy["apiVersion"], "admissionregistration.k8s.io/v1");
+    assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+    assert_eq!(
+        policy["spec"]["matchConstraints"]["resourceRules"],
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["secrets"]}])
+    );
+    let condition = policy["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        condition,
+        "request.userInfo.username == \"system:serviceaccount:sequenced-system:sequenced\""
+    );
+    assert_eq!(binding["spec"]["policyName"], "sequenced-release-records");
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    // Another service account name is followed.
+    let (policy, _) = record_policy(&[
+        "--set",
+        "tenancy.multiTenant=true",
+        "--set",
+        "serviceAccount.name=operator",
+    ]);
+    assert!(
+        policy["spec"]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap()
+            .ends_with("\"system:serviceaccount:sequenced-system:operator\"")
+    );
+    // Off on request; never without multi-tenant mode (the controller then writes charts'
+    // Secrets with its own rights).
+    let docs = render(&[
+        "--set",
+        "tenancy.multiTenant=true",
+        "--set",
+        "tenancy.recordPolicy=false",
+    ]);
+    assert!(of_kind(&docs, "ValidatingAdmissionPolicy").is_empty());
+    assert!(of_kind(&render(&[]), "ValidatingAdmissionPolicy").is_empty());
+    let message = render_error(&["--set", "tenancy.recordPolicy=true"]);
+    assert!(
+        message.contains("tenancy.recordPolicy needs tenancy.multiTenant"),
+        "{message}"
+    );
+}
+
+#[test]
+fn the_record_policy_is_admitted_by_an_api_server_and_holds_the_controller_to_its_records() {
+    let (policy, binding) = record_policy(&["--set", "tenancy.multiTenant=true"]);
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    runtime.block_on(async {
+        use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+        use kube::core::{ApiResource, GroupVersionKind};
+        let server = support::apiserver::TestApiServer::start().await;
+        let admin = server.client();
+        // Created as `helm install` would: the API server checks both and compiles their CEL.
+        for object in [&policy, &binding] {
+            let kind = object["kind"].as_str().unwrap();
+            let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+                "admissionregistration.k8s.io",
+                "v1",
+                kind,
+            ));
+            let api: Api<DynamicObject> = Api::all_with(admin.clone(), &resource);
+            let object: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+            api.create(&PostParams::default(), &object)
+                .await
+                .unwrap_or_else(|e| panic!("{kind} refused: {e}"));
+        }
+        let operator = server.client_as_user(
+            "operator",
+            "system:serviceaccount:sequenced-system:sequenced",
+            &[],
+        );
+        let secrets = |client: &kube::Client| -> Api<k8s_openapi::api::core::v1::Secret> {
+            Api::namespaced(client.clone(), "default")
+        };
+        let secret = |name: &str, type_: &str, ours: bool| -> k8s_openapi::api::core::v1::Secret {
+            let mut metadata = json!({"name": name});
+            if ours {
+                metadata["labels"] = json!({"app.kubernetes.io/managed-by": "sequenced", "owner": "helm"});
+                metadata["annotations"] = json!({"sequenced.dev/owner": "default/shop"});
+            }
+            serde_json::from_value(json!({"metadata": metadata, "type": type_, "data": {"release": "eA=="}}))
+                .unwrap()
+        };
+        // The operator's RBAC is not what is tested here: it may write any Secret in default.
+        let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "operator-admin"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": "sequenced", "namespace": "sequenced-system"}]});
+        let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(admin.clone());
+        bindings
+            .create(&PostParams::default(), &serde_json::from_value(role).unwrap())
+            .await
+            .unwrap();
+        let post = PostParams::default();
+        // A record of its own: written and deleted.
+        secrets(&operator)
+            .create(&post, &secret("sh.helm.release.v1.shop.v1", "helm.sh/release.v1", true))
+            .await
+            .expect("a record is written");
+        secrets(&operator)
+            .delete("sh.helm.release.v1.shop.v1", &DeleteParams::default())
+            .await
+            .expect("a record is deleted");
+        // Anything else is refused, as kube-apiserver words it.
+        for (name, type_, ours) in [
+            ("db-password", "Opaque", true),
+            ("sh.helm.release.v1.shop.v2", "Opaque", true),
+            ("tls", "helm.sh/release.v1", true),
+            ("sh.helm.release.v1.shop.v3", "helm.sh/release.v1", false),
+        ] {
+            let refused = secrets(&operator)
+                .create(&post, &secret(name, type_, ours))
+                .await
+                .expect_err("refused");
+            let kube::Error::Api(status) = refused else {
+                panic!("{name}: {refused}")
+            };
+            assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"), "{name}");
+            assert!(
+                status.message.starts_with(&format!(
+                    "secrets \"{name}\" is forbidden: ValidatingAdmissionPolicy 'sequenced-release-records' with binding 'sequenced-release-records' denied request: the sequenced operator may write only"
+                )),
+                "{}",
+                status.message
+            );
+        }
+        // A Secret the operator did not write is neither updated nor deleted by it; the
+        // administrator (or any other user) is not held by the policy.
+        secrets(&admin)
+            .create(&post, &secret("sh.helm.release.v1.other.v1", "helm.sh/release.v1", false))
+            .await
+            .expect("the administrator writes what it likes");
+        let refused = secrets(&operator)
+            .delete("sh.helm.release.v1.other.v1", &DeleteParams::default())
+            .await
+            .expect_err("a Helm release's record is not the operator's");
+        assert!(refused.to_string().contains("may write only the release records it writes"), "{refused}");
+        // Records of the earlier format may be deleted, not written.
+        secrets(&admin)
+            .create(&post, &secret("sequenced.release.v1.shop.v1", "sequenced.dev/release.v1", true))
+            .await
+            .unwrap();
+        secrets(&operator)
+            .delete("sequenced.release.v1.shop.v1", &DeleteParams::default())
+            .await
+            .expect("an earlier record is deleted");
+        secrets(&operator)
+            .create(&post, &secret("sequenced.release.v1.shop.v2", "sequenced.dev/release.v1", true))
+            .await
+            .expect_err("an earlier record is not written");
+    });
+}
+
+#[test]
+fn the_restricted_profile_grants_the_namespaced_kinds_charts_hold_and_nothing_cluster_scoped() {
+    let docs = render(&["--set", "rbac.profile=restricted"]);
+    let (name, namespace) = pod_account(&docs);
+    let rules = granted(&docs, (&name, &namespace), None);
+    assert_eq!(
+        missing_needs(&rules)
+            .into_iter()
+            .filter(|m| m != "create namespaces.")
+            .collect::<Vec<_>>(),
+        Vec::<String>::new()
+    );
+    for (group, resource) in [
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("apps", "daemonsets"),
+        ("batch", "jobs"),
+        ("batch", "cronjobs"),
+        ("", "services"),
+        ("", "configmaps"),
+        ("", "secrets"),
+        ("", "serviceaccounts"),
+        ("", "persistentvolumeclaims"),
+        ("", "pods"),
+        ("networking.k8s.io", "ingresses"),
+        ("networking.k8s.io", "networkpolicies"),
+        ("policy", "poddisruptionbudgets"),
+        ("autoscaling", "horizontalpodautoscalers"),
+        ("rbac.authorization.k8s.io", "roles"),
+        ("rbac.authorization.k8s.io", "rolebindings"),
+    ] {
+        for verb in ["get", "list", "watch", "create", "patch", "delete"] {
+            assert!(
+                allows(&rules, group, resource, verb),
+                "cannot {verb} {resource}.{group}"
+            );
+        }
+    }
+    for (group, resource, verb) in [
+        (
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "create",
+        ),
+        ("rbac.authorization.k8s.io", "clusterroles", "create"),
+        ("rbac.authorization.k8s.io", "clusterrolebindings", "create"),
+        ("", "namespaces", "create"),
+        ("", "nodes", "get"),
+        ("", "persistentvolumes", "create"),
+        (
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+            "create",
+        ),
+        ("storage.k8s.io", "storageclasses", "create"),
+        ("example.com", "widgets", "create"),
+        // Granting more than it holds: no escalate, no bind.
+        ("rbac.authorization.k8s.io", "roles", "escalate"),
+        ("rbac.authorization.k8s.io", "rolebindings", "bind"),
+        ("rbac.authorization.k8s.io", "clusterroles", "bind"),
+    ] {
+        assert!(
+            !allows(&rules, group, resource, verb),
+            "may {verb} {resource}.{group}"
+        );
+    }
+    assert!(
+        !rules.iter().any(|r| strings(&r["verbs"]).contains(&"*")
+            || strings(&r["resources"]).contains(&"*")
+            || strings(&r["apiGroups"]).contains(&"*")),
+        "a wildcard: {rules:?}"
+    );
+    // rbac.rules adds to it.
+    let docs = render(&[
+        "--set",
+        "rbac.profile=restricted",
+        "--set",
+        "rbac.rules[0].apiGroups={example.com}",
+        "--set",
+        "rbac.rules[0].resources={widgets}",
+        "--set",
+        "rbac.rules[0].verbs={get,list,watch,create,patch,delete}",
+    ]);
+    let rules = granted(&docs, (&name, &namespace), None);
+    assert!(allows(&rules, "example.com", "widgets", "create"));
+    assert!(allows(&rules, "apps", "deployments", "create"));
+    assert!(!allows(
+        &rules,
+        "rbac.authorization.k8s.io",
+        "clusterroles",
+        "create"
+    ));
+    // The profile `custom` is rbac.manageEverything: false.
+    let message = render_error(&["--set", "rbac.profile=custom"]);
+    assert!(message.contains("rbac.rules is empty"), "{message}");
+    let message = render_error(&["--set", "rbac.profile=limited"]);
+    assert!(message.contains("profile"), "{message}");
+}
+
+#[test]
+fn the_network_policy_lets_the_controller_reach_dns_the_api_server_and_chart_sources_only() {
+    assert!(of_kind(&render(&[]), "NetworkPolicy").is_empty());
+    let message = render_error(&["--set", "networkPolicy.enabled=true"]);
+    assert!(
+        message.contains("networkPolicy.apiServer.cidrs"),
+        "{message}"
+    );
+    let docs = render(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "networkPolicy.apiServer.cidrs={172.18.0.2/32}",
+        "--set",
+        "networkPolicy.apiServer.ports={6443}",
+        "--set",
+        "tenancy.chartSources={charts.example.com,10.20.0.0/16,192.0.2.7}",
+        "--set",
+        "networkPolicy.extraEgress[0].to[0].ipBlock.cidr=198.51.100.0/24",
+        "--set",
+        "networkPolicy.extraEgress[0].ports[0].port=443",
+    ]);
+    let policy = find(&docs, "NetworkPolicy", "sequenced");
+    assert_eq!(policy["metadata"]["namespace"], NAMESPACE);
+    let pod_labels =
+        &find(&docs, "Deployment", "sequenced")["spec"]["template"]["metadata"]["labels"];
+    for (key, value) in policy["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(
+            &pod_labels[key], value,
+            "the policy selects the controller's pods"
+        );
+    }
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+    let egress = policy["spec"]["egress"].as_array().unwrap();
+    let summary: Vec<(Vec<String>, Vec<String>)> = egress
+        .iter()
+        .map(|rule| {
+            let to = rule["to"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|peer| match peer["ipBlock"]["cidr"].as_str() {
+                    Some(cidr) => cidr.to_string(),
+                    None => format!(
+                        "{}/{}",
+                        peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+                        peer["podSelector"]["matchLabels"]["k8s-app"]
+                    ),
+                })
+                .collect();
+            let ports = rule["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP")))
+                .collect();
+            (to, ports)
+        })
+        .collect();
+    let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        summary,
+        vec![
+            (
+                owned(&["\"kube-system\"/\"kube-dns\""]),
+                owned(&["53/UDP", "53/TCP"])
+            ),
+            (owned(&["172.18.0.2/32"]), owned(&["6443/TCP"])),
+            // The sources written as addresses; a host name cannot be.
+            (owned(&["10.20.0.0/16", "192.0.2.7/32"]), vec![]),
+            (owned(&["198.51.100.0/24"]), owned(&["443/TCP"])),
+        ]
+    );
+    // The metrics port, from anywhere unless told.
+    assert_eq!(
+        policy["spec"]["ingress"],
+        json!([{"ports": [{"port": 8080, "protocol": "TCP"}]}])
+    );
+    let docs = render(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "networkPolicy.apiServer.cidrs={10.0.0.1/32}",
+        "--set",
+        "networkPolicy.metrics.from[0].namespaceSelector.matchLabels.name=monitoring",
+    ]);
+    let policy = find(&docs, "NetworkPolicy", "sequenced");
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"],
+        json!([{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}])
+    );
+    assert_eq!(policy["spec"]["egress"].as_array().unwrap().len(), 2);
 }

@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use sequenced::api::ReleasePhase;
 use sequenced::api::v1alpha1::SequencedRelease;
 use sequenced::controller::Tenancy;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::charts::{chart, condition, config_map, is_ready, message, release};
 use support::operator::{Operator, is_write};
+use support::tenants::{self, admin_apply};
 use tempfile::TempDir;
 
 const TEAM: &str = "team";
@@ -34,45 +34,21 @@ fn status(sr: &SequencedRelease) -> &sequenced::api::SequencedReleaseStatus {
     sr.status.as_ref().expect("a status")
 }
 
-/// Applies `object` as the cluster admin.
-async fn admin_apply(op: &Operator, object: Value) {
-    let api_version = object["apiVersion"].as_str().unwrap().to_string();
-    let kind = object["kind"].as_str().unwrap().to_string();
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &kind));
-    let name = object["metadata"]["name"].as_str().unwrap().to_string();
-    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(op.client.clone(), ns, &resource),
-        None => Api::all_with(op.client.clone(), &resource),
+/// The operator installed with its chart (in multi-tenant mode when `tenancy` is), its controller
+/// running as the chart's ServiceAccount with the chart's RBAC, with the flags `tenancy`.
+async fn operator(tenancy: Tenancy) -> Operator {
+    let args: &[&str] = if tenancy.is_multi_tenant() {
+        &["--set", "tenancy.multiTenant=true"]
+    } else {
+        &[]
     };
-    api.patch(
-        &name,
-        &PatchParams::apply("test-admin"),
-        &Patch::Apply(&object),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+    tenants::operator_as_chart(args, move |options| options.tenancy = tenancy).await
 }
 
 /// Namespace `namespace` with ServiceAccount `deployer`, which may do everything a release
 /// does with ConfigMaps there (a Role and its RoleBinding), and nothing else.
 async fn tenant(op: &Operator, namespace: &str) {
-    op.namespace(namespace).await;
-    admin_apply(
-        op,
-        json!({"apiVersion": "v1", "kind": "ServiceAccount",
-               "metadata": {"name": "deployer", "namespace": namespace}}),
-    )
-    .await;
-    admin_apply(
-        op,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-               "metadata": {"name": "deployer", "namespace": namespace},
-               "rules": [{"apiGroups": [""], "resources": ["configmaps"],
-                          "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]}),
-    )
-    .await;
-    bind(op, namespace).await;
+    tenants::tenant(op, namespace, tenants::config_map_rules()).await;
 }
 
 async fn bind(op: &Operator, namespace: &str) {
@@ -139,7 +115,7 @@ async fn failed_with(op: &Operator, namespace: &str, name: &str, reason: &str) -
 async fn a_release_acts_as_its_service_account_for_its_objects_and_as_the_controller_for_its_books()
 {
     within(async {
-        let op = Operator::start(2).await;
+        let op = operator(Tenancy::default()).await;
         tenant(&op, TEAM).await;
         let dir = two_layers("app", "");
         deploy_as_deployer(&op, &dir).await;
@@ -182,7 +158,9 @@ async fn a_release_acts_as_its_service_account_for_its_objects_and_as_the_contro
                 .collect();
             assert!(!writes.is_empty(), "no {kind} was written");
             assert!(
-                writes.iter().all(|r| r.user.is_none()),
+                writes
+                    .iter()
+                    .all(|r| r.user.as_deref() == Some(tenants::OPERATOR_ACCOUNT)),
                 "a {kind} was written as the service account"
             );
         }
@@ -206,7 +184,7 @@ async fn a_release_acts_as_its_service_account_for_its_objects_and_as_the_contro
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_layer_the_account_may_not_write_is_forbidden_before_any_of_it_is_written() {
     within(async {
-        let op = Operator::start(2).await;
+        let op = operator(Tenancy::default()).await;
         tenant(&op, TEAM).await;
         let role = "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: escalate\n  annotations:\n    helm.sh/layer: more\n    helm.sh/depends-on/layers: config\nrules: []\n";
         // It may read ClusterRoles (so the controller can see whose one is), not create them.
@@ -272,13 +250,11 @@ async fn a_layer_the_account_may_not_write_is_forbidden_before_any_of_it_is_writ
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_service_account_is_used_in_each_release_namespace() {
     within(async {
-        let op = Operator::start_with(
-            2,
-            Tenancy {
-                default_service_account: Some("deployer".into()),
-                ..Tenancy::default()
-            },
-        )
+        let op = operator(Tenancy {
+            default_service_account: Some("deployer".into()),
+            allow_local_charts: vec![std::env::temp_dir()],
+            ..Tenancy::default()
+        })
         .await;
         tenant(&op, TEAM).await;
         // In `bare` the account exists but was granted nothing.
@@ -320,13 +296,10 @@ async fn the_default_service_account_is_used_in_each_release_namespace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn references_outside_the_release_namespace_are_refused_with_the_flag() {
     within(async {
-        let op = Operator::start_with(
-            2,
-            Tenancy {
+        let op = operator(Tenancy {
                 no_cross_namespace_refs: true,
                 ..Tenancy::default()
-            },
-        )
+            })
         .await;
         op.namespace(TEAM).await;
         op.namespace("elsewhere").await;
@@ -380,7 +353,7 @@ async fn references_outside_the_release_namespace_are_refused_with_the_flag() {
 async fn an_account_that_loses_its_rights_is_stalled_and_its_uninstall_says_why_until_they_are_back()
  {
     within(async {
-        let op = Operator::start(2).await;
+        let op = operator(Tenancy::default()).await;
         tenant(&op, TEAM).await;
         let dir = two_layers("app", "");
         deploy_as_deployer(&op, &dir).await;
@@ -452,45 +425,14 @@ async fn an_account_that_loses_its_rights_is_stalled_and_its_uninstall_says_why_
     .await;
 }
 
-/// The objects of the operator's own chart, rendered into `namespace` with `args`.
-fn operator_chart(namespace: &str, args: &[&str]) -> Vec<Value> {
-    let output = std::process::Command::new(support::helm())
-        .args(["template", "sequenced"])
-        .arg(support::charts::repo().join("charts/sequenced"))
-        .args(["--namespace", namespace])
-        .args(args)
-        .output()
-        .expect("helm template");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    sequenced::yaml::parse_documents(&String::from_utf8_lossy(&output.stdout))
-        .expect("YAML")
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_multi_tenant_chart_grants_the_controller_all_it_needs_to_deploy_as_tenants() {
     within(async {
         let op = Operator::without_controller().await;
-        op.namespace("sequenced-system").await;
         // The operator chart's service account and RBAC, as `helm install` would create them.
-        for doc in operator_chart("sequenced-system", &["--set", "tenancy.multiTenant=true"]) {
-            let kind = doc["kind"].as_str().unwrap_or("");
-            if kind == "ServiceAccount" || kind.contains("Role") {
-                let mut doc = doc.clone();
-                if kind == "ServiceAccount" || kind == "Role" || kind == "RoleBinding" {
-                    doc["metadata"]["namespace"] = json!("sequenced-system");
-                }
-                admin_apply(&op, doc).await;
-            }
-        }
+        tenants::install_operator_rbac(&op, &["--set", "tenancy.multiTenant=true"]).await;
         tenant(&op, TEAM).await;
-        let account = "system:serviceaccount:sequenced-system:sequenced";
+        let account = tenants::OPERATOR_ACCOUNT;
         let controller = support::operator::Controller::start_as(
             op.server.config_as_user("test-controller", account, &[]),
             "test-controller",
@@ -498,6 +440,8 @@ async fn the_multi_tenant_chart_grants_the_controller_all_it_needs_to_deploy_as_
             Tenancy {
                 default_service_account: Some("deployer".into()),
                 no_cross_namespace_refs: true,
+                allow_local_charts: vec![std::env::temp_dir()],
+                ..Tenancy::default()
             },
         );
         let dir = two_layers("app", "");
@@ -508,13 +452,7 @@ async fn the_multi_tenant_chart_grants_the_controller_all_it_needs_to_deploy_as_
             status(&sr).acting_as.as_deref(),
             Some("serviceaccount team:deployer")
         );
-        let refused: Vec<String> = op
-            .server
-            .requests()
-            .iter()
-            .filter(|r| r.client.as_deref() == Some("test-controller") && r.status == 403)
-            .map(|r| format!("{} {}?{} as {:?}", r.method, r.path, r.query, r.user))
-            .collect();
+        let refused = tenants::refused(&op, "test-controller");
         assert_eq!(refused, Vec::<String>::new(), "refused requests");
         let own = op
             .server
@@ -528,20 +466,10 @@ async fn the_multi_tenant_chart_grants_the_controller_all_it_needs_to_deploy_as_
             "the controller did not act as the chart's service account"
         );
         // The controller's own identity wrote only its books.
-        for r in op.server.requests() {
-            if r.client.as_deref() == Some("test-controller") && is_write(&r) {
-                let books = matches!(
-                    r.kind.as_deref(),
-                    Some("SequencedRelease" | "Secret" | "Lease" | "Event")
-                ) || r.path.ends_with("/selfsubjectaccessreviews");
-                assert!(
-                    books || r.user.as_deref() == Some(DEPLOYER),
-                    "{} {} as the controller",
-                    r.method,
-                    r.path
-                );
-            }
-        }
+        assert_eq!(
+            tenants::beyond_books(&op, "test-controller", account),
+            Vec::<String>::new()
+        );
         controller.stop().await;
     })
     .await;
@@ -550,7 +478,7 @@ async fn the_multi_tenant_chart_grants_the_controller_all_it_needs_to_deploy_as_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_account_that_may_write_but_not_watch_is_told_so_before_anything_is_written() {
     within(async {
-        let op = Operator::start(2).await;
+        let op = operator(Tenancy::default()).await;
         tenant(&op, TEAM).await;
         // The same account, but its Role lacks list and watch.
         admin_apply(

@@ -80,6 +80,19 @@ pub enum Reason {
     /// A kind the release needs belongs to an API group the API server cannot serve now (an
     /// aggregated API whose backend is down): the release waits for it.
     GroupUnavailable,
+    /// The chart's repository or registry (or an address it led to) is not an allowed chart
+    /// source: `--chart-source-allow`, `--chart-source-deny`, or, in multi-tenant mode, an
+    /// address that is not public.
+    SourceNotAllowed,
+    /// `helm template` printed more than `--render-output-limit`: helm was stopped.
+    RenderTooLarge,
+    /// `helm template` (or `helm pull`) did not finish in time several times in a row: the
+    /// release is looked at again at its interval instead of at once.
+    RenderTimeout,
+    /// An uninstall's release record is missing and the release's objects could not all be
+    /// found by their owner annotation: the uninstall waits until they can be, or until a
+    /// person removes the finalizer.
+    RecordMissing,
 }
 
 impl Reason {
@@ -114,6 +127,10 @@ impl Reason {
             Reason::DeleteFailed => "DeleteFailed",
             Reason::HookFailed => "HookFailed",
             Reason::ChartUnavailable => "ChartUnavailable",
+            Reason::SourceNotAllowed => "SourceNotAllowed",
+            Reason::RenderTooLarge => "RenderTooLarge",
+            Reason::RenderTimeout => "RenderTimeout",
+            Reason::RecordMissing => "RecordMissing",
         }
     }
 }
@@ -125,7 +142,7 @@ impl Reason {
     }
 
     /// Every reason.
-    pub const ALL: [Reason; 29] = [
+    pub const ALL: [Reason; 33] = [
         Reason::Progressing,
         Reason::Succeeded,
         Reason::DependencyNotReady,
@@ -155,6 +172,10 @@ impl Reason {
         Reason::ChartUnavailable,
         Reason::ReconcileFailed,
         Reason::GroupUnavailable,
+        Reason::SourceNotAllowed,
+        Reason::RenderTooLarge,
+        Reason::RenderTimeout,
+        Reason::RecordMissing,
     ];
 }
 
@@ -195,6 +216,9 @@ pub enum EventReason {
     TestRefused,
     /// A reconcile failed again (from the second failure in a row), naming what failed.
     ReconcileFailed,
+    /// An uninstall found its release record missing: what it uninstalls instead (the objects
+    /// found by their owner annotation).
+    RecordMissing,
 }
 
 impl EventReason {
@@ -224,6 +248,7 @@ impl EventReason {
             EventReason::TestSucceeded => "TestSucceeded",
             EventReason::TestFailed => "TestFailed",
             EventReason::TestRefused => "TestRefused",
+            EventReason::RecordMissing => "RecordMissing",
         }
     }
 }

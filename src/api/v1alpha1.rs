@@ -166,8 +166,13 @@ pub struct SequencedReleaseSpec {
     /// A ServiceAccount in the release's namespace whose rights the release's objects (and
     /// werf external dependencies) are read, watched, applied and deleted with: the controller
     /// impersonates `system:serviceaccount:<namespace>:<name>`. Unset: the controller's
-    /// `--default-service-account`, or else the controller's own identity.
+    /// `--default-service-account`, or else the controller's own identity (never in
+    /// multi-tenant mode, where a release without an account is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub service_account_name: Option<String>,
 
     /// Stop acting on this release until set back to false.
@@ -286,9 +291,13 @@ pub struct ChartSource {
     #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')").message("must be an http:// or https:// URL of a chart repository"))]
     pub repository: Option<String>,
 
-    /// The chart's name in the repository.
+    /// The chart's name in the repository: letters, digits, `.`, `_` and `-`, not starting
+    /// with `.` (a name as Helm allows it, never a path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1))]
+    #[schemars(
+        length(min = 1, max = 250),
+        regex(pattern = r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+    )]
     pub name: Option<String>,
 
     /// A version or a semver range as Helm accepts them (`1.2.3`, `^1.2`, `>=1.0 <2.0`).
@@ -297,9 +306,17 @@ pub struct ChartSource {
     #[schemars(length(min = 1))]
     pub version: Option<String>,
 
-    /// An OCI reference: `oci://registry/path/chart`.
+    /// An OCI reference: `oci://registry/path/chart` (a registry host with an optional port,
+    /// then repository path components as the OCI distribution spec writes them: lowercase
+    /// letters and digits joined by `.`, `_`, `__` or dashes), optionally with a `:tag` or
+    /// `@sha256:` digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 2048))]
+    #[schemars(
+        length(max = 2048),
+        regex(
+            pattern = r"^oci://([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
+        )
+    )]
     #[x_kube(validation = Rule::new("self.startsWith('oci://') && size(self) > 6").message("must be an OCI reference such as oci://registry.example.com/charts/app"))]
     pub oci: Option<String>,
 
@@ -324,6 +341,40 @@ pub struct ChartSource {
     /// Talk plain HTTP to the OCI registry (a registry without TLS), like `helm pull --plain-http`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plain_http: Option<bool>,
+}
+
+/// [`ChartSource::name`]'s pattern: a chart name as Helm allows it, never a path.
+pub const CHART_NAME_PATTERN: &str = r"^[A-Za-z0-9_][A-Za-z0-9._-]*$";
+/// [`ChartSource::oci`]'s pattern (see its documentation).
+pub const OCI_REFERENCE_PATTERN: &str = r"^oci://([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$";
+
+impl ChartSource {
+    /// What the CRD's patterns refuse, checked again for objects admitted before them: a chart
+    /// name that is a path, an OCI reference that is not one. None when the source is usable.
+    pub fn problem(&self) -> Option<String> {
+        static NAME: std::sync::LazyLock<regex::Regex> =
+            std::sync::LazyLock::new(|| regex::Regex::new(CHART_NAME_PATTERN).expect("pattern"));
+        static OCI: std::sync::LazyLock<regex::Regex> =
+            std::sync::LazyLock::new(|| regex::Regex::new(OCI_REFERENCE_PATTERN).expect("pattern"));
+        if let Some(name) = &self.name
+            && (name.len() > 250 || !NAME.is_match(name))
+        {
+            return Some(format!(
+                "spec.chart.name: {name:?} is not a chart name (letters, digits, '.', '_' and \
+                 '-', not starting with '.'; never a path)"
+            ));
+        }
+        if let Some(oci) = &self.oci
+            && !OCI.is_match(oci)
+        {
+            return Some(format!(
+                "spec.chart.oci: {oci:?} is not an OCI reference such as \
+                 oci://registry.example.com/charts/app (repository path components are \
+                 lowercase letters and digits joined by '.', '_' or '-'; no '..')"
+            ));
+        }
+        None
+    }
 }
 
 /// A key of a ConfigMap or Secret in the release's namespace.

@@ -6,6 +6,7 @@
 //! rendered: [`tree`] builds the [`ChartTree`] of the charts that rendered something, each with
 //! its chart path (`foo`, `foo/bar`). [`source`] fetches remote charts into a cache.
 
+pub mod egress;
 pub mod helmignore;
 mod load;
 pub mod metadata;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use super::egress::{Guard, Refused, SourcePolicy};
 use crate::helm::{Helm, HelmError};
 
 /// The environment variable that overrides the cache directory.
@@ -60,11 +61,15 @@ impl std::fmt::Display for ChartReference {
     }
 }
 
-/// A username and password for a repository or registry.
+/// A username and password for a repository or registry, and who gave them.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     pub username: String,
     pub password: String,
+    /// The trust boundary they came from (a release's namespace; empty on the command line):
+    /// a chart fetched with them is served from the cache only to the same boundary with the
+    /// same credentials.
+    pub scope: String,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -72,6 +77,7 @@ impl std::fmt::Debug for Credentials {
         f.debug_struct("Credentials")
             .field("username", &self.username)
             .field("password", &"<redacted>")
+            .field("scope", &self.scope)
             .finish()
     }
 }
@@ -104,6 +110,19 @@ pub enum SourceError {
     },
     #[error("chart cache {path}: {message}")]
     Cache { path: String, message: String },
+    /// The source, or an address it led helm to, is not allowed ([`SourcePolicy`]).
+    #[error("{source_name}: {refused}")]
+    NotAllowed {
+        source_name: String,
+        refused: Refused,
+    },
+    /// A guarded fetch failed: what the source answered is not told (it may be a service's
+    /// answer a tenant may not read), only which host and HTTP status, or what kind of failure.
+    #[error("{source_name}: {summary} (helm's own message is in the operator's log)")]
+    Failed {
+        source_name: String,
+        summary: String,
+    },
 }
 
 impl SourceError {
@@ -116,19 +135,52 @@ impl SourceError {
             },
             SourceError::Pulled { .. } => "bad_archive",
             SourceError::Cache { .. } => "cache",
+            SourceError::NotAllowed { .. } => "source_not_allowed",
+            SourceError::Failed { .. } => "pull_failed",
         }
+    }
+
+    /// Whether trying again later may help: not for a source the policy refuses.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, SourceError::NotAllowed { .. })
     }
 }
 
-/// The on-disk cache of downloaded charts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The on-disk cache of downloaded charts: one directory per source and trust boundary (charts
+/// fetched without credentials are public; with credentials, they are kept apart by the
+/// namespace that gave them and a salted fingerprint of the credentials), held to a size
+/// budget, and fetched under a [`SourcePolicy`].
+#[derive(Debug, Clone)]
 pub struct ChartCache {
     dir: PathBuf,
+    policy: SourcePolicy,
+    /// The most the archives may take; None: no limit.
+    budget: Option<u64>,
 }
 
 impl ChartCache {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        ChartCache { dir: dir.into() }
+        ChartCache {
+            dir: dir.into(),
+            policy: SourcePolicy::default(),
+            budget: None,
+        }
+    }
+
+    /// The same cache, fetching only from the sources `policy` allows.
+    pub fn with_policy(mut self, policy: SourcePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The same cache, held to `bytes` of archives ([`ChartCache::evict`]).
+    pub fn with_budget(mut self, bytes: u64) -> Self {
+        self.budget = Some(bytes);
+        self
+    }
+
+    pub fn policy(&self) -> &SourcePolicy {
+        &self.policy
     }
 
     /// `$SEQUENCED_CACHE_DIR`, else `$XDG_CACHE_HOME/sequenced/charts`, else
@@ -158,12 +210,12 @@ impl ChartCache {
         reference: &ChartReference,
         credentials: Option<&Credentials>,
     ) -> Result<FetchedChart, SourceError> {
-        let (key, name, source_name) = match reference {
+        let (key, name, source_name, url) = match reference {
             ChartReference::Path(path) => return Ok(FetchedChart::local(path)),
             ChartReference::Repository { url, name, .. } => {
                 let url = url.trim_end_matches('/');
                 let key = format!("repository\n{url}\n{name}");
-                (key, name.clone(), format!("chart repository {url}"))
+                (key, name.clone(), format!("chart repository {url}"), url)
             }
             ChartReference::Oci { reference, .. } => {
                 let reference = reference.trim_end_matches('/');
@@ -173,19 +225,36 @@ impl ChartCache {
                     key,
                     name.to_string(),
                     format!("OCI registry {}", registry_of(reference)),
+                    reference,
                 )
             }
         };
+        // The archive's file name comes from the spec: never a path.
+        if !is_file_name(&name) {
+            return Err(SourceError::Pulled {
+                source_name,
+                message: format!("{name:?} is not a chart name (never a path)"),
+            });
+        }
+        if let Err(refused) = self.policy.check_url(url).await {
+            return Err(SourceError::NotAllowed {
+                source_name,
+                refused,
+            });
+        }
+        let key = self.scoped(&key, credentials)?;
         let version = match reference {
             ChartReference::Repository { version, .. } | ChartReference::Oci { version, .. } => {
                 version.as_deref().filter(|v| !v.is_empty())
             }
             ChartReference::Path(_) => None,
         };
-        // An exact version that is cached needs no network: Helm would pick that very version.
+        // An exact version that is cached (in this trust boundary) needs no network: Helm would
+        // pick that very version.
         if let Some(exact) = version.filter(|v| is_exact(v)) {
             let path = self.source_dir(&key).join(archive_name(&name, exact));
             if path.is_file() {
+                touch(&path);
                 return Ok(FetchedChart {
                     path,
                     version: Some(exact.to_string()),
@@ -257,10 +326,122 @@ impl ChartCache {
         fetched
     }
 
-    /// The directory of one source in the cache.
+    /// The directory of one source (and trust boundary) in the cache.
     fn source_dir(&self, key: &str) -> PathBuf {
         let digest = Sha256::digest(key.as_bytes());
         self.dir.join(hex::encode(&digest[..12]))
+    }
+
+    /// `key` in its trust boundary: public without credentials; with them, the namespace that
+    /// gave them and a fingerprint of them, salted with a secret of this cache (so that the
+    /// directory's name tells nothing of the password).
+    fn scoped(&self, key: &str, credentials: Option<&Credentials>) -> Result<String, SourceError> {
+        let Some(credentials) = credentials else {
+            return Ok(format!("public\n{key}"));
+        };
+        let salt = self.salt()?;
+        let mut hasher = Sha256::new();
+        hasher.update(&salt);
+        for part in [&credentials.username, &credentials.password] {
+            hasher.update((part.len() as u64).to_le_bytes());
+            hasher.update(part.as_bytes());
+        }
+        Ok(format!(
+            "private\n{}\n{}\n{key}",
+            credentials.scope,
+            hex::encode(hasher.finalize())
+        ))
+    }
+
+    /// The cache's secret salt (`.salt`, 0600, made of 32 random bytes on first use).
+    fn salt(&self) -> Result<Vec<u8>, SourceError> {
+        let path = self.dir.join(".salt");
+        let cache_error = |e: std::io::Error| SourceError::Cache {
+            path: path.display().to_string(),
+            message: super::io_message(&e),
+        };
+        match std::fs::read(&path) {
+            Ok(salt) if salt.len() == 32 => return Ok(salt),
+            Ok(_) | Err(_) => {}
+        }
+        std::fs::create_dir_all(&self.dir).map_err(cache_error)?;
+        let mut salt = vec![0u8; 32];
+        {
+            use std::io::Read;
+            std::fs::File::open("/dev/urandom")
+                .and_then(|mut f| f.read_exact(&mut salt))
+                .map_err(cache_error)?;
+        }
+        let staged = self.dir.join(format!(".salt-{}", std::process::id()));
+        let _ = std::fs::remove_file(&staged);
+        write_private(&staged, &salt).map_err(cache_error)?;
+        // Another process may have made one meanwhile: theirs wins, as hard_link fails.
+        match std::fs::hard_link(&staged, &path) {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&staged);
+                Ok(salt)
+            }
+            Err(_) => {
+                let _ = std::fs::remove_file(&staged);
+                std::fs::read(&path).map_err(cache_error)
+            }
+        }
+    }
+
+    /// Removes the least recently used archives that are not in `in_use` until the cache
+    /// holds at most its budget; what it removed. Archives are the `.tgz` files of the
+    /// cache's source directories and of `packaged/`; their modification time is their last
+    /// use (set when they are fetched or served).
+    pub fn evict(&self, in_use: &std::collections::HashSet<PathBuf>) -> Evicted {
+        let Some(budget) = self.budget else {
+            return Evicted::default();
+        };
+        let mut archives = Vec::new();
+        let dirs = std::fs::read_dir(&self.dir).into_iter().flatten().flatten();
+        for dir in dirs.filter(|d| d.file_type().is_ok_and(|t| t.is_dir())) {
+            for file in std::fs::read_dir(dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let path = file.path();
+                let Ok(meta) = file.metadata() else { continue };
+                if meta.is_file() && path.extension().is_some_and(|e| e == "tgz") {
+                    let used = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+                    archives.push((used, meta.len(), path));
+                }
+            }
+        }
+        let mut total: u64 = archives.iter().map(|(_, size, _)| size).sum();
+        let mut evicted = Evicted {
+            before: total,
+            ..Evicted::default()
+        };
+        archives.sort();
+        for (_, size, path) in archives {
+            if total <= budget {
+                break;
+            }
+            if in_use.contains(&path) {
+                continue;
+            }
+            if std::fs::remove_file(&path).is_ok() {
+                total = total.saturating_sub(size);
+                evicted.removed += 1;
+                evicted.freed += size;
+            }
+        }
+        evicted.after = total;
+        if evicted.removed > 0 {
+            tracing::info!(
+                removed = evicted.removed,
+                freed = evicted.freed,
+                held = total,
+                budget,
+                "chart cache over its budget: removed the least recently used archives"
+            );
+        }
+        evicted
     }
 
     /// Runs `helm pull` into a temporary directory and moves the chart into the cache under the
@@ -289,18 +470,43 @@ impl ChartCache {
             .prefix(".pull-")
             .tempdir_in(&dir)
             .map_err(|e| cache_error(&dir, e))?;
-        let pull_error = |source| SourceError::Pull {
-            source_name: source_name.to_string(),
-            source,
+        // Guarded: every connection helm makes goes through a proxy that holds it to the
+        // policy, however the source redirects it.
+        let guard = if self.policy.guarded() {
+            Some(
+                Guard::start(self.policy.clone())
+                    .await
+                    .map_err(|e| cache_error(&dir, e))?,
+            )
+        } else {
+            None
+        };
+        let env = guard.as_ref().map(Guard::environment).unwrap_or_default();
+        let pull_error = |source: HelmError| match guard.as_ref().and_then(|g| g.refused().pop()) {
+            Some(refused) => SourceError::NotAllowed {
+                source_name: source_name.to_string(),
+                refused,
+            },
+            None if self.policy.multi_tenant => {
+                tracing::warn!(source = source_name, error = %source, "fetching a chart failed");
+                SourceError::Failed {
+                    source_name: source_name.to_string(),
+                    summary: summary(&source),
+                }
+            }
+            None => SourceError::Pull {
+                source_name: source_name.to_string(),
+                source,
+            },
         };
         if let Some(update) = secrets.and_then(|s| s.update.as_ref()) {
-            helm.run_reporting_stdout(command, update, helm.timeouts().pull)
+            helm.run_reporting_stdout(command, update, helm.timeouts().pull, &env)
                 .await
                 .map_err(pull_error)?;
         }
         args.push("--destination".into());
         args.push(staging.path().into());
-        helm.run(command, &args, helm.timeouts().pull)
+        helm.run_with_env(command, &args, helm.timeouts().pull, &env)
             .await
             .map_err(pull_error)?;
         let pulled = std::fs::read_dir(staging.path())
@@ -332,8 +538,16 @@ impl ChartCache {
                 message: format!("{command}: the chart's version {version:?} is not a version"),
             });
         }
-        let target = dir.join(archive_name(name, &version));
+        let file = archive_name(name, &version);
+        if !is_file_name(&file) {
+            return Err(SourceError::Pulled {
+                source_name: source_name.to_string(),
+                message: format!("{command}: {file:?} is not a file name of the cache"),
+            });
+        }
+        let target = dir.join(file);
         std::fs::rename(&pulled, &target).map_err(|e| cache_error(&target, e))?;
+        touch(&target);
         let note = format!("{}\n", key.replace('\n', " "));
         // The note only helps people browsing the cache; failing to write it changes nothing.
         let _ = std::fs::write(dir.join("source.txt"), note);
@@ -451,6 +665,75 @@ fn write_private(path: &Path, content: &[u8]) -> std::io::Result<()> {
         options.mode(0o600);
     }
     options.open(path)?.write_all(content)
+}
+
+/// What is left of the cache after [`ChartCache::evict`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Evicted {
+    /// Bytes of archives before and after.
+    pub before: u64,
+    pub after: u64,
+    pub removed: usize,
+    pub freed: u64,
+}
+
+/// Marks an archive as just used (its modification time), for the cache's eviction order.
+fn touch(path: &Path) {
+    if let Ok(file) = std::fs::File::options().append(true).open(path) {
+        let _ = file.set_modified(std::time::SystemTime::now());
+    }
+}
+
+/// A name that stays one file of its directory: not empty, no separator, not `.`-led (so not
+/// `.` or `..`), no NUL.
+fn is_file_name(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with('.') && !name.contains(['/', '\\', '\0'])
+}
+
+/// What a failed fetch may tell a tenant: the host and HTTP status a source answered, or the
+/// kind of failure; never the body of an answer (helm quotes what it could not parse).
+fn summary(error: &HelmError) -> String {
+    let HelmError::Failed { stderr, .. } = error else {
+        return error.to_string();
+    };
+    static STATUS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"(?:failed to fetch|fetching|GET|response status code|unexpected status( code)?|:) ?(?P<url>(?:https?|oci)://[^\s:/]+(?::\d+)?)?[^\n]*?\b(?P<code>[1-5]\d\d) (?P<text>[A-Z][A-Za-z ]{1,40}?)\b(?:\n|$|[^A-Za-z])").expect("pattern")
+    });
+    static HOST: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"(?:https?|oci)://(?:[^@\s/]+@)?(?P<host>\[[^\]\s]+\]|[A-Za-z0-9.-]+)(?::(?P<port>\d+))?").expect("pattern")
+    });
+    let host = HOST.captures(stderr).map(|c| {
+        let host = c.name("host").map_or("", |m| m.as_str());
+        match c.name("port") {
+            Some(port) => format!("{host}:{}", port.as_str()),
+            None => host.to_string(),
+        }
+    });
+    let at = host.map(|h| format!(" from {h}")).unwrap_or_default();
+    let lower = stderr.to_ascii_lowercase();
+    if let Some(c) = STATUS.captures(stderr) {
+        let code = c.name("code").map_or("", |m| m.as_str());
+        let text = c.name("text").map_or("", |m| m.as_str().trim());
+        return format!("HTTP {code} {text}{at}");
+    }
+    let kind = if lower.contains("not found in") && lower.contains("chart") {
+        "the chart or version is not in the repository's index"
+    } else if lower.contains("connection refused") {
+        "connection refused"
+    } else if lower.contains("no such host") || lower.contains("server misbehaving") {
+        "the host name does not resolve"
+    } else if lower.contains("timeout") || lower.contains("deadline exceeded") {
+        "the connection timed out"
+    } else if lower.contains("x509") || lower.contains("certificate") || lower.contains("tls") {
+        "the TLS handshake failed"
+    } else if lower.contains("unauthorized") || lower.contains("authentication") {
+        "the credentials were refused"
+    } else if lower.contains("connection reset") || lower.contains("eof") {
+        "the connection was closed"
+    } else {
+        "the answer is not a chart repository or registry"
+    };
+    format!("helm pull failed: {kind}{at}")
 }
 
 /// The registry host of an OCI reference: `oci://registry:5000/charts/x` -> `registry:5000`.

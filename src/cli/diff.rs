@@ -239,7 +239,14 @@ async fn preview(args: &DiffArgs) -> Result<Report, DiffError> {
                 message,
             };
             let mut prepared = Sources::default()
-                .prepare(&client, &helm, &cache, &wanted, settings.interval)
+                .prepare(
+                    &cluster,
+                    &crate::controller::Tenancy::default(),
+                    &helm,
+                    &cache,
+                    &wanted,
+                    settings.interval,
+                )
                 .await?
                 .map_err(|r| refused(r.message))?;
             // Values given with NAME are a change of the release's values: a new revision.

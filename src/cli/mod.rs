@@ -223,6 +223,49 @@ pub struct RunArgs {
     /// (Stalled, reason CrossNamespaceRef).
     #[arg(long, env = "SEQUENCED_NO_CROSS_NAMESPACE_REFS")]
     pub no_cross_namespace_refs: bool,
+    /// Multi-tenant mode (also on with --default-service-account): no release ever acts with
+    /// the controller's own rights, tenant inputs (valuesFrom, chart ConfigMaps and Secrets,
+    /// credentials, hook logs) are read as the release's account, spec.chart.path is refused
+    /// outside --allow-local-charts, and chart sources on internal addresses are refused.
+    #[arg(long, env = "SEQUENCED_MULTI_TENANT")]
+    pub multi_tenant: bool,
+    /// Directories whose charts spec.chart.path may name in multi-tenant mode (repeatable, or
+    /// comma-separated). Unset: spec.chart.path is refused in multi-tenant mode.
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "SEQUENCED_ALLOW_LOCAL_CHARTS",
+        value_delimiter = ','
+    )]
+    pub allow_local_charts: Vec<PathBuf>,
+    /// Hosts (charts.example.com, *.example.com) or CIDRs (10.20.0.0/16) that charts may be
+    /// fetched from (repeatable, or comma-separated). Set: only these. Unset: any host, except,
+    /// in multi-tenant mode, hosts whose addresses are not public (loopback, link-local,
+    /// private, shared and reserved ranges, which hold the cluster's pods and services).
+    #[arg(
+        long,
+        value_name = "HOST|CIDR",
+        env = "SEQUENCED_CHART_SOURCE_ALLOW",
+        value_delimiter = ','
+    )]
+    pub chart_source_allow: Vec<String>,
+    /// More address ranges charts are never fetched from (repeatable, or comma-separated): a
+    /// cluster whose pod or service ranges are public addresses lists them here.
+    #[arg(
+        long,
+        value_name = "CIDR",
+        env = "SEQUENCED_CHART_SOURCE_DENY",
+        value_delimiter = ','
+    )]
+    pub chart_source_deny: Vec<String>,
+    /// How much disk the chart cache may take (512Mi, 2Gi, or bytes): past it, the least
+    /// recently used archives that no release uses now are removed.
+    #[arg(long, value_name = "SIZE", default_value = "512Mi", env = "SEQUENCED_CHART_CACHE_SIZE", value_parser = byte_size)]
+    pub chart_cache_size: u64,
+    /// The most `helm template` may print for one release (32Mi, or bytes); a chart that
+    /// renders more is refused (Stalled, reason RenderTooLarge) and helm is stopped.
+    #[arg(long, value_name = "SIZE", default_value = "32Mi", env = "SEQUENCED_RENDER_OUTPUT_LIMIT", value_parser = byte_size)]
+    pub render_output_limit: u64,
     /// How many shards releases are divided into (by a hash of their uid); every replica must
     /// use the same number. Each replica owns a share of them through one Lease per shard.
     #[arg(long, value_name = "N", default_value_t = crate::lock::shards::DEFAULT_SHARDS, env = "SEQUENCED_SHARDS", value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -243,6 +286,38 @@ fn lease_duration(text: &str) -> Result<std::time::Duration, String> {
         Ok(_) => Err(format!("{text:?}: a shard Lease lasts at least 3s")),
         Err(e) => Err(format!("{text:?}: {e}")),
     }
+}
+
+/// A size in bytes, as Kubernetes writes quantities of memory: `512Mi`, `2Gi`, `100M`, `1024`.
+pub fn byte_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(digits);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: not a size such as 512Mi, 2Gi or 1048576"))?;
+    let unit: u64 = match suffix {
+        "" => 1,
+        "k" => 1000,
+        "M" => 1000u64.pow(2),
+        "G" => 1000u64.pow(3),
+        "T" => 1000u64.pow(4),
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        _ => {
+            return Err(format!(
+                "{text:?}: not a size such as 512Mi, 2Gi or 1048576"
+            ));
+        }
+    };
+    number
+        .checked_mul(unit)
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("{text:?}: a size above zero and below 16Ei"))
 }
 
 /// A ServiceAccount name: a DNS subdomain (lowercase letters, digits, '-' and '.').
@@ -334,6 +409,7 @@ impl ChartArgs {
             (Some(username), Some(password)) => Some(Credentials {
                 username: username.clone(),
                 password: password.clone(),
+                scope: String::new(),
             }),
             _ => None,
         }

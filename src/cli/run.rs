@@ -37,15 +37,24 @@ pub fn run(args: &RunArgs) -> ExitCode {
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| "sequenced".to_string())
     });
+    let multi_tenant = args.multi_tenant || args.default_service_account.is_some();
+    let policy = match source_policy(args, multi_tenant) {
+        Ok(policy) => policy,
+        Err(e) => return fail(&e),
+    };
     let options = Options {
-        helm,
-        cache: ChartCache::new(ChartCache::default_dir()),
+        helm: helm.with_output_limit(args.render_output_limit),
+        cache: ChartCache::new(ChartCache::default_dir())
+            .with_policy(policy)
+            .with_budget(args.chart_cache_size),
         concurrency: args.concurrency,
         identity,
         metrics: Arc::clone(&metrics),
         tenancy: Tenancy {
             default_service_account: args.default_service_account.clone(),
             no_cross_namespace_refs: args.no_cross_namespace_refs,
+            multi_tenant: args.multi_tenant,
+            allow_local_charts: args.allow_local_charts.clone(),
         },
         sharding: crate::lock::Sharding {
             shards: args.shards,
@@ -91,6 +100,37 @@ pub fn run(args: &RunArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
+}
+
+/// Where charts may be fetched from, as the flags say.
+fn source_policy(
+    args: &RunArgs,
+    multi_tenant: bool,
+) -> Result<crate::chart::egress::SourcePolicy, String> {
+    let allow = args
+        .chart_source_allow
+        .iter()
+        .filter(|a| !a.trim().is_empty())
+        .map(|a| a.parse().map_err(|e| format!("--chart-source-allow: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let deny = args
+        .chart_source_deny
+        .iter()
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| {
+            let d = d.trim();
+            d.parse::<ipnet::IpNet>()
+                .or_else(|_| d.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    format!("--chart-source-deny: {d:?} is not an address range (10.96.0.0/12)")
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(crate::chart::egress::SourcePolicy {
+        allow,
+        deny,
+        multi_tenant,
+    })
 }
 
 /// Resolves on SIGTERM or SIGINT.

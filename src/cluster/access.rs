@@ -91,6 +91,13 @@ pub(super) fn refused_verb(message: &str) -> Option<String> {
     rest.starts_with("resource ").then(|| verb.to_string())
 }
 
+/// The user of an RBAC refusal (`User "system:serviceaccount:ns:name" cannot ...`).
+pub(super) fn refused_user(message: &str) -> Option<&str> {
+    let rest = message.split("User \"").nth(1)?;
+    let (user, rest) = rest.split_once('"')?;
+    rest.starts_with(" cannot ").then_some(user)
+}
+
 impl Cluster {
     /// Whether the account this cluster acts as may `verb` objects of `kind` in `namespace`
     /// (asked with a SelfSubjectAccessReview as that account, the answer cached); Ok when it
@@ -204,6 +211,11 @@ mod tests {
         assert_eq!(refused_verb(message).as_deref(), Some("create"));
         let terminating = "configmaps \"new\" is forbidden: unable to create new content in namespace x because it is being terminated";
         assert_eq!(refused_verb(terminating), None);
+        assert_eq!(
+            refused_user(message),
+            Some("system:serviceaccount:t:deployer")
+        );
+        assert_eq!(refused_user(terminating), None);
     }
 
     #[test]

@@ -14,9 +14,15 @@ use crate::rollout::HookLog;
 const READ_BYTES: i64 = 64 * 1024;
 
 /// A refusal that trying again does not change: a pod whose container never started (400), a
-/// log this controller may not read (403), a pod gone (404). The failure is told without it.
+/// log that may not be read (403), a pod gone (404). The failure is told without it.
 fn unreadable(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if matches!(status.code, 400 | 403 | 404))
+}
+
+/// A 403: who may not do what, to be told in the log's place (in multi-tenant mode logs are
+/// read as the release's account, which a team may not have granted `pods/log`).
+fn refused(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 403)
 }
 
 /// The container to read: one that failed (an init container first, as it ran first), else
@@ -68,9 +74,19 @@ impl Cluster {
         };
         let (namespace, name, uid) = (meta("namespace"), meta("name"), meta("uid"));
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let who = self
+            .account()
+            .map_or_else(|| "the controller".to_string(), ToString::to_string);
+        let may_not = |what: &str| format!("{who} may not {what} in namespace {namespace}");
         let pod = match kind {
             "Pod" => match pods.get_opt(&name).await {
                 Ok(pod) => pod,
+                Err(e) if self.starts(&e) => {
+                    return Err(self.api_error("reading", format!("Pod {namespace}/{name}"), e));
+                }
+                Err(e) if refused(&e) => {
+                    return Ok(Some(HookLog::unreadable(&name, "", &may_not("get pods"))));
+                }
                 Err(e) if unreadable(&e) => return Ok(None),
                 Err(e) => {
                     return Err(self.api_error("reading", format!("Pod {namespace}/{name}"), e));
@@ -80,6 +96,13 @@ impl Cluster {
                 let params = ListParams::default().labels(&format!("job-name={name}"));
                 let listed = match pods.list(&params).await {
                     Ok(listed) => listed,
+                    Err(e) if self.starts(&e) => {
+                        let what = format!("the Pods of Job {namespace}/{name}");
+                        return Err(self.api_error("listing", what, e));
+                    }
+                    Err(e) if refused(&e) => {
+                        return Ok(Some(HookLog::unreadable("", "", &may_not("list pods"))));
+                    }
                     Err(e) if unreadable(&e) => return Ok(None),
                     Err(e) => {
                         let what = format!("the Pods of Job {namespace}/{name}");
@@ -111,6 +134,16 @@ impl Cluster {
         };
         match pods.logs(&pod_name, &params).await {
             Ok(text) => Ok(Some(HookLog::tail(&pod_name, &container, &text))),
+            Err(e) if self.starts(&e) => Err(self.api_error(
+                "reading the log of",
+                format!("Pod {namespace}/{pod_name}"),
+                e,
+            )),
+            Err(e) if refused(&e) => Ok(Some(HookLog::unreadable(
+                &pod_name,
+                &container,
+                &may_not("get pods/log"),
+            ))),
             Err(e) if unreadable(&e) => {
                 tracing::debug!(pod = %pod_name, error = %e, "no log to read");
                 Ok(None)
@@ -121,5 +154,13 @@ impl Cluster {
                 e,
             )),
         }
+    }
+}
+
+impl Cluster {
+    /// Whether the API server that answered `error` is starting: its refusal says nothing about
+    /// the log (tried again, as [`Cluster::error`] judges).
+    fn starts(&self, error: &kube::Error) -> bool {
+        super::starting(&self.health, error).is_some()
     }
 }

@@ -199,6 +199,8 @@ struct Served {
     names: Vec<String>,
     /// The group's preferred version.
     preferred: bool,
+    /// Whether the server lists it (`list` among its verbs).
+    listable: bool,
 }
 
 /// A group-version discovery could not list, and when to ask again.
@@ -373,9 +375,11 @@ impl Cluster {
     /// The one judgement of a failed request about `key` (and through [`starting`], of every
     /// other request of the controller): what a starting API server answered (a 503 with
     /// `retryAfterSeconds`, a 403 while it is starting) is [`ClusterError::Starting`], tried
-    /// again; a 403 of a server that is up while acting as a service account is
-    /// [`ClusterError::Forbidden`], naming the account, the verb and the object, final until
-    /// someone grants it; everything else is the API's error.
+    /// again; a 403 of the authorizer of a server that is up is [`ClusterError::Forbidden`],
+    /// naming who was refused (the service account the release acts as, or the controller
+    /// itself, whose ClusterRole may not cover what a chart holds: `rbac.profile: restricted`),
+    /// the verb and the object, final until someone grants it; everything else is the API's
+    /// error.
     pub fn error(
         &self,
         action: &'static str,
@@ -388,10 +392,15 @@ impl Cluster {
         if let Some(refused) = self.impersonation_refused(&source) {
             return refused;
         }
-        if let (Some(account), kube::Error::Api(status)) = (&self.account, &source)
+        if let kube::Error::Api(status) = &source
             && status.code == 403
             && let Some(verb) = access::refused_verb(&status.message)
         {
+            let account = match (&self.account, access::refused_user(&status.message)) {
+                (Some(account), _) => account.to_string(),
+                (None, Some(user)) => format!("the controller ({user})"),
+                (None, None) => "the controller".to_string(),
+            };
             let group = crate::plan::api_group(&key.api_version);
             let resource = status
                 .details
@@ -400,7 +409,7 @@ impl Cluster {
                 .filter(|k| !k.is_empty())
                 .unwrap_or_else(|| format!("{}s", key.kind.to_ascii_lowercase()));
             return ClusterError::Forbidden {
-                account: account.to_string(),
+                account,
                 action: format!(
                     "{verb} {} \"{}\"",
                     access::qualified(group, &resource),
@@ -580,6 +589,7 @@ impl Cluster {
                     namespaced: r.namespaced,
                     names,
                     preferred,
+                    listable: r.verbs.iter().any(|v| v == "list"),
                 });
             }
         }
@@ -741,6 +751,25 @@ impl Cluster {
     /// `--kube-version` and `--api-versions` for `helm template`, read again first when discovery
     /// changed since (a CRD or an APIService), so that a chart rendered after its CRD was
     /// installed sees it in `.Capabilities.APIVersions`.
+    /// Every kind the server lists, in its group's preferred version (discovery read first if
+    /// it never was), and the group-versions discovery leaves out now (unavailable), with why.
+    pub async fn listable_kinds(&self) -> Result<(Vec<Kind>, Vec<(String, String)>), ClusterError> {
+        self.ensure_discovered().await?;
+        let kinds = {
+            let catalog = self.catalog.read().await;
+            catalog
+                .served
+                .iter()
+                .filter(|s| s.preferred && s.listable)
+                .map(|s| Kind {
+                    resource: s.resource.clone(),
+                    namespaced: s.namespaced,
+                })
+                .collect()
+        };
+        Ok((kinds, self.unavailable_groups().await))
+    }
+
     pub async fn capabilities(&self) -> Result<(Option<String>, Vec<String>), ClusterError> {
         self.read_if(|catalog| catalog.refreshed.is_none() || catalog.dirty)
             .await?;

@@ -22,6 +22,9 @@ use crate::cluster::{Account, Cluster, Health};
 use crate::lock::{Locks, Shards};
 use crate::rollout;
 
+/// How many impersonating clients are kept (each holds a connection pool and its discovery).
+const ACCOUNTS: std::num::NonZeroUsize = std::num::NonZeroUsize::new(256).expect("not zero");
+
 /// What every reconcile shares.
 pub(crate) struct Context {
     pub client: Client,
@@ -30,8 +33,9 @@ pub(crate) struct Context {
     pub config: kube::Config,
     /// The API server as the controller itself.
     pub cluster: Arc<Cluster>,
-    /// The API server as each service account a release acts as.
-    accounts: Mutex<HashMap<Account, Arc<Cluster>>>,
+    /// The API server as each service account a release acts as, the most recently used ones
+    /// ([`ACCOUNTS`] at most: a tenant that names many accounts does not grow it for ever).
+    accounts: Mutex<lru::LruCache<Account, Arc<Cluster>>>,
     pub options: Options,
     pub store: Store<SequencedRelease>,
     pub watches: Watches,
@@ -81,7 +85,7 @@ impl Context {
     ) -> Context {
         Context {
             cluster: Arc::new(Cluster::with_health(client.clone(), health)),
-            accounts: Mutex::new(HashMap::new()),
+            accounts: Mutex::new(lru::LruCache::new(ACCOUNTS)),
             config,
             watches,
             events,
@@ -217,7 +221,7 @@ impl Context {
             return Ok(Arc::clone(cluster));
         }
         let cluster = Arc::new(self.cluster.acting_as(&self.config, account.clone())?);
-        accounts.insert(account.clone(), Arc::clone(&cluster));
+        accounts.put(account.clone(), Arc::clone(&cluster));
         Ok(cluster)
     }
 

@@ -20,6 +20,7 @@
 
 mod context;
 mod events;
+mod leftovers;
 mod objects;
 mod outage;
 pub mod plans;
@@ -59,36 +60,129 @@ pub struct Options {
     pub sharding: crate::lock::Sharding,
 }
 
-/// The ServiceAccount `sr` acts as: its `spec.serviceAccountName`, else the controller's
-/// default, in the release's own namespace; None for the controller's own identity.
+/// The ServiceAccount `sr` acts as, in the release's own namespace (the pure rule:
+/// [`crate::rollout::lifecycle::account_name`]); Ok(None) for the controller's own identity,
+/// Err(why) when the release may not act at all (the lifecycle stalls it with that message).
 pub(crate) fn account_of(
     sr: &SequencedRelease,
     tenancy: &Tenancy,
-) -> Option<crate::cluster::Account> {
-    let name = sr
-        .spec
-        .service_account_name
-        .as_ref()
-        .or(tenancy.default_service_account.as_ref())
-        .filter(|n| !n.is_empty())?;
-    Some(crate::cluster::Account {
+) -> Result<Option<crate::cluster::Account>, String> {
+    let name = crate::rollout::lifecycle::account_name(&sr.spec, &tenancy.accounts())?;
+    Ok(name.map(|name| crate::cluster::Account {
         namespace: sr
             .metadata
             .namespace
             .clone()
             .unwrap_or_else(|| "default".into()),
-        name: name.clone(),
-    })
+        name,
+    }))
 }
 
 /// What a release may do, for clusters shared by teams.
 #[derive(Debug, Clone, Default)]
 pub struct Tenancy {
     /// The ServiceAccount (in the release's own namespace) a release without
-    /// `spec.serviceAccountName` acts as; None: the controller's own identity.
+    /// `spec.serviceAccountName` acts as; None: the controller's own identity, unless
+    /// multi-tenant.
     pub default_service_account: Option<String>,
     /// Refuse `targetNamespace` and `dependsOn` outside the release's own namespace.
     pub no_cross_namespace_refs: bool,
+    /// `--multi-tenant`: no release acts as the controller, tenant inputs are read as the
+    /// release's account, local charts are refused outside `allow_local_charts`. Also on when
+    /// `default_service_account` is set ([`Tenancy::is_multi_tenant`]).
+    pub multi_tenant: bool,
+    /// `--allow-local-charts`: the directories `spec.chart.path` may be under in multi-tenant
+    /// mode.
+    pub allow_local_charts: Vec<std::path::PathBuf>,
+}
+
+impl Tenancy {
+    /// Multi-tenant mode: `--multi-tenant`, or a `--default-service-account` (a hand-written
+    /// Deployment with the lockdown flags gets every protection).
+    pub fn is_multi_tenant(&self) -> bool {
+        self.multi_tenant || self.default_service_account.is_some()
+    }
+
+    /// What the lifecycle needs to judge whose rights a release acts with.
+    pub fn accounts(&self) -> crate::rollout::lifecycle::AccountPolicy {
+        crate::rollout::lifecycle::AccountPolicy {
+            default_service_account: self.default_service_account.clone(),
+            multi_tenant: self.is_multi_tenant(),
+        }
+    }
+}
+
+/// How many helm timeouts in a row stall a release (`RenderTimeout`).
+const TIMEOUTS_IN_A_ROW: u32 = 3;
+/// How long a release stalled by timeouts waits before helm is run for it again.
+const TIMEOUT_HOLD: Duration = Duration::from_secs(600);
+
+/// Helm timeouts in a row, by release and the digest they were for: a chart that makes helm
+/// time out again and again (a render without end, a source that never answers) stalls its
+/// release `RenderTimeout` instead of holding helm's slots for ever; it is tried again after
+/// [`TIMEOUT_HOLD`], or at once when its inputs change.
+#[derive(Default)]
+pub(crate) struct TimeoutStreaks {
+    streaks: std::sync::Mutex<
+        std::collections::HashMap<
+            kube::runtime::reflector::ObjectRef<SequencedRelease>,
+            (String, u32, std::time::Instant),
+        >,
+    >,
+}
+
+impl TimeoutStreaks {
+    fn refusal(what: &str, count: u32) -> crate::rollout::lifecycle::Refusal {
+        crate::rollout::lifecycle::Refusal {
+            reason: crate::api::Reason::RenderTimeout,
+            message: format!(
+                "{what} did not finish in time {count} times in a row; it is run again in {} \
+                 or when the release's spec or inputs change",
+                crate::readiness::format_duration(TIMEOUT_HOLD)
+            ),
+        }
+    }
+
+    /// Helm timed out for `release` on `digest`: the refusal that stalls it once the streak is
+    /// long enough, else None (the error is retried with backoff).
+    pub fn timed_out(
+        &self,
+        release: &kube::runtime::reflector::ObjectRef<SequencedRelease>,
+        digest: &str,
+        what: &str,
+    ) -> Option<crate::rollout::lifecycle::Refusal> {
+        let mut streaks = self.streaks.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = streaks
+            .entry(release.clone())
+            .or_insert_with(|| (digest.to_string(), 0, std::time::Instant::now()));
+        if entry.0 != digest {
+            *entry = (digest.to_string(), 0, std::time::Instant::now());
+        }
+        entry.1 = entry.1.saturating_add(1);
+        entry.2 = std::time::Instant::now();
+        (entry.1 >= TIMEOUTS_IN_A_ROW).then(|| Self::refusal(what, entry.1))
+    }
+
+    /// The refusal of a release whose streak holds it back now (same digest, within the hold).
+    pub fn stalled(
+        &self,
+        release: &kube::runtime::reflector::ObjectRef<SequencedRelease>,
+        digest: &str,
+        what: &str,
+    ) -> Option<crate::rollout::lifecycle::Refusal> {
+        let streaks = self.streaks.lock().unwrap_or_else(|e| e.into_inner());
+        let (at, count, since) = streaks.get(release)?;
+        (at == digest && *count >= TIMEOUTS_IN_A_ROW && since.elapsed() < TIMEOUT_HOLD)
+            .then(|| Self::refusal(what, *count))
+    }
+
+    /// Helm finished for `release` (or it is gone): the streak ends.
+    pub fn ended(&self, release: &kube::runtime::reflector::ObjectRef<SequencedRelease>) {
+        self.streaks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(release);
+    }
 }
 
 /// What stops a reconcile and is retried with backoff. Each variant keeps its cause's type;

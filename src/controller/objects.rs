@@ -155,12 +155,18 @@ impl Objects<'_> {
             };
             observed.hooks.insert(hook, found);
         }
+        // Read as the controller, whose log it is to tell, except in multi-tenant mode: there
+        // the log (a tenant's input) is read as the release's account, which may not have been
+        // granted `pods/log` (the status then says so in the log's place).
+        let reader = if self.ctx.options.tenancy.is_multi_tenant() {
+            cluster
+        } else {
+            &self.ctx.cluster
+        };
         for &hook in &wanted.hook_logs {
-            // Read as the controller: the log is the controller's to tell, whatever the
-            // release's account may read.
             let found = match hooks.get(hook) {
                 Some(h) => match cluster.find(&h.key).await? {
-                    Some(object) => self.ctx.cluster.hook_log(&object).await?,
+                    Some(object) => reader.hook_log(&object).await?,
                     None => None,
                 },
                 None => None,

@@ -25,9 +25,10 @@ use crate::rollout::lifecycle::{PlanFact, Refusal};
 /// The last plan of each release.
 pub struct Plans {
     cached: Mutex<HashMap<ObjectRef<SequencedRelease>, Cached>>,
-    /// Renders at once: as many as the machine has cores (`helm template` is CPU-bound, about
-    /// 50 ms a chart), whatever the reconcile concurrency.
-    rendering: tokio::sync::Semaphore,
+    /// Renders at once, shared fairly between namespaces.
+    rendering: Renders,
+    /// `helm template` timeouts in a row, by release.
+    timeouts: super::TimeoutStreaks,
 }
 
 impl Default for Plans {
@@ -35,8 +36,64 @@ impl Default for Plans {
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         Plans {
             cached: Mutex::default(),
-            rendering: tokio::sync::Semaphore::new(cores),
+            rendering: Renders::new(cores),
+            timeouts: super::TimeoutStreaks::default(),
         }
+    }
+}
+
+/// The render permits, shared fairly between namespaces. `helm template` is CPU-bound (about
+/// 50 ms a chart): one namespace may render on every core at once (as many permits as the machine
+/// has cores), and one permit more is kept for the others, so one tenant's slow charts never hold
+/// every render while a cluster of one team still renders on every core. The queue for the shared
+/// permits holds at most a core's count of renders of each namespace (the others wait on their
+/// namespace's own permits), so another tenant's render waits for at most one render of each busy
+/// namespace.
+pub struct Renders {
+    all: tokio::sync::Semaphore,
+    share: usize,
+    namespaces: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+}
+
+impl Renders {
+    pub fn new(cores: usize) -> Renders {
+        let cores = cores.max(1);
+        Renders {
+            all: tokio::sync::Semaphore::new(cores + 1),
+            share: cores,
+            namespaces: Mutex::default(),
+        }
+    }
+
+    /// Waits for a render permit for a release of `namespace`.
+    pub async fn acquire(
+        &self,
+        namespace: &str,
+    ) -> (
+        tokio::sync::OwnedSemaphorePermit,
+        tokio::sync::SemaphorePermit<'_>,
+    ) {
+        let own = {
+            let mut namespaces = self.namespaces.lock().unwrap_or_else(|e| e.into_inner());
+            // Namespaces no render holds or waits for are forgotten.
+            let share = self.share;
+            namespaces.retain(|_, s| Arc::strong_count(s) > 1 || s.available_permits() < share);
+            Arc::clone(
+                namespaces
+                    .entry(namespace.to_string())
+                    .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(share))),
+            )
+        };
+        let own = own
+            .acquire_owned()
+            .await
+            .expect("render permits are never closed");
+        let all = self
+            .all
+            .acquire()
+            .await
+            .expect("render permits are never closed");
+        (own, all)
     }
 }
 
@@ -60,6 +117,7 @@ impl Plans {
         if let Ok(mut cached) = self.cached.lock() {
             cached.remove(release);
         }
+        self.timeouts.ended(release);
     }
 
     /// Keeps of the release's plan what observing and judging its objects needs (their
@@ -153,7 +211,16 @@ impl Plans {
             api_versions,
             is_upgrade,
         };
-        let permit = self.rendering.acquire().await;
+        let digest = &prepared.digests.current;
+        if let Some(refusal) = self.timeouts.stalled(release, digest, "helm template") {
+            return Ok(PlanFact {
+                digest: digest.clone(),
+                is_upgrade,
+                outcome: Err(refusal),
+            });
+        }
+        let namespace = release.namespace.as_deref().unwrap_or("default");
+        let permit = self.rendering.acquire(namespace).await;
         let rendering = std::time::Instant::now();
         let values = prepared.values.clone();
         let common = prepared.common_metadata.clone();
@@ -198,9 +265,19 @@ impl Plans {
                     None => Ok(Arc::new(deployable)),
                 }
             }
+            Err(e) if e.timed_out() => {
+                keep = false;
+                match self.timeouts.timed_out(release, digest, "helm template") {
+                    Some(refusal) => Err(refusal),
+                    None => return Err(e.into()),
+                }
+            }
             Err(e) if e.is_transient() => return Err(e.into()),
             Err(e) => Err(super::source::refusal_of(&e)),
         };
+        if outcome.is_ok() {
+            self.timeouts.ended(release);
+        }
         let fact = PlanFact {
             digest: prepared.digests.current.clone(),
             is_upgrade,
@@ -515,4 +592,39 @@ async fn key_of(
         }),
         name: resource.name.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Renders;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn one_namespace_renders_on_every_core_but_never_holds_every_permit() {
+        let renders = Renders::new(2);
+        let a1 = renders.acquire("team-a").await;
+        let _a2 = renders.acquire("team-a").await;
+        // Team A's third render waits, whatever is left...
+        let third = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-a"));
+        assert!(third.await.is_err(), "team A held every permit");
+        // ...and team B's goes at once.
+        let b = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-b")).await;
+        assert!(b.is_ok(), "team B waited for team A");
+        // Every permit is held now: team C waits for the first render to end.
+        let c = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-c"));
+        assert!(c.await.is_err());
+        drop(a1);
+        let c = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-c"));
+        assert!(c.await.is_ok(), "team A's permit was not given back");
+    }
+
+    #[tokio::test]
+    async fn a_single_core_still_keeps_a_permit_for_another_namespace() {
+        let renders = Renders::new(1);
+        let _a = renders.acquire("team-a").await;
+        let again = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-a"));
+        assert!(again.await.is_err());
+        let b = tokio::time::timeout(Duration::from_millis(100), renders.acquire("team-b"));
+        assert!(b.await.is_ok());
+    }
 }

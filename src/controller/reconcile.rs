@@ -39,7 +39,16 @@ pub(super) async fn reconcile(sr: Arc<SequencedRelease>, ctx: &Context) -> Resul
     if ctx.stopping() {
         return Ok(Action::await_change());
     }
-    let account = account_of(&sr, &ctx.options.tenancy);
+    // A release that may not act at all (an empty service account name, none in multi-tenant
+    // mode) is stalled by the lifecycle before it touches anything of its chart; should anything
+    // still be asked, it is asked as the `default` ServiceAccount of the release's own
+    // namespace, never as the controller.
+    let account = account_of(&sr, &ctx.options.tenancy).unwrap_or_else(|_| {
+        Some(crate::cluster::Account {
+            namespace: sr.namespace().unwrap_or_else(|| "default".to_string()),
+            name: "default".to_string(),
+        })
+    });
     let cluster = ctx.cluster_for(account.as_ref()).map_err(kube_error(
         "making a client that impersonates the release's service account",
     ))?;
@@ -123,6 +132,7 @@ impl<'a> Reconcile<'a> {
         let facts = Facts {
             operation_since,
             no_cross_namespace_refs: ctx.options.tenancy.no_cross_namespace_refs,
+            accounts: ctx.options.tenancy.accounts(),
             ..Facts::new(sr.clone(), lock, now)
         };
         Reconcile {
@@ -278,10 +288,17 @@ impl<'a> Reconcile<'a> {
                 // A change of what it reads wakes the release from now on.
                 ctx.watches
                     .reads(&self.key, super::source::inputs_of(&self.facts.release));
+                // In multi-tenant mode the tenant's inputs are read as its account.
+                let reader = if ctx.options.tenancy.is_multi_tenant() {
+                    &self.cluster
+                } else {
+                    &ctx.cluster
+                };
                 let prepared = ctx
                     .sources
                     .prepare(
-                        &ctx.client,
+                        reader,
+                        &ctx.options.tenancy,
                         &ctx.options.helm,
                         &ctx.options.cache,
                         &self.facts.release,
@@ -340,6 +357,11 @@ impl<'a> Reconcile<'a> {
                     None => Default::default(),
                 };
                 self.facts.drift = Some(report);
+            }
+            Need::Leftovers => {
+                let namespace = self.key.namespace.as_deref().unwrap_or("default");
+                let found = super::leftovers::find(&self.cluster, &self.me, namespace).await?;
+                self.facts.leftovers = Some(found);
             }
             Need::Namespace => {
                 self.facts.namespace_terminating = Some(self.namespace_terminating().await?);

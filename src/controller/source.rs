@@ -8,14 +8,16 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Client, ResourceExt};
 
-use super::Error;
 use super::watches::{Input, InputKind};
+use super::{Error, Tenancy};
+use crate::api::ObjectKey;
 use crate::api::{CommonMetadata, KeyReference, Reason, SequencedRelease, ValuesKind};
 use crate::chart::source::{ChartCache, ChartReference, Credentials};
+use crate::cluster::{Cluster, ClusterError};
 use crate::digest::{Asked, Digests};
 use crate::helm::Helm;
 use crate::pipeline::{self, ChartSource, Resolved, ValueFlags, ValuesEntry, ValuesFile};
@@ -64,6 +66,10 @@ type Merged = (String, Vec<ValuesFile>);
 #[derive(Default)]
 pub struct Sources {
     resolved: Mutex<HashMap<ObjectRef<SequencedRelease>, (ChartSource, Resolved, Instant)>>,
+    /// The chart on disk each release uses now: kept when the cache evicts.
+    in_use: Mutex<HashMap<ObjectRef<SequencedRelease>, PathBuf>>,
+    /// `helm pull` timeouts in a row, by release.
+    timeouts: super::TimeoutStreaks,
     /// Values merged with `targetPath` entries (helm sets each path), by release, with the
     /// digest they were merged for.
     merged: Mutex<HashMap<ObjectRef<SequencedRelease>, Merged>>,
@@ -77,19 +83,34 @@ impl Sources {
         if let Ok(mut merged) = self.merged.lock() {
             merged.remove(release);
         }
+        if let Ok(mut in_use) = self.in_use.lock() {
+            in_use.remove(release);
+        }
+        self.timeouts.ended(release);
     }
 
-    /// Reads the spec's inputs and resolves the chart: Ok(Err) when the spec or the chart
-    /// cannot be used as it is (the release stalls), Err when trying again later may help.
+    /// The charts on disk that releases use now.
+    fn used(&self) -> HashSet<PathBuf> {
+        self.in_use
+            .lock()
+            .map(|in_use| in_use.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Reads the spec's inputs through `reader` (in multi-tenant mode the release's account, so
+    /// that a tenant reads nothing its account may not) and resolves the chart: Ok(Err) when
+    /// the spec or the chart cannot be used as it is (the release stalls), Err when trying again
+    /// later may help (or the account may not read an input: Stalled `Forbidden`).
     pub async fn prepare(
         &self,
-        client: &Client,
+        reader: &Cluster,
+        tenancy: &Tenancy,
         helm: &Helm,
         cache: &ChartCache,
         sr: &SequencedRelease,
         interval: Duration,
     ) -> Result<Result<Prepared, Refusal>, Error> {
-        let inputs = match read_inputs(client, sr).await? {
+        let inputs = match read_inputs(reader, tenancy, sr).await? {
             Ok(inputs) => inputs,
             Err(refusal) => return Ok(Err(refusal)),
         };
@@ -102,11 +123,20 @@ impl Sources {
             resolved
                 .get(&key)
                 .filter(|(source, _, at)| *source == inputs.source && at.elapsed() < interval)
+                // An archive the cache removed (it was not in use then) is fetched again.
+                .filter(|(_, resolved, _)| resolved.path.exists())
                 .map(|(_, resolved, _)| resolved.clone())
         });
         let resolved = match known {
             Some(resolved) => resolved,
             None => {
+                let streak = match &inputs.source {
+                    ChartSource::Reference(reference) => reference.to_string(),
+                    ChartSource::Packaged { origin, .. } => origin.clone(),
+                };
+                if let Some(refusal) = self.timeouts.stalled(&key, &streak, "helm pull") {
+                    return Ok(Err(refusal));
+                }
                 let resolved = match pipeline::resolve(
                     helm,
                     cache,
@@ -116,9 +146,28 @@ impl Sources {
                 .await
                 {
                     Ok(resolved) => resolved,
+                    Err(e) if e.timed_out() => {
+                        return match self.timeouts.timed_out(&key, &streak, "helm pull") {
+                            Some(refusal) => Ok(Err(refusal)),
+                            None => Err(e.into()),
+                        };
+                    }
                     Err(e) if e.is_transient() => return Err(e.into()),
                     Err(e) => return Ok(Err(refusal_of(&e))),
                 };
+                self.timeouts.ended(&key);
+                if !matches!(
+                    inputs.source,
+                    ChartSource::Reference(ChartReference::Path(_))
+                ) {
+                    if let Ok(mut in_use) = self.in_use.lock() {
+                        in_use.insert(key.clone(), resolved.path.clone());
+                    }
+                    // What this fetch added may take the cache over its budget.
+                    let used = self.used();
+                    let cache = cache.clone();
+                    let _ = tokio::task::spawn_blocking(move || cache.evict(&used)).await;
+                }
                 if remote && let Ok(mut known) = self.resolved.lock() {
                     known.insert(
                         key.clone(),
@@ -232,9 +281,11 @@ fn refusal(field: impl std::fmt::Display, message: impl std::fmt::Display) -> Re
     }
 }
 
-/// Reads the spec's chart source and values (ConfigMaps and Secrets through the API).
+/// Reads the spec's chart source and values (ConfigMaps and Secrets through the API, as
+/// `reader`).
 async fn read_inputs(
-    client: &Client,
+    reader: &Cluster,
+    tenancy: &Tenancy,
     sr: &SequencedRelease,
 ) -> Result<Result<Inputs, Refusal>, Error> {
     let namespace = sr.namespace().unwrap_or_else(|| "default".to_string());
@@ -244,8 +295,8 @@ async fn read_inputs(
         let field = format!("spec.valuesFrom[{i}]");
         let (name, key) = (&reference.name, &reference.values_key);
         let text = match reference.kind {
-            ValuesKind::ConfigMap => config_map_text(client, &namespace, name, key).await,
-            ValuesKind::Secret => secret_text(client, &namespace, name, key).await,
+            ValuesKind::ConfigMap => config_map_text(reader, &namespace, name, key).await,
+            ValuesKind::Secret => secret_text(reader, &namespace, name, key).await,
         };
         let origin = format!(
             "{field} ({:?} {namespace}/{name} key {key})",
@@ -280,6 +331,11 @@ async fn read_inputs(
 
     let chart = &spec.chart;
     let source = if let Some(path) = &chart.path {
+        if tenancy.is_multi_tenant()
+            && let Err(refused) = local_chart_allowed(Path::new(path), &tenancy.allow_local_charts)
+        {
+            return Ok(Err(refusal("spec.chart.path", refused)));
+        }
         if !Path::new(path).exists() {
             return Ok(Err(refusal(
                 "spec.chart.path",
@@ -301,7 +357,7 @@ async fn read_inputs(
         })
     } else if let Some(key) = &chart.config_map_ref {
         let origin = "spec.chart.configMapRef";
-        match packaged(client, &namespace, key, ValuesKind::ConfigMap).await? {
+        match packaged(reader, &namespace, key, ValuesKind::ConfigMap).await? {
             Ok(bytes) => ChartSource::Packaged {
                 origin: origin.to_string(),
                 bytes,
@@ -310,7 +366,7 @@ async fn read_inputs(
         }
     } else if let Some(key) = &chart.secret_ref {
         let origin = "spec.chart.secretRef";
-        match packaged(client, &namespace, key, ValuesKind::Secret).await? {
+        match packaged(reader, &namespace, key, ValuesKind::Secret).await? {
             Ok(bytes) => ChartSource::Packaged {
                 origin: origin.to_string(),
                 bytes,
@@ -328,10 +384,14 @@ async fn read_inputs(
         None => None,
         Some(reference) => {
             let field = "spec.chart.credentialsSecretRef";
-            let username = secret_text(client, &namespace, &reference.name, "username").await?;
-            let password = secret_text(client, &namespace, &reference.name, "password").await?;
+            let username = secret_text(reader, &namespace, &reference.name, "username").await?;
+            let password = secret_text(reader, &namespace, &reference.name, "password").await?;
             match (username, password) {
-                (Ok(username), Ok(password)) => Some(Credentials { username, password }),
+                (Ok(username), Ok(password)) => Some(Credentials {
+                    username,
+                    password,
+                    scope: namespace.clone(),
+                }),
                 (Err(missing), _) | (_, Err(missing)) => return Ok(Err(refusal(field, missing))),
             }
         }
@@ -346,9 +406,11 @@ async fn read_inputs(
 /// An object's content, `Err(why)` when it or its key is missing.
 type Found<T> = Result<Result<T, String>, Error>;
 
-/// The object, None when it does not exist; `what` names it in errors.
+/// The object, None when it does not exist, read as `reader`; `what` names it in errors. An
+/// account that may not read it is told as [`ClusterError::Forbidden`], naming the verb and
+/// the object (the release stalls `Forbidden`).
 async fn get_object<K>(
-    client: &Client,
+    reader: &Cluster,
     namespace: &str,
     name: &str,
     what: &str,
@@ -359,16 +421,76 @@ where
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
-    let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    api.get_opt(name).await.map_err(|source| Error::SpecRead {
-        what: what.to_string(),
-        source,
+    let api: Api<K> = Api::namespaced(reader.client().clone(), namespace);
+    api.get_opt(name).await.map_err(|source| {
+        let key = ObjectKey {
+            api_version: K::api_version(&()).into_owned(),
+            kind: K::kind(&()).into_owned(),
+            namespace: Some(namespace.to_string()),
+            name: name.to_string(),
+        };
+        match reader.error("reading", &key, source) {
+            refused @ ClusterError::Forbidden { .. } => Error::Cluster(refused),
+            ClusterError::Api { source, .. } => Error::SpecRead {
+                what: what.to_string(),
+                source,
+            },
+            other => Error::Cluster(other),
+        }
     })
 }
 
-async fn config_map_text(client: &Client, namespace: &str, name: &str, key: &str) -> Found<String> {
+/// Whether `path` is under one of the `allowed` directories (`--allow-local-charts`), judged
+/// first by its text alone (nothing outside them is even looked at: no file's existence is told)
+/// and then with symbolic links resolved. Err says why not.
+fn local_chart_allowed(path: &Path, allowed: &[PathBuf]) -> Result<(), String> {
+    let refused = || {
+        format!(
+            "{}: this controller runs multi-tenant and reads local charts only under the \
+             directories --allow-local-charts lists{}",
+            path.display(),
+            if allowed.is_empty() {
+                " (none)".to_string()
+            } else {
+                format!(
+                    " ({})",
+                    allowed
+                        .iter()
+                        .map(|d| d.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        )
+    };
+    let plain = path.is_absolute()
+        && path
+            .components()
+            .all(|c| !matches!(c, std::path::Component::ParentDir));
+    if !plain || !allowed.iter().any(|dir| path.starts_with(dir)) {
+        return Err(refused());
+    }
+    // A link inside an allowed directory may still point out of it.
+    match std::fs::canonicalize(path) {
+        Ok(real) => {
+            let inside = allowed
+                .iter()
+                .any(|dir| std::fs::canonicalize(dir).is_ok_and(|dir| real.starts_with(dir)));
+            if inside { Ok(()) } else { Err(refused()) }
+        }
+        // Missing: told as missing by the caller, which may now say so.
+        Err(_) => Ok(()),
+    }
+}
+
+async fn config_map_text(
+    reader: &Cluster,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Found<String> {
     let what = format!("ConfigMap {namespace}/{name}");
-    let Some(cm) = get_object::<ConfigMap>(client, namespace, name, &what).await? else {
+    let Some(cm) = get_object::<ConfigMap>(reader, namespace, name, &what).await? else {
         return Ok(Err(format!("{what} not found")));
     };
     if let Some(text) = cm.data.as_ref().and_then(|d| d.get(key)) {
@@ -381,9 +503,9 @@ async fn config_map_text(client: &Client, namespace: &str, name: &str, key: &str
     Ok(Err(format!("{what} has no key {key}")))
 }
 
-async fn secret_bytes(client: &Client, namespace: &str, name: &str, key: &str) -> Found<Vec<u8>> {
+async fn secret_bytes(reader: &Cluster, namespace: &str, name: &str, key: &str) -> Found<Vec<u8>> {
     let what = format!("Secret {namespace}/{name}");
-    let Some(secret) = get_object::<Secret>(client, namespace, name, &what).await? else {
+    let Some(secret) = get_object::<Secret>(reader, namespace, name, &what).await? else {
         return Ok(Err(format!("{what} not found")));
     };
     match secret.data.as_ref().and_then(|d| d.get(key)) {
@@ -395,8 +517,8 @@ async fn secret_bytes(client: &Client, namespace: &str, name: &str, key: &str) -
     }
 }
 
-async fn secret_text(client: &Client, namespace: &str, name: &str, key: &str) -> Found<String> {
-    Ok(secret_bytes(client, namespace, name, key)
+async fn secret_text(reader: &Cluster, namespace: &str, name: &str, key: &str) -> Found<String> {
+    Ok(secret_bytes(reader, namespace, name, key)
         .await?
         .and_then(|bytes| {
             String::from_utf8(bytes)
@@ -405,16 +527,16 @@ async fn secret_text(client: &Client, namespace: &str, name: &str, key: &str) ->
 }
 
 async fn packaged(
-    client: &Client,
+    reader: &Cluster,
     namespace: &str,
     key: &KeyReference,
     kind: ValuesKind,
 ) -> Found<Vec<u8>> {
     match kind {
-        ValuesKind::Secret => secret_bytes(client, namespace, &key.name, &key.key).await,
+        ValuesKind::Secret => secret_bytes(reader, namespace, &key.name, &key.key).await,
         ValuesKind::ConfigMap => {
             let what = format!("ConfigMap {namespace}/{}", key.name);
-            let Some(cm) = get_object::<ConfigMap>(client, namespace, &key.name, &what).await?
+            let Some(cm) = get_object::<ConfigMap>(reader, namespace, &key.name, &what).await?
             else {
                 return Ok(Err(format!("{what} not found")));
             };

@@ -24,9 +24,9 @@ use super::status::{holds_lock, pending, retry_due, set_condition_to, stalled};
 use super::uninstall::{self, Uninstall, UninstallStep, uninstall_step};
 use super::{Deployable, Note, Observations, Outcome, RecordUpdate, Revision, Settings, Wanted};
 use crate::api::{
-    DriftDetection, EventReason, FINALIZER, Identity, LayerPhase, OnFailure, RECONCILING, Reason,
-    ReleasePhase, RemediationAction, RemediationStatus, SequencedRelease, SequencedReleaseStatus,
-    TEST_EVENT, TEST_SUCCESS, hook_stage,
+    DriftDetection, EventReason, FINALIZER, Identity, LayerPhase, OWNER_ANNOTATION, ObjectKey,
+    OnFailure, RECONCILING, Reason, ReleasePhase, RemediationAction, RemediationStatus,
+    SequencedRelease, SequencedReleaseStatus, TEST_EVENT, TEST_SUCCESS, hook_stage,
 };
 use crate::digest::Digests;
 use crate::history::{HelmStatus, Info, Inventory, Record};
@@ -105,11 +105,17 @@ pub struct Facts {
     pub operation_since: Option<Time>,
     /// Whether the release's namespace is being deleted; gathered for an uninstall.
     pub namespace_terminating: Option<bool>,
+    /// For an uninstall whose record is missing: the objects found by their owner annotation
+    /// (in the release's and the target namespace, and cluster-scoped), or why they could not
+    /// all be looked for.
+    pub leftovers: Option<Result<Vec<ObjectKey>, String>>,
     /// How the objects of a Ready revision differ from what it applied.
     pub drift: Option<DriftReport>,
     /// The controller refuses references outside the release's namespace
     /// (`--no-cross-namespace-refs`).
     pub no_cross_namespace_refs: bool,
+    /// Whose rights releases act with ([`account_name`]).
+    pub accounts: AccountPolicy,
     /// `spec.driftDetection.ignore`, read once (its targets are regular expressions to
     /// compile); Err names what cannot be read, and the release stalls on it.
     pub ignore: Result<IgnoreRules, String>,
@@ -133,8 +139,10 @@ impl Facts {
             observed: Observations::default(),
             operation_since: None,
             namespace_terminating: None,
+            leftovers: None,
             drift: None,
             no_cross_namespace_refs: false,
+            accounts: AccountPolicy::default(),
             ignore,
         }
     }
@@ -199,6 +207,8 @@ pub enum Need {
     Namespace,
     /// Whether the objects of the current (Ready) revision still match what it applied.
     Drift,
+    /// The release's objects, found by their owner annotation: its record is missing.
+    Leftovers,
     /// These objects, read from the cluster.
     Observe(Wanted),
 }
@@ -363,6 +373,49 @@ fn stall(facts: &Facts, reason: Reason, message: &str, settings: &Settings) -> N
     }
 }
 
+/// Whose rights releases act with: the controller's `--default-service-account`, and whether
+/// it runs multi-tenant (where no release ever acts with the controller's own rights).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AccountPolicy {
+    pub default_service_account: Option<String>,
+    pub multi_tenant: bool,
+}
+
+/// The ServiceAccount (of the release's own namespace) a release with `spec` acts as: its
+/// `serviceAccountName`, else the controller's default; None for the controller's own identity,
+/// which only a single-tenant controller lends. Err says why the release may not act at all:
+/// an empty or invalid name (an empty name once meant "the controller's rights", which is how a
+/// tenant escaped its account), or no name in multi-tenant mode without a default.
+pub fn account_name(
+    spec: &crate::api::SequencedReleaseSpec,
+    policy: &AccountPolicy,
+) -> Result<Option<String>, String> {
+    match spec.service_account_name.as_deref() {
+        Some("") => Err(
+            "spec.serviceAccountName: must not be empty: name a ServiceAccount of the release's \
+             namespace, or leave the field out"
+                .to_string(),
+        ),
+        Some(name) if !crate::plan::annotations::valid_dns_subdomain(name.as_bytes()) => {
+            Err(format!(
+                "spec.serviceAccountName: {name:?} is not a ServiceAccount name (lowercase \
+                 letters, digits, '-' and '.')"
+            ))
+        }
+        Some(name) => Ok(Some(name.to_string())),
+        None => match &policy.default_service_account {
+            Some(name) => Ok(Some(name.clone())),
+            None if policy.multi_tenant => Err(
+                "spec.serviceAccountName: required: this controller runs multi-tenant \
+                 (--multi-tenant) without --default-service-account, and never acts for a \
+                 release with its own rights"
+                    .to_string(),
+            ),
+            None => Ok(None),
+        },
+    }
+}
+
 /// The references of `sr` outside its own namespace, as a message; None when there are none.
 /// `valuesFrom`, `chart.configMapRef`, `chart.secretRef` and `chart.credentialsSecretRef` name
 /// objects of the release's namespace only, so they cannot be.
@@ -390,8 +443,9 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
     let generation = sr.metadata.generation;
     let now = &facts.now;
     let settings = Settings::of(&sr.spec);
-    if let Some(message) =
-        Settings::problem(&sr.spec).or_else(|| facts.ignore.as_ref().err().cloned())
+    if let Some(message) = Settings::problem(&sr.spec)
+        .or_else(|| account_name(&sr.spec, &facts.accounts).err())
+        .or_else(|| facts.ignore.as_ref().err().cloned())
     {
         return stall(facts, Reason::InvalidSpec, &message, &settings);
     }
@@ -1269,8 +1323,11 @@ fn uninstall(facts: &Facts) -> Next {
             delete,
         }
     };
-    // Without its record (deleted with its namespace, or by hand), what the status kept of the
-    // objects outside the namespace is uninstalled.
+    // Without its record: deleted with its namespace (whose objects go with it), what the status
+    // kept of the objects outside the namespace is uninstalled; deleted by hand or lost, the
+    // objects are looked for by their owner annotation, and the uninstall waits, Stalled, when
+    // they cannot all be looked for, rather than leave them behind unsaid.
+    let mut missing = None;
     let (inventory, sequenced, hooks, revision) = match &record {
         Some(record) => (
             record.uninstall_inventory(),
@@ -1278,6 +1335,36 @@ fn uninstall(facts: &Facts) -> Next {
             record.hooks.as_slice(),
             record.revision,
         ),
+        None if !terminating && let Some(n) = status.revision => {
+            let found = match &facts.leftovers {
+                None => return Next::Need(Need::Leftovers),
+                Some(Err(why)) => {
+                    let message = format!(
+                        "uninstalling: the record of revision {n} is missing, and the release's \
+                         objects cannot all be found by their owner annotation {OWNER_ANNOTATION}: \
+                         {why}; the uninstall goes on once they can be (or remove the finalizer \
+                         {FINALIZER} to leave them)"
+                    );
+                    return stall_uninstalling(facts, Reason::RecordMissing, &message, &settings);
+                }
+                Some(Ok(found)) => found,
+            };
+            let inventory = leftover_inventory(found, &status.inventory, &me_chart(facts));
+            let count = inventory
+                .steps
+                .iter()
+                .map(|s| s.objects.len())
+                .sum::<usize>();
+            missing = Some(Note::warning(
+                EventReason::RecordMissing,
+                format!(
+                    "the record of revision {n} is missing: uninstalling the {count} object{} \
+                     found by their owner annotation, in Helm's kind order",
+                    if count == 1 { "" } else { "s" }
+                ),
+            ));
+            (inventory, false, &[][..], n)
+        }
         None if !status.inventory.is_empty() => (
             Inventory::from_entries(&status.inventory),
             true,
@@ -1286,9 +1373,24 @@ fn uninstall(facts: &Facts) -> Next {
         ),
         None => return finish(Vec::new()),
     };
+    // Nothing is deleted for a release that may not act (an empty service account name, or
+    // none in multi-tenant mode): as which account would it?
+    if let Err(message) = account_name(&sr.spec, &facts.accounts) {
+        return stall_uninstalling(facts, Reason::InvalidSpec, &message, &settings);
+    }
     let hooks = if terminating { &[][..] } else { hooks };
+    // The missing record is told once, when the uninstall of what was found starts (none of
+    // its steps begun in the status yet).
+    let begun = status.layers.iter().any(|layer| {
+        layer.phase != LayerPhase::Pending && inventory.steps.iter().any(|s| s.name == layer.name)
+    });
+    let missing = missing.filter(|_| !begun);
     match step_uninstall(facts, &inventory, sequenced, hooks, revision, status) {
         Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
+        Outcome::Decided(mut step) if missing.is_some() && !step.finished => {
+            step.events.extend(missing);
+            Next::Uninstall(Box::new(step))
+        }
         Outcome::Decided(step) if timed_out(facts, &settings).is_some() && !step.finished => {
             Next::Uninstall(Box::new(uninstall::time_out(
                 step,
@@ -1308,6 +1410,76 @@ fn uninstall(facts: &Facts) -> Next {
             }
             Next::Uninstall(Box::new(step))
         }
+    }
+}
+
+/// The chart path the leftovers of a release without a record are told under: its release
+/// name (the chart's own is in the lost record).
+fn me_chart(facts: &Facts) -> String {
+    facts.identity().release_name
+}
+
+/// The uninstall of objects found by their owner annotation (and of the objects outside the
+/// namespace the status kept): one step per kind, in Helm's uninstall kind order, each after
+/// the one before it.
+fn leftover_inventory(
+    found: &[ObjectKey],
+    kept: &[crate::api::InventoryEntry],
+    chart: &str,
+) -> Inventory {
+    let mut objects: Vec<ObjectKey> = found.to_vec();
+    for entry in kept {
+        let key = ObjectKey {
+            api_version: entry.api_version.clone(),
+            kind: entry.kind.clone(),
+            namespace: entry.namespace.clone(),
+            name: entry.name.clone(),
+        };
+        if !objects.iter().any(|o| o.identity() == key.identity()) {
+            objects.push(key);
+        }
+    }
+    objects.sort_by(|a, b| {
+        crate::plan::kind_order::compare(
+            &a.kind,
+            &b.kind,
+            crate::plan::kind_order::Direction::Uninstall,
+        )
+        .then_with(|| a.namespace.cmp(&b.namespace))
+        .then_with(|| a.name.cmp(&b.name))
+    });
+    let mut steps: Vec<crate::history::InventoryStep> = Vec::new();
+    for object in objects {
+        match steps.last_mut() {
+            Some(step) if step.name == object.kind => step.objects.push(object),
+            _ => {
+                let after = steps.len().checked_sub(1).into_iter().collect();
+                steps.push(crate::history::InventoryStep {
+                    chart: chart.to_string(),
+                    name: object.kind.clone(),
+                    objects: vec![object],
+                    after,
+                });
+            }
+        }
+    }
+    Inventory { steps }
+}
+
+/// An uninstall that cannot go on until a person acts (the spec changes, or the finalizer is
+/// removed on purpose): the release stays Uninstalling, Stalled with `reason`, looked at again
+/// within a minute; the first time with this message, an event too.
+fn stall_uninstalling(facts: &Facts, reason: Reason, message: &str, settings: &Settings) -> Next {
+    let mut status = facts.status.clone();
+    status.phase = Some(ReleasePhase::Uninstalling);
+    status.message = Some(message.to_string());
+    super::status::set_stalled(&mut status, reason, message, &facts.now);
+    let event = (facts.status.message.as_deref() != Some(message))
+        .then(|| Note::warning(EventReason::Stalled, message.to_string()));
+    Next::Stall {
+        status,
+        event,
+        requeue: Requeue::After(FALLBACK_REQUEUE.min(settings.interval)),
     }
 }
 

@@ -128,6 +128,7 @@ impl Settings {
             .err()
             .map(|e| format!("spec.readinessTimeout: {e}"))
             .or_else(|| spec.drift_detection.problem())
+            .or_else(|| spec.chart.problem())
     }
 }
 
@@ -324,6 +325,9 @@ pub struct HookLog {
     pub container: String,
     /// At most [`HookLog::MAX_LINES`] lines and [`HookLog::MAX_BYTES`] bytes, the last ones.
     pub lines: Vec<String>,
+    /// Why the log could not be read (the release's account may not read pods' logs): told in
+    /// its place.
+    pub unreadable: Option<String>,
 }
 
 impl HookLog {
@@ -363,12 +367,30 @@ impl HookLog {
             pod: pod.to_string(),
             container: container.to_string(),
             lines,
+            unreadable: None,
+        }
+    }
+
+    /// A log that could not be read, and why.
+    pub fn unreadable(pod: &str, container: &str, why: &str) -> HookLog {
+        HookLog {
+            pod: pod.to_string(),
+            container: container.to_string(),
+            lines: Vec::new(),
+            unreadable: Some(why.to_string()),
         }
     }
 
     /// `last 3 log lines of pod migrate-x7k2p (container main):` and the lines, one a line;
     /// at most `budget` bytes (the first lines go first).
     pub fn told(&self, budget: usize) -> Option<String> {
+        if let Some(why) = &self.unreadable {
+            let text = match self.pod.as_str() {
+                "" => format!("its log could not be read: {why}"),
+                pod => format!("the log of pod {pod} could not be read: {why}"),
+            };
+            return (text.len() <= budget).then_some(text);
+        }
         if self.lines.is_empty() {
             return None;
         }

@@ -70,3 +70,37 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 true
 {{- end -}}
 {{- end }}
+
+{{/* "true" when the ValidatingAdmissionPolicy of the release records is installed; empty otherwise. */}}
+{{- define "sequenced.recordPolicy" -}}
+{{- if kindIs "bool" .Values.tenancy.recordPolicy -}}
+{{- if .Values.tenancy.recordPolicy }}true{{ end -}}
+{{- else if .Values.tenancy.multiTenant -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+What the controller may write with its own rights: everything, restricted or custom
+(rbac.manageEverything: false, from before profiles, is custom).
+*/}}
+{{- define "sequenced.rbacProfile" -}}
+{{- if and (eq .Values.rbac.profile "everything") (not .Values.rbac.manageEverything) -}}
+custom
+{{- else -}}
+{{- .Values.rbac.profile -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+A size as --chart-cache-size reads it (512Mi, 2G, 1048576) in bytes; empty for what is not
+written that way (a Kubernetes quantity such as 1.5Gi).
+*/}}
+{{- define "sequenced.bytes" -}}
+{{- $text := toString . -}}
+{{- if regexMatch "^[0-9]+(k|M|G|T|Ki|Mi|Gi|Ti)?$" $text -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- $number := regexFind "^[0-9]+" $text -}}
+{{- mul (atoi $number) (get $units (trimPrefix $number $text)) -}}
+{{- end -}}
+{{- end }}

@@ -71,6 +71,20 @@
 //!   for).
 //! - SelfSubjectAccessReview is answered (allowed, with RBAC's reason) and never stored.
 //!
+//! Admission policies (apiserver/admission_policy.rs): the stored ValidatingAdmissionPolicies
+//! (admissionregistration.k8s.io/v1) and their bindings judge every create, update and delete
+//! after the object's own validation, as kube-apiserver's admission plugin does: resource rules
+//! (groups, versions, operations, resources and subresources, names, scope, exclusions),
+//! namespace and object selectors, `matchConditions`, `variables`, `validations` in CEL (kube's
+//! `cel`, with the Kubernetes libraries) reading `object`, `oldObject`, `request` (its
+//! `userInfo` names the user the request runs as, after impersonation) and `namespaceObject`;
+//! `failurePolicy`; a binding's `matchResources` and `validationActions: [Deny]`. A denial is
+//! the real Status: `<resource> "<name>" is forbidden: ValidatingAdmissionPolicy '<policy>' with
+//! binding '<binding>' denied request: <message>`, code 422 `Invalid` unless the validation's
+//! `reason` says otherwise. Policies and bindings are checked when written (required fields,
+//! supported values, each expression parsed and its identifiers declared) and are never judged
+//! by a policy.
+//!
 //! What clients such as kubectl and Helm read before they write: OpenAPI v3 (apiserver/openapi.rs:
 //! every group version's paths and the query parameters of writes, `fieldValidation` among
 //! them, so they leave field validation to the server), and `fieldValidation=Strict` is
@@ -111,11 +125,24 @@
 //! - A `/status` write changes only `.status` (a real server also takes some metadata).
 //! - Lists are always served from the current state (a continue token does not pin a
 //!   snapshot); `resourceVersionMatch=Exact` only works for the current resourceVersion.
+//! - Admission policies: CEL is `cel` (Rust), not cel-go: expressions are not type-checked
+//!   against the kinds' schemas (a field the kind lacks fails at evaluation, not when the policy
+//!   is written), property names that are CEL reserved words are not escaped (kube-apiserver names
+//!   `metadata.namespace` `__namespace__`; `request.namespace` is the same everywhere), there is no cost budget, and errors are worded by
+//!   `cel`. Not implemented: `paramKind`/`paramRef` (a binding of such a policy denies with
+//!   "params ... are not supported", under `failurePolicy: Fail`), the `authorizer` variable
+//!   (an expression reading it fails), `auditAnnotations`, the `Warn` and `Audit` actions
+//!   (nothing is sent or logged), `matchPolicy: Equivalent` across versions (rules match the
+//!   version requested), the defaults written into stored policies, their `status`, and
+//!   CONNECT. A deletecollection with an item a policy denies deletes nothing (kube-apiserver
+//!   deletes the items it admits before the denial), and the policies of the other admission
+//!   plugins (MutatingAdmissionPolicy, webhooks) are not run.
 //! - Deletion is immediate for pods (no kubelet), and namespace and CRD cleanup and garbage
 //!   collection run synchronously inside the request that triggers them.
 //! - Watches never time out on their own without `timeoutSeconds`; bookmarks come every
 //!   minute and two seconds before the timeout, as from the watch cache.
 
+mod admission_policy;
 mod aggregator;
 mod convert;
 mod errors;
@@ -1020,12 +1047,17 @@ fn dispatch(inner: &Inner, req: &Req, gated: Option<ApiError>) -> Reply {
             let attributes = rbac::request_info(&req.method, &req.path, &req.params);
             match (rbac::check(&state, &user, &attributes), routed) {
                 (Err(e), _) | (Ok(()), Err(e)) => Reply::error(e),
-                (Ok(()), Ok(route)) => match gated {
-                    Some(e) => Reply::error(e),
-                    None => match inner.lifecycle.interpose(req, &route, &state) {
-                        Some(reply) => reply,
-                        None => handle(&mut state, req, route, parsed, &user),
-                    },
+                (Ok(()), Ok(route)) => match inner.lifecycle.interpose(req, &route, &state) {
+                    Some(reply) => reply,
+                    None => {
+                        match admission_policy::admit(&mut state, req, &route, &parsed, &user) {
+                            Err(e) => Reply::error(e),
+                            Ok(()) => match gated {
+                                Some(e) => Reply::error(e),
+                                None => handle(&mut state, req, route, parsed, &user),
+                            },
+                        }
+                    }
                 },
             }
         }

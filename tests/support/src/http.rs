@@ -49,6 +49,49 @@ impl Response {
     }
 }
 
+/// With `password`, the 401 (and Basic challenge of `realm`) of a request without the basic
+/// credentials `ci:PASSWORD`; None when it may pass.
+pub fn unauthorized(
+    request: &Request,
+    password: Option<&str>,
+    realm: &str,
+    body: &[u8],
+) -> Option<Response> {
+    use base64::Engine;
+    let password = password?;
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("ci:{password}"))
+    );
+    (request.headers.get("authorization") != Some(&expected)).then(|| Response {
+        status: 401,
+        headers: vec![(
+            "WWW-Authenticate".into(),
+            format!("Basic realm=\"{realm}\""),
+        )],
+        body: body.to_vec(),
+    })
+}
+
+/// A chart repository on loopback: serves the files of `dir` (charts and their index.yaml);
+/// with `password`, only to requests with the basic credentials `ci:PASSWORD`.
+pub fn serve_dir(dir: &std::path::Path, password: Option<&'static str>) -> Server {
+    let dir = dir.to_path_buf();
+    Server::start(move |request: &Request| {
+        if let Some(refused) = unauthorized(request, password, "charts", b"unauthorized\n") {
+            return refused;
+        }
+        let name = request.path.trim_start_matches('/');
+        if name.contains("..") {
+            return Response::not_found();
+        }
+        match std::fs::read(dir.join(name)) {
+            Ok(body) => Response::ok("application/octet-stream", body),
+            Err(_) => Response::not_found(),
+        }
+    })
+}
+
 type Handler = dyn Fn(&Request) -> Response + Send + Sync;
 
 /// A running server; it stops when dropped.
@@ -184,6 +227,8 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         401 => "Unauthorized",
+        403 => "Forbidden",
+        500 => "Internal Server Error",
         404 => "Not Found",
         _ => "Status",
     }

@@ -21,11 +21,28 @@ pub fn helm() -> PathBuf {
     PathBuf::from("helm")
 }
 
+/// A helm that writes each command line it is given, and the mode of every file it names, to
+/// `log`, then runs the real helm.
+pub fn recording_helm(dir: &Path) -> (sequenced::helm::Helm, PathBuf) {
+    let log = dir.join("helm.log");
+    let script = dir.join("helm");
+    let text = format!(
+        "#!/bin/sh\nprintf 'ARGS %s\\n' \"$*\" >> '{log}'\nfor a in \"$@\"; do\n  if [ -f \"$a\" ]; then printf 'FILE %s %s\\n' \"$(stat -c %a \"$a\")\" \"$a\" >> '{log}'; fi\ndone\nexec '{helm}' \"$@\"\n",
+        log = log.display(),
+        helm = helm().display(),
+    );
+    std::fs::write(&script, text).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (sequenced::helm::Helm::at(&script), log)
+}
+
 pub mod charts;
 pub mod demo;
 pub mod http;
 pub mod operator;
 pub mod process;
+pub mod tenants;
 pub mod workloads;
 
 use std::path::Path;

@@ -75,16 +75,35 @@ impl Controller {
         tenancy: Tenancy,
         sharding: sequenced::lock::Sharding,
     ) -> Controller {
+        Controller::start_configured(config, identity, concurrency, |options| {
+            options.tenancy = tenancy;
+            options.sharding = sharding;
+        })
+    }
+
+    /// Starts a controller named `identity` talking with `config`, with the options of
+    /// [`Controller::start_as`] (no tenancy flags, 3 s shard Leases, a chart cache of its own
+    /// in a temporary directory, [`Controller::cache_dir`]) changed by `configure`.
+    pub fn start_configured(
+        config: kube::Config,
+        identity: &str,
+        concurrency: u16,
+        configure: impl FnOnce(&mut Options),
+    ) -> Controller {
         let cache = tempfile::tempdir().expect("cache dir");
-        let options = Options {
+        let mut options = Options {
             helm: Helm::at(crate::helm()),
             cache: ChartCache::new(cache.path()),
             concurrency,
             identity: identity.to_string(),
             metrics: std::sync::Arc::new(sequenced::metrics::Metrics::new().unwrap()),
-            tenancy,
-            sharding,
+            tenancy: Tenancy::default(),
+            sharding: sequenced::lock::Sharding {
+                lease_duration: Duration::from_secs(3),
+                ..sequenced::lock::Sharding::default()
+            },
         };
+        configure(&mut options);
         let metrics = options.metrics.clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -102,6 +121,11 @@ impl Controller {
             task: Some(task),
             _cache: cache,
         }
+    }
+
+    /// The directory of the controller's chart cache (unless `configure` gave it another).
+    pub fn cache_dir(&self) -> &std::path::Path {
+        self._cache.path()
     }
 
     /// Stops the controller as SIGTERM does, and waits until it has exited; how long that took.
@@ -189,6 +213,17 @@ impl Operator {
     /// Another controller process against the same server.
     pub fn spawn(&self, identity: &str, concurrency: u16) -> Controller {
         Controller::start(&self.server, identity, concurrency)
+    }
+
+    /// Makes `controller` the one [`Operator::stop`] stops (its metrics, the operator's).
+    pub fn adopt(&mut self, controller: Controller) {
+        self.metrics = controller.metrics.clone();
+        self.controller = Some(controller);
+    }
+
+    /// The controller's chart cache directory.
+    pub fn cache_dir(&self) -> Option<&std::path::Path> {
+        self.controller.as_ref().map(Controller::cache_dir)
     }
 
     /// The controller [`Operator::start`] started, for a test to stop or kill.

@@ -848,6 +848,7 @@ impl State {
         }
         validation::validate_kind(rt, &obj, old.as_ref(), &mut errs);
         if let Some(schema) = rt.schemas.as_ref().and_then(|s| s.get(w.version)) {
+            validation::validate_schema(schema, &obj, &mut errs);
             validation::validate_cel(schema, &obj, old.as_ref(), &mut errs);
         }
         if rt.group == "apiextensions.k8s.io" {

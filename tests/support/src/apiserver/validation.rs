@@ -1166,3 +1166,247 @@ pub fn validate_cel(schema: &Value, obj: &Value, old: Option<&Value>, errs: &mut
         errs.push(FieldError::invalid(field, type_name, failure.message));
     }
 }
+
+/// The OpenAPI value validations of a custom resource's schema (`type`, `required`, `enum`,
+/// `pattern`, `minLength`/`maxLength`, `minimum`/`maximum`, `minItems`/`maxItems`,
+/// `minProperties`/`maxProperties`, `allOf`/`anyOf`), checked as kube-apiserver's schema
+/// validator does before the CEL rules, with its wording (`spec.x in body should match
+/// '<pattern>'`, `... should be at least 1 chars long`). `metadata` is validated on its own;
+/// nulls of fields that are not `nullable` were pruned before validation; formats are not
+/// checked.
+pub fn validate_schema(schema: &Value, obj: &Value, errs: &mut Vec<FieldError>) {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    let Some(object) = obj.as_object() else {
+        return;
+    };
+    for (key, value) in object {
+        if key == "metadata" || key == "apiVersion" || key == "kind" {
+            continue;
+        }
+        if let Some(sub) = properties.get(key) {
+            check_value(sub, value, key, errs);
+        }
+    }
+    required(schema, object, "", errs);
+}
+
+fn required(
+    schema: &Value,
+    object: &serde_json::Map<String, Value>,
+    path: &str,
+    errs: &mut Vec<FieldError>,
+) {
+    for name in schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        if !object.contains_key(name) || object[name].is_null() {
+            let field = if path.is_empty() {
+                name.to_string()
+            } else {
+                format!("{path}.{name}")
+            };
+            errs.push(FieldError::required(field, ""));
+        }
+    }
+}
+
+/// How Go prints a JSON value in a field error: strings quoted, the rest as they are.
+fn shown(value: &Value) -> String {
+    match value {
+        Value::String(s) => quote(s),
+        Value::Object(_) => "\"object\"".to_string(),
+        Value::Array(_) => "\"array\"".to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn check_value(schema: &Value, value: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    if value.is_null() {
+        return;
+    }
+    let number = |key: &str| schema.get(key).and_then(Value::as_f64);
+    let count = |key: &str| schema.get(key).and_then(Value::as_u64);
+    let int_or_string = schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true);
+    if let Some(kind) = schema.get("type").and_then(Value::as_str) {
+        let fits = match kind {
+            "string" => value.is_string(),
+            "integer" => value.as_i64().is_some() || value.as_u64().is_some(),
+            "number" => value.is_number(),
+            "boolean" => value.is_boolean(),
+            "object" => value.is_object(),
+            "array" => value.is_array(),
+            _ => true,
+        };
+        if !fits {
+            let got = match value {
+                Value::String(_) => "string",
+                Value::Number(_) => "number",
+                Value::Bool(_) => "boolean",
+                Value::Array(_) => "array",
+                _ => "object",
+            };
+            errs.push(FieldError::invalid_raw(
+                path,
+                shown(value),
+                format!("{path} in body must be of type {kind}: \"{got}\""),
+            ));
+            return;
+        }
+    } else if int_or_string && !(value.is_string() || value.is_i64() || value.is_u64()) {
+        errs.push(FieldError::invalid_raw(
+            path,
+            shown(value),
+            format!("{path} in body must be of type integer,string"),
+        ));
+        return;
+    }
+    if let Some(options) = schema.get("enum").and_then(Value::as_array)
+        && !options.contains(value)
+    {
+        let supported: Vec<String> = options.iter().map(shown).collect();
+        errs.push(FieldError {
+            kind: super::errors::FieldErrorKind::NotSupported(shown(value)),
+            field: path.to_string(),
+            detail: format!("supported values: {}", supported.join(", ")),
+        });
+    }
+    match value {
+        Value::String(text) => {
+            let chars = text.chars().count() as u64;
+            if let Some(min) = count("minLength")
+                && chars < min
+            {
+                errs.push(FieldError::invalid(
+                    path,
+                    text,
+                    format!("{path} in body should be at least {min} chars long"),
+                ));
+            }
+            if let Some(max) = count("maxLength")
+                && chars > max
+            {
+                errs.push(FieldError::too_long(
+                    path,
+                    format!("may not be more than {max} bytes"),
+                ));
+            }
+            if let Some(pattern) = schema.get("pattern").and_then(Value::as_str)
+                && regex::Regex::new(pattern).is_ok_and(|re| !re.is_match(text))
+            {
+                errs.push(FieldError::invalid(
+                    path,
+                    text,
+                    format!("{path} in body should match '{pattern}'"),
+                ));
+            }
+        }
+        Value::Number(n) => {
+            let v = n.as_f64().unwrap_or(0.0);
+            if let Some(min) = number("minimum")
+                && (v < min
+                    || (v == min && schema.get("exclusiveMinimum") == Some(&Value::Bool(true))))
+            {
+                errs.push(FieldError::invalid_raw(
+                    path,
+                    n.to_string(),
+                    format!("{path} in body should be greater than or equal to {min}"),
+                ));
+            }
+            if let Some(max) = number("maximum")
+                && (v > max
+                    || (v == max && schema.get("exclusiveMaximum") == Some(&Value::Bool(true))))
+            {
+                errs.push(FieldError::invalid_raw(
+                    path,
+                    n.to_string(),
+                    format!("{path} in body should be less than or equal to {max}"),
+                ));
+            }
+        }
+        Value::Array(items) => {
+            if let Some(min) = count("minItems")
+                && (items.len() as u64) < min
+            {
+                errs.push(FieldError::invalid_raw(
+                    path,
+                    "\"array\"",
+                    format!("{path} in body should have at least {min} items"),
+                ));
+            }
+            if let Some(max) = count("maxItems")
+                && (items.len() as u64) > max
+            {
+                errs.push(FieldError::invalid_raw(
+                    path,
+                    "\"array\"",
+                    format!("{path} in body should have at most {max} items"),
+                ));
+            }
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    check_value(item_schema, item, &format!("{path}[{i}]"), errs);
+                }
+            }
+        }
+        Value::Object(map) => {
+            if let Some(min) = count("minProperties")
+                && (map.len() as u64) < min
+            {
+                errs.push(FieldError::invalid_raw(
+                    path,
+                    "\"object\"",
+                    format!("{path} in body should have at least {min} properties"),
+                ));
+            }
+            if let Some(max) = count("maxProperties")
+                && (map.len() as u64) > max
+            {
+                errs.push(FieldError::invalid_raw(
+                    path,
+                    "\"object\"",
+                    format!("{path} in body should have at most {max} properties"),
+                ));
+            }
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (key, item) in map {
+                let sub = properties.and_then(|p| p.get(key)).or(additional);
+                if let Some(sub) = sub {
+                    check_value(sub, item, &format!("{path}.{key}"), errs);
+                }
+            }
+            required(schema, map, path, errs);
+        }
+        _ => {}
+    }
+    for sub in schema
+        .get("allOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        check_value(sub, value, path, errs);
+    }
+    if let Some(any) = schema.get("anyOf").and_then(Value::as_array)
+        && !any.iter().any(|sub| {
+            let mut scratch = Vec::new();
+            check_value(sub, value, path, &mut scratch);
+            scratch.is_empty()
+        })
+    {
+        errs.push(FieldError::invalid_raw(
+            path,
+            shown(value),
+            format!("{path} in body must match at least one schema in anyOf"),
+        ));
+    }
+}
