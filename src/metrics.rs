@@ -71,6 +71,9 @@ pub struct Metrics {
     pub shards_owned: IntGauge,
     /// Shards this replica gained (`acquired`) or stopped owning (`released`).
     pub shard_moves: IntCounterVec,
+    /// From the API server answering again after an outage to the first step of each release
+    /// that was in the middle of an operation.
+    pub outage_recovery: Histogram,
     synced: AtomicBool,
     /// Reads the phase of every release when `sequenced_releases` is scraped.
     phases: std::sync::Mutex<Option<PhaseSource>>,
@@ -163,6 +166,11 @@ impl Metrics {
                 ),
                 &["move"],
             )?,
+            outage_recovery: histogram(
+                "sequenced_outage_recovery_seconds",
+                "Time from the API server answering again after an outage to the next step of each release that was in the middle of an operation",
+                BUCKETS,
+            )?,
             registry,
             synced: AtomicBool::new(false),
             phases: std::sync::Mutex::new(None),
@@ -181,6 +189,7 @@ impl Metrics {
         r.register(Box::new(metrics.drift_corrections.clone()))?;
         r.register(Box::new(metrics.shards_owned.clone()))?;
         r.register(Box::new(metrics.shard_moves.clone()))?;
+        r.register(Box::new(metrics.outage_recovery.clone()))?;
         for direction in ["acquired", "released"] {
             metrics
                 .shard_moves

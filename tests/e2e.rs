@@ -1626,3 +1626,152 @@ async fn e2e_three_replicas_share_the_shards_and_a_killed_one_is_taken_over() {
     e2e.controller = Some(a);
     e2e.finish().await;
 }
+
+/// A TCP proxy in front of the cluster's API server that can be cut: its open connections are
+/// dropped and new ones closed at once while it is down. What a real API server's restart does to
+/// its clients' connections, without killing it (the rest of a restart, its 503s, 403s and 410s,
+/// is played by the test API server: tests/outage.rs).
+struct Cut {
+    addr: std::net::SocketAddr,
+    down: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Cut {
+    async fn start(target: std::net::SocketAddr) -> Cut {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (down, _) = tokio::sync::watch::channel(false);
+        let downs = down.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                if *downs.borrow() {
+                    continue;
+                }
+                let mut cut = downs.subscribe();
+                tokio::spawn(async move {
+                    let Ok(outbound) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    let (mut inbound, mut outbound) = (inbound, outbound);
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut.wait_for(|down| *down) => {}
+                    }
+                });
+            }
+        });
+        Cut { addr, down, task }
+    }
+
+    fn set_down(&self, down: bool) {
+        self.down.send_replace(down);
+    }
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
+async fn e2e_a_release_in_the_middle_of_a_rollout_goes_on_after_the_api_server_was_unreachable() {
+    let mut e2e = setup().await;
+    // The controller reaches the API server through a proxy that can be cut, under the server's
+    // own name for TLS.
+    let url = e2e.config.cluster_url.clone();
+    let host = url.host().unwrap_or("127.0.0.1").to_string();
+    let port = url.port_u16().unwrap_or(443);
+    let target = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .unwrap()
+        .next()
+        .expect("the API server's address");
+    let cut = Cut::start(target).await;
+    let mut config = e2e.config.clone();
+    config.tls_server_name = config.tls_server_name.clone().or(Some(host.clone()));
+    config.cluster_url = format!("{}://{}", url.scheme_str().unwrap_or("https"), cut.addr)
+        .parse()
+        .unwrap();
+    if let Some(controller) = e2e.controller.take() {
+        controller.stop().await;
+    }
+    let ns = e2e.namespace.clone();
+    let controller = Running::start(&config, format!("e2e-{ns}-cut"), &ns);
+    let dir = chart(
+        "cut",
+        &[
+            (
+                "templates/one.yaml",
+                &config_map("one", "helm.sh/layer: one"),
+            ),
+            (
+                "templates/app.yaml",
+                &deployment(
+                    "app",
+                    "helm.sh/layer: app\n    helm.sh/depends-on/layers: one",
+                ),
+            ),
+            (
+                "templates/three.yaml",
+                &config_map(
+                    "three",
+                    "helm.sh/layer: three\n    helm.sh/depends-on/layers: app",
+                ),
+            ),
+        ],
+    );
+    e2e.create(release("cut", &dir.path().join("cut"), json!({})))
+        .await;
+    e2e.wait("cut", "layer app started", |sr| {
+        sr.status.as_ref().is_some_and(|s| {
+            s.layers
+                .iter()
+                .any(|l| l.name == "app" && l.phase != LayerPhase::Pending)
+        })
+    })
+    .await;
+    cut.set_down(true);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    cut.set_down(false);
+    let back = Instant::now();
+    // Once the Deployment is available (the cluster's own controllers go on by themselves), the
+    // release goes on within 15 s.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(e2e.client.clone(), &ns);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let available = loop {
+        let ready = deployments
+            .get_opt("app")
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|d| {
+                d.status
+                    .and_then(|s| s.available_replicas)
+                    .is_some_and(|n| n >= 1)
+            });
+        if ready {
+            break Instant::now();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Deployment never became available"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let sr = e2e.wait("cut", "Ready", is_ready).await;
+    let after = available.max(back).elapsed();
+    assert!(
+        after < Duration::from_secs(15),
+        "Ready {after:?} after the API server was reachable and the Deployment available"
+    );
+    assert_eq!(sr.status.and_then(|s| s.revision), Some(1));
+    controller.stop().await;
+    e2e.finish().await;
+}

@@ -718,6 +718,43 @@ fn a_first_install_begins_revision_one_and_records_it() {
 }
 
 #[test]
+fn a_revision_begun_by_a_controller_killed_before_its_status_said_so_goes_on_under_its_number() {
+    // The record of revision 1 is written first, then the status: a controller killed between
+    // the two leaves a pending record the status does not know.
+    let mut f = facts(release(json!({}), json!({})));
+    f.source = source("sha256:1");
+    f.plan = plan_fact("sha256:1", false);
+    f.revisions = Some(Revisions {
+        ours: std::collections::BTreeSet::from([1]),
+        taken_by: None,
+    });
+    assert_eq!(next(&f), Next::Need(Need::Record(1)));
+    let pending = |digest: &str| {
+        let mut record = (*record(1, digest, Inventory::default()).unwrap()).clone();
+        record.info.status = sequenced::history::HelmStatus::PendingInstall;
+        Some(Arc::new(record))
+    };
+    f.records.insert(1, pending("sha256:1"));
+    let Next::Begin(begin) = next(&f) else {
+        panic!("begins");
+    };
+    assert_eq!(begin.record.revision, 1, "the same revision goes on");
+    assert_eq!(begin.status.revision, Some(1));
+    // Begun for another spec (it changed meanwhile), or finished: a revision after it.
+    f.records.insert(1, pending("sha256:0"));
+    let Next::Begin(begin) = next(&f) else {
+        panic!("begins");
+    };
+    assert_eq!(begin.record.revision, 2);
+    f.records
+        .insert(1, record(1, "sha256:1", Inventory::default()));
+    let Next::Begin(begin) = next(&f) else {
+        panic!("begins");
+    };
+    assert_eq!(begin.record.revision, 2);
+}
+
+#[test]
 fn an_upgrade_begins_the_next_revision_pruning_what_the_last_one_had() {
     let sr = release(json!({"maxHistory": 2}), json!({"generation": 2}));
     let mut previous = deployable().inventory.clone();

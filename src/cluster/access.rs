@@ -10,7 +10,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::{Api, PostParams};
 
-use super::{Cluster, ClusterError, Kind, api_error};
+use super::{Cluster, ClusterError, Kind};
 
 /// How long an answer that allows is trusted; a right removed in the meantime shows up as the
 /// API server's own 403, which names the same things.
@@ -128,7 +128,10 @@ impl Cluster {
             Some(allowed) => allowed,
             None => {
                 let allowed = self.ask(&question).await?;
-                if let Ok(mut answers) = self.access.lock() {
+                // A refusal of a server that is starting (RBAC's caches still loading) is
+                // neither believed nor kept.
+                let starting = !allowed && self.health.starting();
+                if !starting && let Ok(mut answers) = self.access.lock() {
                     answers.insert(question.clone(), (allowed, Instant::now()));
                 }
                 allowed
@@ -143,13 +146,22 @@ impl Cluster {
             (Verb::List | Verb::Watch, None) => "at the cluster scope".to_string(),
             _ => format!("\"{name}\""),
         };
+        let action = format!(
+            "{} {} {object}",
+            verb.as_str(),
+            qualified(&question.group, &question.resource)
+        );
+        if self.health.starting() {
+            return Err(ClusterError::Starting {
+                action: "asking whether it may".to_string(),
+                object: action,
+                message: format!("{account} was refused while the API server starts"),
+                retry_after: None,
+            });
+        }
         Err(ClusterError::Forbidden {
             account: account.to_string(),
-            action: format!(
-                "{} {} {object}",
-                verb.as_str(),
-                qualified(&question.group, &question.resource)
-            ),
+            action,
         })
     }
 
@@ -172,18 +184,18 @@ impl Cluster {
             .create(&PostParams::default(), &review)
             .await
             .map_err(|e| {
+                let object = format!(
+                    "{} {}",
+                    question.verb.as_str(),
+                    qualified(&question.group, &question.resource)
+                );
+                if let Some(starting) = self.starting_error("asking whether it may", &object, &e) {
+                    return starting;
+                }
                 if let Some(refused) = self.impersonation_refused(&e) {
                     return refused;
                 }
-                api_error(
-                    "asking whether it may",
-                    format!(
-                        "{} {}",
-                        question.verb.as_str(),
-                        qualified(&question.group, &question.resource)
-                    ),
-                    e,
-                )
+                self.api_error("asking whether it may", object, e)
             })?;
         Ok(answer.status.is_some_and(|s| s.allowed))
     }

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, ListParams, LogParams};
 use serde_json::Value;
 
-use super::{Cluster, ClusterError, api_error};
+use super::{Cluster, ClusterError};
 use crate::rollout::HookLog;
 
 /// How much of a log is read at most (its last lines, before they are cut to
@@ -81,23 +81,32 @@ impl Cluster {
         let pod = match kind {
             "Pod" => match pods.get_opt(&name).await {
                 Ok(pod) => pod,
+                Err(e) if self.starts(&e) => {
+                    return Err(self.api_error("reading", format!("Pod {namespace}/{name}"), e));
+                }
                 Err(e) if refused(&e) => {
                     return Ok(Some(HookLog::unreadable(&name, "", &may_not("get pods"))));
                 }
                 Err(e) if unreadable(&e) => return Ok(None),
-                Err(e) => return Err(api_error("reading", format!("Pod {namespace}/{name}"), e)),
+                Err(e) => {
+                    return Err(self.api_error("reading", format!("Pod {namespace}/{name}"), e));
+                }
             },
             _ => {
                 let params = ListParams::default().labels(&format!("job-name={name}"));
                 let listed = match pods.list(&params).await {
                     Ok(listed) => listed,
+                    Err(e) if self.starts(&e) => {
+                        let what = format!("the Pods of Job {namespace}/{name}");
+                        return Err(self.api_error("listing", what, e));
+                    }
                     Err(e) if refused(&e) => {
                         return Ok(Some(HookLog::unreadable("", "", &may_not("list pods"))));
                     }
                     Err(e) if unreadable(&e) => return Ok(None),
                     Err(e) => {
                         let what = format!("the Pods of Job {namespace}/{name}");
-                        return Err(api_error("listing", what, e));
+                        return Err(self.api_error("listing", what, e));
                     }
                 };
                 let owned = listed.items.into_iter().filter(|p| {
@@ -125,6 +134,11 @@ impl Cluster {
         };
         match pods.logs(&pod_name, &params).await {
             Ok(text) => Ok(Some(HookLog::tail(&pod_name, &container, &text))),
+            Err(e) if self.starts(&e) => Err(self.api_error(
+                "reading the log of",
+                format!("Pod {namespace}/{pod_name}"),
+                e,
+            )),
             Err(e) if refused(&e) => Ok(Some(HookLog::unreadable(
                 &pod_name,
                 &container,
@@ -134,11 +148,19 @@ impl Cluster {
                 tracing::debug!(pod = %pod_name, error = %e, "no log to read");
                 Ok(None)
             }
-            Err(e) => Err(api_error(
+            Err(e) => Err(self.api_error(
                 "reading the log of",
                 format!("Pod {namespace}/{pod_name}"),
                 e,
             )),
         }
+    }
+}
+
+impl Cluster {
+    /// Whether the API server that answered `error` is starting: its refusal says nothing about
+    /// the log (tried again, as [`Cluster::error`] judges).
+    fn starts(&self, error: &kube::Error) -> bool {
+        super::starting(&self.health, error).is_some()
     }
 }

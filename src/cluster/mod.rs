@@ -19,9 +19,11 @@ use crate::rollout::drift::Drift;
 use crate::rollout::ignore::{self, Pointer};
 
 mod access;
+pub mod health;
 mod logs;
 pub mod remote;
 pub use access::{Account, Verb};
+pub use health::{Health, reconnecting};
 
 /// Discovery is refreshed on an unknown kind at most this often.
 const REFRESH_EVERY: Duration = Duration::from_secs(2);
@@ -55,6 +57,19 @@ pub enum ClusterError {
         /// `create clusterroles.rbac.authorization.k8s.io "x"`.
         action: String,
     },
+    /// The API server answered but is not done starting (it answered again moments ago, says
+    /// 503 with `retryAfterSeconds` because custom resources are not served yet, or its
+    /// `/readyz` is not ok): what it refused now says nothing about the request, which is tried
+    /// again. A restarted kube-apiserver refuses every service account for a second or two
+    /// while RBAC's caches load.
+    #[error("{action} {object}: the API server is starting, tried again: {message}")]
+    Starting {
+        action: String,
+        object: String,
+        message: String,
+        /// How soon the server asked to be asked again.
+        retry_after: Option<Duration>,
+    },
     #[error("{action} {object}: {message}")]
     Api {
         action: &'static str,
@@ -74,6 +89,7 @@ impl ClusterError {
             ClusterError::GroupUnavailable { .. } => "group_unavailable",
             ClusterError::Discovery(_) => "discovery",
             ClusterError::Forbidden { .. } => "forbidden",
+            ClusterError::Starting { .. } => "starting",
             ClusterError::Api { code, .. } => match code {
                 Some(403) => "forbidden",
                 Some(404) => "not_found",
@@ -87,13 +103,16 @@ impl ClusterError {
     }
 
     /// Whether retrying the same request later can succeed: server errors, throttling,
-    /// conflicts and connection problems, but not a request the server refused as invalid.
+    /// conflicts, connection problems and whatever a starting API server answers, but not a
+    /// request the server refused as invalid, nor a refusal of a server that is up (a 403 is
+    /// [`ClusterError::Forbidden`] or [`ClusterError::Starting`] as [`Cluster::error`] judged it).
     pub fn is_transient(&self) -> bool {
         match self {
             ClusterError::UnknownKind { .. } => true,
             ClusterError::GroupUnavailable { .. } => true,
             ClusterError::Discovery(_) => true,
             ClusterError::Forbidden { .. } => false,
+            ClusterError::Starting { .. } => true,
             // A server-side apply of a field the kind's schema does not declare is answered
             // 500 (structured-merge-diff's typed conversion) but fails the same way every time
             // until the object or the schema changes (a chart using a field of a CRD that was
@@ -105,6 +124,42 @@ impl ClusterError {
             },
         }
     }
+
+    /// How soon to try again when the API server is starting (its `retryAfterSeconds`, or a
+    /// second): the retry does not back off further, the server said when it will answer.
+    pub fn retry_soon(&self) -> Option<Duration> {
+        match self {
+            ClusterError::Starting { retry_after, .. } => {
+                Some(retry_after.unwrap_or(Duration::from_secs(1)))
+            }
+            ClusterError::Api {
+                source: kube::Error::Api(status),
+                ..
+            } => retry_after(status),
+            _ => None,
+        }
+    }
+}
+
+/// The `retryAfterSeconds` of a 503 (kube-apiserver before every path is installed, and
+/// aggregated APIs that ask for it).
+pub fn retry_after(status: &kube::core::Status) -> Option<Duration> {
+    let seconds = status.details.as_ref()?.retry_after_seconds;
+    (status.code == 503 && seconds > 0).then(|| Duration::from_secs(u64::from(seconds)))
+}
+
+/// Whether a failed request of any kind (not only a release's objects: its status, its Lease)
+/// met an API server that is starting, and how soon to try again: a 503 with
+/// `retryAfterSeconds`, or a 403 while [`Health::starting`]. The one judgement
+/// [`Cluster::error`] makes, for the errors that do not go through it.
+pub fn starting(health: &Health, error: &kube::Error) -> Option<Duration> {
+    let kube::Error::Api(status) = error else {
+        return None;
+    };
+    if let Some(after) = retry_after(status) {
+        return Some(after);
+    }
+    (status.code == 403 && health.starting()).then_some(Duration::from_secs(1))
 }
 
 impl ClusterError {
@@ -140,6 +195,8 @@ fn is_undeclared_field(message: &str) -> bool {
         && message.ends_with("field not declared in schema")
 }
 
+/// The error of a request on `object` as `action`, for a server that is up: see
+/// [`Cluster::api_error`], which also judges whether it is starting.
 fn api_error(action: &'static str, object: String, source: kube::Error) -> ClusterError {
     let (message, code) = match &source {
         kube::Error::Api(status) => (status.message.clone(), Some(status.code)),
@@ -237,10 +294,19 @@ pub struct Cluster {
     /// A remote cluster (`spec.kubeConfig`): what identifies it (watches and caches are kept
     /// apart by it); None for the cluster the controller runs in.
     remote: Option<Arc<str>>,
+    /// How the API server has been answering (every client of it reports there).
+    health: Arc<Health>,
 }
 
 impl Cluster {
+    /// The API server of `client`, whose answers nobody watches (a command line's): its
+    /// refusals are final unless it says 503 with `retryAfterSeconds`.
     pub fn new(client: Client) -> Cluster {
+        Cluster::with_health(client, Arc::new(Health::new()))
+    }
+
+    /// The API server of `client`, made by [`health::client`] with `health`.
+    pub fn with_health(client: Client, health: Arc<Health>) -> Cluster {
         Cluster {
             discovery: client.clone(),
             client,
@@ -249,6 +315,7 @@ impl Cluster {
             refreshing: Arc::new(tokio::sync::Mutex::new(())),
             access: Mutex::new(HashMap::new()),
             remote: None,
+            health,
         }
     }
 
@@ -265,6 +332,11 @@ impl Cluster {
         self.remote.as_ref()
     }
 
+    /// How the API server has been answering.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+
     /// The same API server, every request impersonating `account` (`Impersonate-User:
     /// system:serviceaccount:NS:NAME`; the API server adds the service account's groups).
     /// `config` is the controller's own configuration.
@@ -276,7 +348,7 @@ impl Cluster {
         let mut config = config.clone();
         config.auth_info.impersonate = Some(account.username());
         config.auth_info.impersonate_groups = None;
-        let client = Client::try_from(config)?;
+        let client = health::client(config, &self.health)?;
         Ok(Cluster {
             client,
             account: Some(account),
@@ -285,6 +357,7 @@ impl Cluster {
             refreshing: Arc::clone(&self.refreshing),
             access: Mutex::new(HashMap::new()),
             remote: self.remote.clone(),
+            health: Arc::clone(&self.health),
         })
     }
 
@@ -315,15 +388,51 @@ impl Cluster {
         })
     }
 
-    /// An error of a request about `key`: a 403 of the authorizer names who was refused (the
-    /// service account the release acts as, or the controller itself, whose ClusterRole may not
-    /// cover what a chart holds: `rbac.profile: restricted`), the verb and the object.
+    /// The error of a request on `object` as `action`: [`ClusterError::Starting`] when the
+    /// server is starting ([`starting`]), else the API's error as it is.
+    fn api_error(&self, action: &'static str, object: String, source: kube::Error) -> ClusterError {
+        match self.starting_error(action, &object, &source) {
+            Some(starting) => starting,
+            None => api_error(action, object, source),
+        }
+    }
+
+    fn starting_error(
+        &self,
+        action: &str,
+        object: &str,
+        source: &kube::Error,
+    ) -> Option<ClusterError> {
+        let retry_after = starting(&self.health, source)?;
+        let message = match source {
+            kube::Error::Api(status) => status.message.clone(),
+            other => other.to_string(),
+        };
+        Some(ClusterError::Starting {
+            action: action.to_string(),
+            object: object.to_string(),
+            message,
+            retry_after: Some(retry_after),
+        })
+    }
+
+    /// The one judgement of a failed request about `key` (and through [`starting`], of every
+    /// other request of the controller): what a starting API server answered (a 503 with
+    /// `retryAfterSeconds`, a 403 while it is starting) is [`ClusterError::Starting`], tried
+    /// again; a 403 of the authorizer of a server that is up is [`ClusterError::Forbidden`],
+    /// naming who was refused (the service account the release acts as, or the controller
+    /// itself, whose ClusterRole may not cover what a chart holds: `rbac.profile: restricted`),
+    /// the verb and the object, final until someone grants it; everything else is the API's
+    /// error.
     pub fn error(
         &self,
         action: &'static str,
         key: &ObjectKey,
         source: kube::Error,
     ) -> ClusterError {
+        if let Some(starting) = self.starting_error(action, &key.to_string(), &source) {
+            return starting;
+        }
         if let Some(refused) = self.impersonation_refused(&source) {
             return refused;
         }
@@ -472,7 +581,12 @@ impl Cluster {
                         Some(condition) => format!("{condition}; {why}"),
                         None => why,
                     };
-                    let failures = unavailable.get(&gv).map_or(0, |u| u.failures) + 1;
+                    // A server that is starting serves custom resources within seconds: asked
+                    // again after a second, not after a backoff grown meanwhile.
+                    let failures = match self.health.starting() {
+                        true => 1,
+                        false => unavailable.get(&gv).map_or(0, |u| u.failures) + 1,
+                    };
                     tracing::warn!(group_version = %gv, %reason, retry_in_s = unavailable_backoff(failures).as_secs(), "discovery left out a group-version it could not list");
                     unavailable.insert(
                         gv,
@@ -1030,35 +1144,5 @@ fn differences(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
         } else {
             path.to_string()
         }),
-    }
-}
-
-/// The backoff of the controller's watches when their connection fails: from 250 ms, doubling,
-/// at most 4 s, with ±25 % jitter, back to the start after a minute without failure. kube's
-/// default reaches 30 s, which after an API-server outage left watches (and the releases they
-/// wake) idle for up to half a minute after the server answered again.
-pub fn reconnect_backoff() -> kube::runtime::utils::ResetTimerBackoff<Reconnect> {
-    kube::runtime::utils::ResetTimerBackoff::new(Reconnect::default(), Duration::from_secs(60))
-}
-
-/// See [`reconnect_backoff`].
-#[derive(Debug, Default, Clone)]
-pub struct Reconnect {
-    failures: u32,
-}
-
-impl Iterator for Reconnect {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let base = Duration::from_millis(250).saturating_mul(1 << self.failures.min(4));
-        self.failures = self.failures.saturating_add(1);
-        Some(base.mul_f64(0.75 + fastrand::f64() * 0.5))
-    }
-}
-
-impl kube::runtime::utils::Backoff for Reconnect {
-    fn reset(&mut self) {
-        self.failures = 0;
     }
 }

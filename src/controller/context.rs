@@ -19,7 +19,7 @@ use super::remotes::{Remote, Remotes};
 use super::source::Sources;
 use super::watches::Watches;
 use crate::api::{ReleasePhase, SequencedRelease};
-use crate::cluster::{Account, Cluster};
+use crate::cluster::{Account, Cluster, Health};
 use crate::lock::{Locks, Shards};
 use crate::rollout;
 
@@ -74,8 +74,13 @@ pub(crate) struct Context {
     written: Mutex<HashMap<ObjectRef<SequencedRelease>, Written>>,
     /// Errors in a row per release, for the backoff.
     failures: Mutex<HashMap<ObjectRef<SequencedRelease>, u32>>,
+    /// Failures of each release that its status could not tell (it could not be written).
+    untold: Mutex<HashMap<ObjectRef<SequencedRelease>, Untold>>,
     /// Set on SIGTERM: no new step starts.
     stopping: AtomicBool,
+    /// The releases in progress when the API server answered again after an outage, until
+    /// their first step.
+    pub recovery: super::outage::Recovery,
 }
 
 /// A release as this controller last wrote it, and the resourceVersions its writes replaced.
@@ -90,6 +95,7 @@ impl Context {
     pub fn new(
         client: Client,
         config: kube::Config,
+        health: Arc<Health>,
         options: Options,
         store: Store<SequencedRelease>,
         watches: Watches,
@@ -99,7 +105,7 @@ impl Context {
     ) -> Context {
         Context {
             remotes: Arc::clone(watches.remotes()),
-            cluster: Arc::new(Cluster::new(client.clone())),
+            cluster: Arc::new(Cluster::with_health(client.clone(), health)),
             accounts: Mutex::new(lru::LruCache::new(ACCOUNTS)),
             config,
             watches,
@@ -111,12 +117,14 @@ impl Context {
             options,
             store,
             failures: Mutex::new(HashMap::new()),
+            untold: Mutex::new(HashMap::new()),
             operations: Operations::default(),
             drift_checks: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
             locks,
             shards,
             stopping: AtomicBool::new(false),
+            recovery: super::outage::Recovery::default(),
         }
     }
 
@@ -139,6 +147,30 @@ impl Context {
         if let Ok(mut failures) = self.failures.lock() {
             failures.clear();
         }
+    }
+
+    /// The `failures`-th failure in a row of `release`, `error`, could not be told in its
+    /// status at `now`.
+    pub fn untold(
+        &self,
+        release: &ObjectRef<SequencedRelease>,
+        failures: u32,
+        error: &str,
+        now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    ) {
+        let mut untold = self.untold.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = untold.entry(release.clone()).or_insert_with(|| Untold {
+            failures,
+            since: now.clone(),
+            last: String::new(),
+        });
+        entry.failures = failures;
+        entry.last = error.to_string();
+    }
+
+    /// The failures of `release` its status could not tell, once (forgotten here).
+    pub fn take_untold(&self, release: &ObjectRef<SequencedRelease>) -> Option<Untold> {
+        self.untold.lock().ok()?.remove(release)
     }
 
     /// A reconcile of `release` went through: the errors in a row start again from none.
@@ -235,6 +267,10 @@ impl Context {
         self.plans.forget(release);
         self.records.forget(release);
         self.operations.forget(release);
+        self.recovery.forget(release);
+        if let Ok(mut untold) = self.untold.lock() {
+            untold.remove(release);
+        }
         if let Ok(mut checks) = self.drift_checks.lock() {
             checks.remove(release);
         }
@@ -313,4 +349,14 @@ impl Operations {
             seen.remove(release);
         }
     }
+}
+
+/// Failures in a row that a release's status could not tell.
+pub(crate) struct Untold {
+    /// How many reconciles failed in a row, by the last one.
+    pub failures: u32,
+    /// When the first of them could not be told.
+    pub since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// The last error.
+    pub last: String,
 }

@@ -12,11 +12,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher::watcher;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher::watcher};
 use kube::{Client, ResourceExt};
 
 use crate::api::SequencedRelease;
+use crate::cluster::{Health, reconnecting};
 
 /// A ConfigMap or Secret a release reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -63,6 +64,8 @@ impl Readers {
 /// The watches of inputs, started as releases first read from a kind and namespace.
 pub struct Inputs {
     client: Client,
+    /// How the API server has been answering: the watches reconnect as soon as it answers again.
+    health: Arc<Health>,
     trigger: UnboundedSender<ObjectRef<SequencedRelease>>,
     readers: Arc<Mutex<Readers>>,
     /// The input watches started, by kind and namespace.
@@ -81,9 +84,14 @@ impl Drop for Inputs {
 }
 
 impl Inputs {
-    pub fn new(client: Client, trigger: UnboundedSender<ObjectRef<SequencedRelease>>) -> Inputs {
+    pub fn new(
+        client: Client,
+        health: Arc<Health>,
+        trigger: UnboundedSender<ObjectRef<SequencedRelease>>,
+    ) -> Inputs {
         Inputs {
             client,
+            health,
             trigger,
             readers: Arc::new(Mutex::new(Readers::default())),
             started: Mutex::new(HashSet::new()),
@@ -134,16 +142,14 @@ impl Inputs {
             InputKind::ConfigMap => {
                 let api: Api<PartialObjectMeta<ConfigMap>> =
                     Api::namespaced(self.client.clone(), &namespace);
-                watcher(api, config)
-                    .default_backoff()
+                reconnecting(watcher(api, config).boxed(), &self.health)
                     .map(|e| e.map(changed))
                     .boxed()
             }
             InputKind::Secret => {
                 let api: Api<PartialObjectMeta<Secret>> =
                     Api::namespaced(self.client.clone(), &namespace);
-                watcher(api, config)
-                    .default_backoff()
+                reconnecting(watcher(api, config).boxed(), &self.health)
                     .map(|e| e.map(changed))
                     .boxed()
             }

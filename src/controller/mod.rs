@@ -14,13 +14,16 @@
 //! - [`records`]: the release records in the cluster;
 //! - [`objects`]: applying, deleting and observing the release's objects;
 //! - [`watches`]: what wakes a release besides its own object; [`stats`]: CPU time;
-//! - [`events`]: the Events recorded on a release, one per distinct note.
+//! - [`events`]: the Events recorded on a release, one per distinct note;
+//! - `outage`: waiting for the API server at start, the trigger stream that never pauses, and
+//!   where the time goes after an outage.
 
 mod context;
 mod events;
 mod inputs;
 mod leftovers;
 mod objects;
+mod outage;
 pub mod plans;
 mod reconcile;
 pub mod records;
@@ -233,6 +236,46 @@ impl Error {
             Error::Kube { .. } | Error::Lock(_) => "api",
             Error::SpecRead { .. } => "spec_read",
             Error::Internal(_) => "internal",
+        }
+    }
+
+    /// Whether the API server (or etcd behind it) could not serve the request: no answer, a
+    /// 5xx or 429, or a starting server's refusal. Such failures are told once the status can be
+    /// written again, even the first of a run ([`Context::untold`]).
+    pub fn server_side(&self) -> bool {
+        fn unavailable(source: &kube::Error) -> bool {
+            match source {
+                kube::Error::Api(status) => status.code >= 500 || status.code == 429,
+                _ => true,
+            }
+        }
+        match self {
+            Error::Cluster(ClusterError::Starting { .. }) => true,
+            Error::Cluster(ClusterError::Discovery(source))
+            | Error::Cluster(ClusterError::Api { source, .. })
+            | Error::Kube { source, .. }
+            | Error::SpecRead { source, .. }
+            | Error::Lock(LockError::Api { source, .. }) => unavailable(source),
+            // The remote cluster's own unreachability is its own condition, told at once.
+            Error::Cluster(_)
+            | Error::Pipeline(_)
+            | Error::Internal(_)
+            | Error::Unreachable { .. } => false,
+        }
+    }
+
+    /// How soon to try again when the request that failed met an API server that is starting
+    /// (the one judgement: [`crate::cluster::starting`]): its `retryAfterSeconds`, or a second
+    /// for a refusal while it starts. None for everything else, which backs off.
+    pub fn retry_soon(&self, health: &crate::cluster::Health) -> Option<Duration> {
+        match self {
+            Error::Cluster(e) => e.retry_soon(),
+            Error::Kube { source, .. }
+            | Error::SpecRead { source, .. }
+            | Error::Lock(LockError::Api { source, .. }) => {
+                crate::cluster::starting(health, source)
+            }
+            Error::Pipeline(_) | Error::Internal(_) | Error::Unreachable { .. } => None,
         }
     }
 }

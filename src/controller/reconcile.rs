@@ -89,8 +89,30 @@ pub(super) async fn reconcile(sr: Arc<SequencedRelease>, ctx: &Context) -> Resul
             reconcile.report(&error).await;
             Err(Stop::Failed(error))
         }
+        Ok(action) => {
+            reconcile.tell_untold().await;
+            Ok(action)
+        }
         done => done,
     }
+}
+
+/// What a step is called in the logs; None for what is not a step (gathering a fact, waiting
+/// for a lock, nothing to do).
+fn step_name(next: &Next) -> Option<&'static str> {
+    Some(match next {
+        Next::Need(_) | Next::Blocked { .. } | Next::Idle => return None,
+        Next::AddFinalizer => "add the finalizer",
+        Next::Suspend { .. } => "suspend",
+        Next::Stall { .. } => "stall",
+        Next::WaitForDependencies { .. } => "wait for dependencies",
+        Next::Begin(_) => "begin a revision",
+        Next::RestartRevision { .. } => "restart the revision",
+        Next::Install(_) => "install step",
+        Next::Uninstall(_) => "uninstall step",
+        Next::Write(_) => "write the status",
+        Next::FinishUninstall { .. } => "finish the uninstall",
+    })
 }
 
 fn action(requeue: Requeue) -> Action {
@@ -179,7 +201,13 @@ impl<'a> Reconcile<'a> {
 
     async fn run(&mut self) -> Result<Action, Stop> {
         for _ in 0..MAX_GATHERS {
-            match rollout::next(&self.facts) {
+            let next = rollout::next(&self.facts);
+            if let Some(step) = step_name(&next) {
+                self.ctx
+                    .recovery
+                    .stepped(&self.key, step, &self.ctx.options.metrics);
+            }
+            match next {
                 Next::Need(need) => match self.gather(need).await {
                     // What the release's service account may not read: a person must grant it.
                     Err(Stop::Failed(Error::Cluster(refused @ ClusterError::Forbidden { .. }))) => {

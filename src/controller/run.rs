@@ -7,17 +7,19 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
+use kube::runtime::watcher::{self, watcher};
 
 use super::context::Context;
 use super::events::Events;
 use super::watches::Watches;
-use super::{Error, Halt, Options, Stop, kube_error, reconcile, stats};
+use super::{Error, Halt, Options, Stop, kube_error, outage, reconcile, stats};
 use crate::api::{ReleasePhase, SequencedRelease};
+use crate::cluster::{Health, health, reconnecting};
 use crate::lock::{Locks, Shards};
 use crate::rollout;
 
@@ -26,6 +28,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// The longest backoff while a release's remote cluster is unreachable: it goes on within this
 /// of the cluster answering again, even when nothing else wakes it.
 const UNREACHABLE_BACKOFF: Duration = Duration::from_secs(15);
+/// The longest wait before a request refused by a starting API server is tried again.
+const STARTING_RETRY: Duration = Duration::from_secs(2);
 /// After SIGTERM, how long the reconciles in flight may take to finish their current API call.
 const IN_FLIGHT_BOUND: Duration = Duration::from_secs(5);
 /// After SIGTERM, how long releasing the leases may take.
@@ -46,23 +50,34 @@ pub async fn run(
     // with backoff and says why in the status; discovery leaves a failing group-version out.
     let mut config = config;
     config.default_retry = false;
-    let client = Client::try_from(config.clone()).map_err(kube_error("making a client"))?;
+    // Every request of every client of this API server is seen by one Health: whether the
+    // server is away, back, or starting (cluster/health.rs).
+    let health = Arc::new(Health::new());
+    let client = health::client(config.clone(), &health).map_err(kube_error("making a client"))?;
+    health.probe_with(client.clone());
     let api: Api<SequencedRelease> = Api::all(client.clone());
-    api.list(&kube::api::ListParams::default().limit(1))
-        .await
-        .map_err(kube_error(
-            "listing SequencedReleases (is the CRD installed? `sequenced crd | kubectl apply -f -`)",
-        ))?;
+    outage::crd_served(&api, &health).await?;
     let (trigger, triggers) = futures::channel::mpsc::unbounded();
-    let controller = Controller::new(api.clone(), watcher::Config::default().any_semantic())
-        .trigger_backoff(crate::cluster::reconnect_backoff());
-    let store = controller.store();
+    // The SequencedRelease watch reconnects on its own (`reconnecting`): kube-runtime's trigger
+    // backoff would hold back every wake of every release after each of its errors.
+    let (store, writer) = kube::runtime::reflector::store();
+    let releases = kube::runtime::reflector(
+        writer,
+        reconnecting(
+            watcher(api.clone(), watcher::Config::default().any_semantic()).boxed(),
+            &health,
+        ),
+    )
+    .applied_objects();
+    let controller =
+        Controller::for_stream(releases, store.clone()).trigger_backoff(outage::NoPause);
     let concurrency = options.concurrency;
     let identity = options.identity.clone();
     let shards = Arc::new(Shards::new(
         client.clone(),
         identity.clone(),
         options.sharding.clone(),
+        Arc::clone(&health),
     ));
     // The first round before anything else: a lone replica owns every shard from the start.
     shards.round().await;
@@ -104,9 +119,19 @@ pub async fn run(
         Arc::clone(&shards),
     ));
     locks.watch(trigger.clone());
+    // The locks a killed process of this identity left: released where another replica owns the
+    // release now, taken over where this one does.
+    let owned = Arc::clone(&shards.watch().borrow());
+    match locks.find_earlier().await {
+        Ok(()) => locks.release_earlier(&owned).await,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing the release Leases an earlier process of this controller held")
+        }
+    }
     let context = Arc::new(Context::new(
         client.clone(),
         config,
+        health,
         options,
         store.clone(),
         Watches::new(client.clone(), trigger.clone(), Arc::clone(&shards)),
@@ -132,12 +157,15 @@ pub async fn run(
             let _ = stopped.wait_for(|s| *s).await;
         }
     };
+    let dependencies = reconnecting(
+        watcher(api, watcher::Config::default().any_semantic()).boxed(),
+        context.cluster.health(),
+    )
+    .applied_objects();
     let controller = controller
-        .watches(
-            api,
-            watcher::Config::default().any_semantic(),
-            move |dependency| dependents(&store, &dependency),
-        )
+        .watches_stream(dependencies, move |dependency| {
+            dependents(&store, &dependency)
+        })
         .reconcile_on(triggers)
         .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(graceful)
@@ -195,10 +223,15 @@ impl Drop for Aborted {
     }
 }
 
-/// Keeps this replica's shards, one round every third of a shard Lease's duration. Releases of
-/// shards gained are reconciled at once (resumed from their status); those of shards lost are
-/// forgotten (and woken, so that a lock still held on one is handed over). When the API server
-/// answers again after rounds that could not reach it, the releases in the middle of an
+/// Keeps this replica's shards, one round every third of a shard Lease's duration, one at once
+/// when the API server answers again after being away, and one every second while rounds fail
+/// against a server that answers (a starting server refuses the controller's service account for
+/// a moment). Releases of shards gained are reconciled at once (resumed from their status); those
+/// of shards lost to another replica are forgotten (and woken, so that a lock still held on one
+/// is handed over). A replica cut off from the API server for most of a Lease stops acting on
+/// its shards; those nobody took meanwhile are its own again when it is back, with what it knew
+/// of their releases.
+/// When the API server answers again after being away, the releases in the middle of an
 /// operation go on at once, their backoff forgotten: the backoff grown while the server was away
 /// does not decide when they go on. Releases with nothing to do are not woken.
 fn keep_shards(
@@ -208,13 +241,34 @@ fn keep_shards(
     let context = Arc::clone(context);
     tokio::spawn(async move {
         let shards = Arc::clone(&context.shards);
+        let health = Arc::clone(context.cluster.health());
         let metrics = Arc::clone(&context.options.metrics);
+        let mut backs = health.backs();
+        let mut failed = false;
+        // Shards not acted on while this replica was cut off, that nobody took meanwhile: their
+        // releases are not forgotten, and not all woken when they come back (nobody else acted
+        // on them); the releases in the middle of an operation go on as after any outage.
+        let mut suspended: std::collections::BTreeSet<u32> = Default::default();
         loop {
-            tokio::time::sleep(shards.period()).await;
+            let wait = match failed && !health.away() {
+                true => shards.period().min(Duration::from_secs(1)),
+                false => shards.period(),
+            };
+            let back = tokio::select! {
+                () = tokio::time::sleep(wait) => false,
+                changed = backs.changed() => match changed {
+                    Ok(()) => true,
+                    Err(_) => {
+                        tokio::time::sleep(wait).await;
+                        false
+                    }
+                },
+            };
             if context.stopping() {
                 return;
             }
             let round = shards.round().await;
+            failed = round.failed;
             metrics
                 .shards_owned
                 .set(shards.watch().borrow().len() as i64);
@@ -226,22 +280,55 @@ fn keep_shards(
                 .shard_moves
                 .with_label_values(&["released"])
                 .inc_by(round.lost.len() as u64);
-            if round.gained.is_empty() && round.lost.is_empty() && !round.reconnected {
+            let held = shards.held();
+            let owned = shards.watch().borrow().clone();
+            if !round.failed {
+                context.locks.release_earlier(&owned).await;
+            }
+            // Lost for good: another replica holds them (or they are free). Lost while cut off
+            // but still held: suspended.
+            let mut lost: std::collections::BTreeSet<u32> = round
+                .lost
+                .iter()
+                .chain(suspended.iter())
+                .filter(|n| !held.contains(n))
+                .copied()
+                .collect();
+            suspended.extend(round.lost.iter().filter(|n| held.contains(n)));
+            let resumed_shards: Vec<u32> = round
+                .gained
+                .iter()
+                .filter(|n| suspended.contains(n))
+                .copied()
+                .collect();
+            suspended.retain(|n| held.contains(n) && !owned.contains(n));
+            lost.retain(|n| !owned.contains(n));
+            let gained: Vec<u32> = round
+                .gained
+                .iter()
+                .filter(|n| !resumed_shards.contains(n))
+                .copied()
+                .collect();
+            let recovered = back || round.reconnected || !resumed_shards.is_empty();
+            if gained.is_empty() && lost.is_empty() && !recovered {
                 continue;
             }
-            if round.reconnected {
+            if recovered {
                 context.forgive_all();
             }
-            let owned = shards.watch().borrow().clone();
+            let back_at = health.back_at().unwrap_or_else(std::time::Instant::now);
             for sr in context.store.state() {
                 let shard = shards.shard(&sr.uid().unwrap_or_default());
                 let key = ObjectRef::from_obj(&*sr);
-                let wake = if round.lost.contains(&shard) {
+                let resumed = recovered && owned.contains(&shard) && in_progress(&sr);
+                if resumed {
+                    context.recovery.expect(key.clone(), back_at);
+                }
+                let wake = if lost.contains(&shard) {
                     context.forget(&key);
                     context.locks.holds(&key)
                 } else {
-                    round.gained.contains(&shard)
-                        || (round.reconnected && owned.contains(&shard) && in_progress(&sr))
+                    gained.contains(&shard) || resumed
                 };
                 if wake && trigger.unbounded_send(key).is_err() {
                     return;
@@ -277,7 +364,6 @@ fn watch_discovery(
 ) -> tokio::task::JoinHandle<()> {
     use kube::api::DynamicObject;
     use kube::core::{ApiResource, GroupVersionKind, PartialObjectMeta};
-    use kube::runtime::WatchStreamExt;
     let resource = |group: &str, kind: &str, plural: &str| {
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural)
     };
@@ -292,9 +378,10 @@ fn watch_discovery(
     let streams = kinds.map(|kind| {
         let api: Api<PartialObjectMeta<DynamicObject>> =
             Api::all_with(context.client.clone(), &kind);
-        watcher::watcher(api, watcher::Config::default().any_semantic())
-            .default_backoff()
-            .boxed()
+        reconnecting(
+            watcher(api, watcher::Config::default().any_semantic()).boxed(),
+            context.cluster.health(),
+        )
     });
     let context = Arc::clone(context);
     tokio::spawn(async move {
@@ -394,10 +481,18 @@ fn dependents(
 
 fn error_policy(sr: Arc<SequencedRelease>, error: &Error, ctx: Arc<Context>) -> Action {
     let failures = ctx.failed(ObjectRef::from_obj(&*sr));
-    let mut delay = backoff(failures, fastrand::f64());
-    if matches!(error, Error::Unreachable { .. }) {
-        delay = delay.min(UNREACHABLE_BACKOFF);
-    }
+    // A starting API server is asked again soon (within its own `retryAfterSeconds`, at most
+    // every other second: kube-apiserver says 5 s, and served custom resources 1.7 and 2.4 s
+    // after it answered again in the recordings), without a backoff grown meanwhile.
+    let delay = match error.retry_soon(ctx.cluster.health()) {
+        Some(after) => after
+            .clamp(Duration::from_millis(500), STARTING_RETRY)
+            .mul_f64(0.75 + fastrand::f64() * 0.5),
+        None if matches!(error, Error::Unreachable { .. }) => {
+            backoff(failures, fastrand::f64()).min(UNREACHABLE_BACKOFF)
+        }
+        None => backoff(failures, fastrand::f64()),
+    };
     tracing::warn!(
         release = %format!("{}/{}", sr.namespace().unwrap_or_default(), sr.name_any()),
         category = error.category(),
@@ -421,14 +516,18 @@ pub fn backoff(failures: u32, random: f64) -> Duration {
 /// from the fresher object, and the halts become the requeue they call for.
 async fn reconcile_one(sr: Arc<SequencedRelease>, ctx: Arc<Context>) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(&*sr);
-    if !ctx.shards.owns(&sr.uid().unwrap_or_default()) {
+    let uid = sr.uid().unwrap_or_default();
+    if !ctx.shards.owns(&uid) {
         // Another replica's release: nothing to do here, but hand over a lock still held on it
-        // (its shard moved in the middle of an operation).
-        if ctx.locks.holds(&key) {
+        // (its shard moved in the middle of an operation). A shard not acted on while this
+        // replica is cut off is still its own: its locks are kept.
+        let moved = !ctx.shards.held().contains(&ctx.shards.shard(&uid));
+        if moved && ctx.locks.holds(&key) {
             interrupt_all(&ctx, std::slice::from_ref(&key)).await;
         }
         return Ok(Action::await_change());
     }
+    ctx.recovery.reconciling(&key);
     let release = format!("{}/{}", sr.namespace().unwrap_or_default(), sr.name_any());
     let span = tracing::info_span!("reconcile", release = %release);
     let started = std::time::Instant::now();

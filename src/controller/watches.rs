@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher::watcher;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher::watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -25,7 +25,7 @@ use crate::api::{
     OWNER_ANNOTATION, RELEASE_NAME_ANNOTATION, RELEASE_NAMESPACE_ANNOTATION, SequencedRelease,
     owner_of,
 };
-use crate::cluster::{Account, Cluster, Kind};
+use crate::cluster::{Account, Cluster, Kind, reconnecting};
 use crate::lock::Shards;
 use crate::lock::shards::sharded_watches;
 
@@ -202,7 +202,7 @@ impl Watches {
         remotes.wake_with(trigger.clone());
         Watches {
             remotes,
-            inputs: Inputs::new(client, trigger.clone()),
+            inputs: Inputs::new(client, Arc::clone(shards.health()), trigger.clone()),
             trigger,
             shards,
             kinds: Mutex::new(HashSet::new()),
@@ -285,7 +285,8 @@ impl Watches {
                 .map(|a| format!(" as {a}"))
                 .unwrap_or_default()
         );
-        let [sharded, unlabelled] = sharded_watches(api, "", self.shards.watch());
+        let [sharded, unlabelled] =
+            sharded_watches(api, "", self.shards.watch(), self.shards.health());
         for (part, events) in [(Part::Shards, sharded), (Part::Unlabelled, unlabelled)] {
             let events = followed(&self.remotes, cluster, events);
             let task = self.index(
@@ -510,7 +511,8 @@ impl Watches {
         let trigger = self.trigger.clone();
         let registry = Arc::clone(&self.external);
         let remote = key.0.clone();
-        let events = watcher(api, config).default_backoff().boxed();
+        let health = Arc::clone(cluster.health());
+        let events = reconnecting(watcher(api, config).boxed(), &health);
         let events = followed(&self.remotes, cluster, events);
         let task = tokio::spawn(async move {
             let mut events = events;

@@ -85,6 +85,9 @@ pub struct Sighting {
     pub duration: Duration,
     /// When this controller first saw this resourceVersion (its own monotonic clock).
     pub since: Instant,
+    /// Written by a sharded replica (it carries the shard label), which keeps a member Lease
+    /// while it acts.
+    pub sharded: bool,
 }
 
 impl Sighting {
@@ -108,6 +111,7 @@ impl Sighting {
                     .unwrap_or(0),
             ),
             since,
+            sharded: lease.labels().contains_key(SHARD_LABEL),
         }
     }
 }
@@ -205,6 +209,9 @@ pub struct Locks {
     watch: Mutex<Option<tokio::task::AbortHandle>>,
     /// The shards of this replica: which replicas are dead, and each release's shard label.
     shards: std::sync::Arc<Shards>,
+    /// Release Leases held by earlier sessions of this controller's own identity (a process
+    /// killed and started again under the same name, as a restarted container), found at start.
+    earlier: Mutex<HashMap<Release, Lease>>,
 }
 
 impl Drop for Locks {
@@ -247,6 +254,76 @@ impl Locks {
             seen: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashSet::new()),
             watch: Mutex::new(None),
+            earlier: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Finds the release Leases that earlier sessions of this controller's identity hold (a
+    /// process killed with them, started again under the same name): one list of the managed
+    /// Leases. Those of releases in its shards it takes over when it reconciles them; the others
+    /// [`Locks::release_earlier`] releases, since nobody else would take them before they expire.
+    pub async fn find_earlier(&self) -> Result<(), kube::Error> {
+        let api: Api<Lease> = Api::all(self.client.clone());
+        let listed = api
+            .list(&kube::api::ListParams::default().labels(MANAGED_SELECTOR))
+            .await?;
+        let held = guard(&self.held);
+        let mut earlier = guard(&self.earlier);
+        for lease in listed.items {
+            let Some(release) = owner_of(lease.annotations()) else {
+                continue;
+            };
+            let ours = lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref())
+                .is_some_and(|h| split_holder(h).0 == self.identity);
+            if ours && !held.contains_key(&release) {
+                earlier.insert(release, lease);
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases the Leases of earlier sessions of this identity on releases whose shard is not in
+    /// `owned` (see [`Locks::find_earlier`]). A Lease changed since it was listed is left alone.
+    pub async fn release_earlier(&self, owned: &std::collections::BTreeSet<u32>) {
+        let due: Vec<(Release, Lease)> = {
+            let mut earlier = guard(&self.earlier);
+            let due: Vec<Release> = earlier
+                .iter()
+                .filter(|(_, lease)| {
+                    lease
+                        .labels()
+                        .get(SHARD_LABEL)
+                        .and_then(|n| n.parse::<u32>().ok())
+                        .is_none_or(|n| !owned.contains(&n))
+                })
+                .map(|(release, _)| release.clone())
+                .collect();
+            due.into_iter()
+                .filter_map(|release| earlier.remove_entry(&release))
+                .collect()
+        };
+        for (release, mut lease) in due {
+            lease.metadata.managed_fields = None;
+            if let Some(spec) = lease.spec.as_mut() {
+                spec.holder_identity = None;
+                spec.renew_time = Some(micro_now());
+            }
+            match self
+                .api(&release)
+                .replace(&lease_name(&release.name), &PostParams::default(), &lease)
+                .await
+            {
+                Ok(lease) => {
+                    tracing::info!(release = %release, "released the lock an earlier process of this controller held");
+                    self.saw(&release, &lease);
+                }
+                Err(e) => {
+                    tracing::debug!(release = %release, error = %e, "releasing the lock of an earlier process")
+                }
+            }
         }
     }
 
@@ -261,8 +338,12 @@ impl Locks {
     pub fn watch(self: &std::sync::Arc<Self>, trigger: UnboundedSender<Release>) {
         let api: Api<Lease> = Api::all(self.client.clone());
         let locks = std::sync::Arc::downgrade(self);
-        let [sharded, unlabelled] =
-            shards::sharded_watches(api, MANAGED_SELECTOR, self.shards.watch());
+        let [sharded, unlabelled] = shards::sharded_watches(
+            api,
+            MANAGED_SELECTOR,
+            self.shards.watch(),
+            self.shards.health(),
+        );
         let mut events = futures::stream::select(sharded, unlabelled);
         let task = tokio::spawn(async move {
             while let Some(event) = events.next().await {
@@ -303,13 +384,14 @@ impl Locks {
         verdict
     }
 
-    /// Whether the session `holder` is over: it belongs to a replica whose member Lease expired,
-    /// or it is an earlier session of this controller's own identity that it no longer holds (a
+    /// Whether the session `holder` of a lease seen as `sighting` is over: it belongs to a
+    /// replica whose member Lease expired (or, for a lease a sharded replica wrote, is gone), or
+    /// it is an earlier session of this controller's own identity that it no longer holds (a
     /// lease it could not release while the API server was away, or one of the process this one
     /// replaced under the same name).
-    fn dead(&self, holder: &str) -> bool {
+    fn dead(&self, holder: &str, sighting: &Sighting) -> bool {
         let (identity, _) = split_holder(holder);
-        identity == self.identity || self.shards.is_dead(identity)
+        identity == self.identity || self.shards.is_dead(identity, sighting.sharded)
     }
 
     /// Whether this controller holds the release's lock.
@@ -326,7 +408,7 @@ impl Locks {
         }
         let sighting = guard(&self.seen).get(release).cloned()?;
         match standing(&sighting, Instant::now()) {
-            Standing::Held { holder, .. } if self.dead(&holder) => None,
+            Standing::Held { holder, .. } if self.dead(&holder, &sighting) => None,
             Standing::Held { holder, remaining } => {
                 guard(&self.waiting).insert(release.clone());
                 Some((holder, remaining))
@@ -408,12 +490,16 @@ impl Locks {
             Some(current) => {
                 let outcome = match self.saw(&release, &current) {
                     Standing::Free => Acquired::Fresh,
-                    // Its holder's replica is dead (its member Lease expired): this replica
-                    // owns the release's shard now, and nobody else acts on it.
-                    Standing::Held { holder, .. } if self.dead(&holder) => Acquired::TakenOver {
-                        previous: holder,
-                        unchanged_for: Duration::ZERO,
-                    },
+                    // Its holder's replica is dead (its member Lease expired, or is gone): this
+                    // replica owns the release's shard now, and nobody else acts on it.
+                    Standing::Held { holder, .. }
+                        if self.dead(&holder, &Sighting::of(&current, None, Instant::now())) =>
+                    {
+                        Acquired::TakenOver {
+                            previous: holder,
+                            unchanged_for: Duration::ZERO,
+                        }
+                    }
                     Standing::Held { holder, remaining } => {
                         guard(&self.waiting).insert(release.clone());
                         return Ok(Acquired::Busy {
@@ -473,6 +559,7 @@ impl Locks {
         sent: Instant,
     ) {
         guard(&self.seen).insert(release.clone(), Sighting::of(&lease, None, sent));
+        guard(&self.earlier).remove(release);
         guard(&self.held).insert(
             release.clone(),
             Held {

@@ -32,14 +32,18 @@ use sha2::{Digest as _, Sha256};
 
 use super::{Sighting, Standing, standing};
 use crate::api::{SHARD_LABEL, SHARD_LEASE_LABEL, SHARDS_ANNOTATION, shard_of};
-use crate::cluster::reconnect_backoff;
+use crate::cluster::{Health, reconnecting};
 
 /// The default number of shards (`sequenced run --shards`).
 pub const DEFAULT_SHARDS: u32 = 32;
 /// The default duration of a shard Lease (`sequenced run --shard-lease-duration`).
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
-/// A member Lease expired for this long is deleted by whoever sees it.
-const FORGET_MEMBER_AFTER: Duration = Duration::from_secs(3600);
+/// A member Lease whose `renewTime` is older than this many of its durations, by this replica's
+/// clock, is judged dead at once (a replica started after a crash need not watch it stay
+/// unchanged for a whole duration), with [`CLOCK_SKEW`] more to spare for clocks that differ.
+const STALE_DURATIONS: u32 = 4;
+/// How far two replicas' clocks may differ.
+const CLOCK_SKEW: Duration = Duration::from_secs(30);
 
 /// How releases are divided among replicas.
 #[derive(Debug, Clone)]
@@ -87,6 +91,26 @@ pub fn member_lease(identity: &str) -> String {
     let hash = hex::encode(&Sha256::digest(identity.as_bytes())[..5]);
     let cut = &clean[..clean.floor_char_boundary(180)];
     format!("sequenced.member.{cut}-{hash}")
+}
+
+/// Whether a member Lease was last renewed so long before `now` (by its `renewTime` and this
+/// replica's clock) that its replica is dead whatever this replica saw of it: more than
+/// [`STALE_DURATIONS`] of its durations and [`CLOCK_SKEW`]. (A Lease without `renewTime` is
+/// judged by sightings only.)
+pub fn stale(lease: &Lease, now: Timestamp) -> bool {
+    let Some(spec) = lease.spec.as_ref() else {
+        return false;
+    };
+    let (Some(renewed), Some(seconds)) = (spec.renew_time.as_ref(), spec.lease_duration_seconds)
+    else {
+        return false;
+    };
+    let duration = Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+    let limit = duration.saturating_mul(STALE_DURATIONS) + CLOCK_SKEW;
+    let Ok(limit) = k8s_openapi::jiff::SignedDuration::try_from(limit) else {
+        return false;
+    };
+    now.duration_since(renewed.0) > limit
 }
 
 /// A shard's Lease as one replica judges it.
@@ -199,16 +223,17 @@ pub type Watched<K> = Result<kube::runtime::watcher::Event<K>, kube::runtime::wa
 /// The two watches of `api` a replica needs: `[its shards' objects, objects without a shard
 /// label]`, each also selected by `selector` (`""` for nothing more). The first follows the owned
 /// shards ([`following`]; with none owned, an empty list); the second sees objects of no release
-/// and those applied before shards existed. Both reconnect with [`reconnect_backoff`].
+/// and those applied before shards existed. Both reconnect as [`reconnecting`] says: as soon as
+/// the API server answers again, and at once after a 410.
 pub fn sharded_watches<K>(
     api: Api<K>,
     selector: &str,
     owned: tokio::sync::watch::Receiver<Owned>,
+    health: &Arc<Health>,
 ) -> [BoxStream<'static, Watched<K>>; 2]
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    use kube::runtime::WatchStreamExt;
     use kube::runtime::watcher::{self, Event, watcher};
     let with = |extra: &str| match selector {
         "" => extra.to_string(),
@@ -217,6 +242,7 @@ where
     let config = watcher::Config::default().any_semantic();
     let sharded = {
         let (api, config, base) = (api.clone(), config.clone(), selector.to_string());
+        let health = Arc::clone(health);
         following(
             owned,
             move |shards| {
@@ -224,9 +250,10 @@ where
                     "" => shards.to_string(),
                     _ => format!("{base},{shards}"),
                 };
-                watcher(api.clone(), config.clone().labels(&labels))
-                    .backoff(reconnect_backoff())
-                    .boxed()
+                reconnecting(
+                    watcher(api.clone(), config.clone().labels(&labels)).boxed(),
+                    &health,
+                )
             },
             || {
                 futures::stream::iter([Ok(Event::Init), Ok(Event::InitDone)])
@@ -235,17 +262,20 @@ where
             },
         )
     };
-    let unlabelled = watcher(api, config.labels(&with(&format!("!{SHARD_LABEL}"))))
-        .backoff(reconnect_backoff())
-        .boxed();
+    let unlabelled = reconnecting(
+        watcher(api, config.labels(&with(&format!("!{SHARD_LABEL}")))).boxed(),
+        health,
+    );
     [sharded, unlabelled]
 }
 
-/// This replica's member Lease, as last written, and when that write was sent.
+/// This replica's member Lease, as last written, and when that write was sent (on the monotonic
+/// clock and the wall clock).
 #[derive(Debug, Clone)]
 struct Held {
     lease: Lease,
     renewed: Instant,
+    renewed_at: Timestamp,
 }
 
 /// What one replica knows of the shards.
@@ -268,6 +298,8 @@ pub struct Round {
     pub gained: Vec<u32>,
     pub lost: Vec<u32>,
     pub reconnected: bool,
+    /// The round could not reach the API server, or was refused.
+    pub failed: bool,
 }
 
 /// The shards one replica holds, kept by [`Shards::round`].
@@ -279,6 +311,12 @@ pub struct Shards {
     owned: tokio::sync::watch::Sender<Owned>,
     /// Identities whose member Lease has expired: their release Leases may be taken at once.
     dead: Mutex<HashSet<String>>,
+    /// Identities with a member Lease, alive or not, at the last listing (None before one): a
+    /// sharded replica keeps one while it acts, so a release Lease written by a sharded replica
+    /// that has none any more is nobody's.
+    members: Mutex<Option<HashSet<String>>>,
+    /// How the API server has been answering.
+    health: Arc<Health>,
 }
 
 fn guard<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -290,7 +328,12 @@ fn micro_now() -> MicroTime {
 }
 
 impl Shards {
-    pub fn new(client: Client, identity: String, sharding: Sharding) -> Shards {
+    pub fn new(
+        client: Client,
+        identity: String,
+        sharding: Sharding,
+        health: Arc<Health>,
+    ) -> Shards {
         let (owned, _) = tokio::sync::watch::channel(Arc::new(BTreeSet::new()));
         Shards {
             client,
@@ -299,7 +342,14 @@ impl Shards {
             state: Mutex::new(State::default()),
             owned,
             dead: Mutex::new(HashSet::new()),
+            members: Mutex::new(None),
+            health,
         }
+    }
+
+    /// How the API server has been answering.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
     }
 
     pub fn count(&self) -> u32 {
@@ -321,15 +371,33 @@ impl Shards {
         self.owned.borrow().contains(&self.shard(uid))
     }
 
+    /// The shards whose Lease names this replica, as of the last round: the shards it owns,
+    /// and those it does not act on while it cannot renew its member Lease (cut off) but that
+    /// nobody else took meanwhile.
+    pub fn held(&self) -> BTreeSet<u32> {
+        guard(&self.state).held.keys().copied().collect()
+    }
+
     /// Whether this replica owns every shard (then its watches see every managed object).
     pub fn owns_all(&self) -> bool {
         self.owned.borrow().len() == self.count() as usize
     }
 
     /// Whether `identity` is a replica whose member Lease expired (it is dead, or cut off for
-    /// longer than a Lease lasts, and acts no more).
-    pub fn is_dead(&self, identity: &str) -> bool {
-        identity != self.identity && guard(&self.dead).contains(identity)
+    /// longer than a Lease lasts, and acts no more), or, for a Lease written by a sharded replica
+    /// (`sharded`: it carries the shard label), one that has no member Lease any more (deleted
+    /// by the replica that took its shards over, or by itself on shutdown).
+    pub fn is_dead(&self, identity: &str, sharded: bool) -> bool {
+        if identity == self.identity {
+            return false;
+        }
+        if guard(&self.dead).contains(identity) {
+            return true;
+        }
+        sharded
+            && guard(&self.members)
+                .as_ref()
+                .is_some_and(|members| !members.contains(identity))
     }
 
     fn api(&self) -> Api<Lease> {
@@ -345,7 +413,9 @@ impl Shards {
     /// shards this replica may act on.
     pub async fn round(&self) -> Round {
         let before = self.owned.borrow().clone();
-        let reconnected = match self.keep().await {
+        let kept = self.keep().await;
+        let failed = kept.is_err();
+        let reconnected = match kept {
             Ok(()) => std::mem::replace(&mut guard(&self.state).cut_off, false),
             Err(e) => {
                 let mut state = guard(&self.state);
@@ -381,6 +451,7 @@ impl Shards {
             gained,
             lost,
             reconnected,
+            failed,
         }
     }
 
@@ -392,9 +463,18 @@ impl Shards {
         let now = Instant::now();
         let count = self.count();
         let mut members: HashSet<String> = HashSet::from([self.identity.clone()]);
+        let mut known: HashSet<String> = HashSet::from([self.identity.clone()]);
         let mut dead = HashSet::new();
-        let mut stale_members = Vec::new();
+        // The member Leases of dead replicas, by holder: deleted once none of their shards is
+        // left to take over.
+        let mut dead_members: HashMap<String, Lease> = HashMap::new();
         let mut shard_leases: BTreeMap<u32, Lease> = BTreeMap::new();
+        // Others' renewals are judged against this replica's own last one: after an outage
+        // nobody renewed, and nobody is stale for that. A replica starting has none: now.
+        let reference = guard(&self.state)
+            .member
+            .as_ref()
+            .map_or_else(Timestamp::now, |m| m.renewed_at);
         let mut own_member = None;
         let was_dead = guard(&self.dead).clone();
         {
@@ -419,17 +499,17 @@ impl Shards {
                         });
                         let sighting = Sighting::of(&lease, previous, now);
                         if let Some(holder) = sighting.holder.clone() {
-                            match standing(&sighting, now) {
-                                Standing::Held { .. } => {
-                                    members.insert(holder);
-                                }
-                                Standing::Expired { unchanged_for, .. } => {
-                                    if unchanged_for > FORGET_MEMBER_AFTER {
-                                        stale_members.push(name.clone());
-                                    }
-                                    dead.insert(holder);
-                                }
-                                Standing::Free => {}
+                            known.insert(holder.clone());
+                            let alive = match standing(&sighting, now) {
+                                Standing::Held { .. } => !stale(&lease, reference),
+                                Standing::Expired { .. } => false,
+                                Standing::Free => true,
+                            };
+                            if alive {
+                                members.insert(holder);
+                            } else {
+                                dead.insert(holder.clone());
+                                dead_members.insert(holder, lease.clone());
                             }
                         }
                         seen.insert(name, sighting);
@@ -450,7 +530,9 @@ impl Shards {
             state.seen = seen;
         }
         dead.retain(|d| !members.contains(d));
+        dead_members.retain(|d, _| dead.contains(d));
         *guard(&self.dead) = dead;
+        *guard(&self.members) = Some(known);
         // Only the member Lease is renewed: a shard is held as long as its holder's member
         // Lease is, so keeping any number of shards costs one write a round.
         self.renew_member(&api, own_member.as_ref()).await?;
@@ -506,8 +588,36 @@ impl Shards {
                 Err(e) => return Err(e),
             }
         }
-        for stale in stale_members {
-            let _ = api.delete(&stale, &DeleteParams::default()).await;
+        // A dead replica's member Lease goes once none of its shards is left to take over
+        // (this replica took the last of them, or it held none): replicas started later need
+        // not judge it again, and Leases of pods replaced at every crash do not pile up. Its
+        // release Leases stay nobody's ([`Shards::is_dead`]). The precondition leaves alone a
+        // Lease renewed meanwhile (the replica was only cut off).
+        let holders: HashSet<String> = shard_leases
+            .iter()
+            .filter(|(n, _)| !guard(&self.state).held.contains_key(n))
+            .filter_map(|(_, lease)| lease.spec.as_ref()?.holder_identity.clone())
+            .collect();
+        for (holder, lease) in dead_members {
+            if holders.contains(&holder) {
+                continue;
+            }
+            let params = DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    resource_version: lease.resource_version(),
+                    uid: lease.uid(),
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(&lease.name_any(), &params).await {
+                Ok(_) => {
+                    tracing::info!(replica = %holder, "deleted the member Lease of a dead replica")
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => {
+                    tracing::debug!(replica = %holder, error = %e, "deleting the member Lease of a dead replica")
+                }
+            }
         }
         Ok(())
     }
@@ -522,6 +632,7 @@ impl Shards {
         let base = current.or(written.as_ref().map(|h| &h.lease));
         let mut lease = self.member(&name, base);
         let sent = Instant::now();
+        let renewed_at = Timestamp::now();
         let answer = match base {
             Some(_) => api.replace(&name, &PostParams::default(), &lease).await,
             None => api.create(&PostParams::default(), &lease).await,
@@ -541,6 +652,7 @@ impl Shards {
         guard(&self.state).member = Some(Held {
             lease: answer,
             renewed: sent,
+            renewed_at,
         });
         Ok(())
     }
@@ -686,6 +798,30 @@ mod tests {
             "{odd}"
         );
         assert!(member_lease(&"x".repeat(400)).len() <= 253);
+    }
+
+    #[test]
+    fn a_member_lease_renewed_long_ago_is_stale_by_its_renew_time() {
+        let lease = |renewed: Timestamp| Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some("a".into()),
+                lease_duration_seconds: Some(15),
+                renew_time: Some(MicroTime(renewed)),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        };
+        let now = Timestamp::now();
+        let ago = |s: i64| {
+            now.checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(s))
+                .unwrap()
+        };
+        // Four durations (60 s) and the clock skew allowance (30 s).
+        assert!(!stale(&lease(ago(89)), now));
+        assert!(stale(&lease(ago(91)), now));
+        // A clock ahead of this one is not stale.
+        assert!(!stale(&lease(ago(-3600)), now));
+        assert!(!stale(&Lease::default(), now));
     }
 
     #[test]

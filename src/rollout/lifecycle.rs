@@ -562,7 +562,11 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
             Err(next) => return *next,
         };
         let last = revisions.ours.last().copied().unwrap_or(0);
-        status.revision.unwrap_or(0).max(last) + 1
+        match begun_unknown(facts, last, source) {
+            Ok(true) => last,
+            Ok(false) => status.revision.unwrap_or(0).max(last) + 1,
+            Err(next) => return *next,
+        }
     } else {
         status.revision.unwrap_or(1)
     };
@@ -659,6 +663,28 @@ fn kept_inventory(facts: &Facts, record: &Record) -> Vec<crate::api::InventoryEn
 }
 
 /// The record of the current revision, the one a new revision comes after.
+/// Whether revision `last`, the newest record of the release, was begun for this very digest by
+/// a controller that stopped before the status said so (a revision's record is written first,
+/// then the status): it is that revision that goes on, not another one after it.
+fn begun_unknown(facts: &Facts, last: i64, source: &Source) -> Result<bool, Box<Next>> {
+    let status = &facts.status;
+    let known =
+        status.revision.unwrap_or(0) >= last || status.history.iter().any(|h| h.revision == last);
+    if last == 0 || known {
+        return Ok(false);
+    }
+    match facts.records.get(&last) {
+        None => Err(Box::new(Next::Need(Need::Record(last)))),
+        Some(Some(record)) => Ok(record.digest == source.digests.current
+            && record.rollback_to.is_none()
+            && matches!(
+                record.info.status,
+                HelmStatus::PendingInstall | HelmStatus::PendingUpgrade
+            )),
+        Some(None) => Ok(false),
+    }
+}
+
 fn previous_record(facts: &Facts) -> Result<Option<Arc<Record>>, Box<Next>> {
     match facts.status.revision {
         Some(n) => match facts.records.get(&n) {

@@ -37,7 +37,16 @@ impl Reconcile<'_> {
         let waiting =
             unreachable || matches!(error, Error::Cluster(ClusterError::GroupUnavailable { .. }));
         let unseen = self.facts.status.conditions.is_empty();
-        if self.ctx.stopping() || (attempt < 2 && !waiting && !unseen) {
+        if self.ctx.stopping() {
+            return;
+        }
+        if attempt < 2 && !waiting && !unseen {
+            // The API server could not serve it: told after it can, if this was all before a
+            // long silence (a replica cut off stops reconciling).
+            if error.server_side() {
+                self.ctx
+                    .untold(&self.key, attempt, &error.to_string(), &self.facts.now);
+            }
             return;
         }
         // The same words at every failure: a status that changed would wake the release at once
@@ -65,15 +74,37 @@ impl Reconcile<'_> {
             &self.facts.now,
         );
         if let Err(stop) = self.write_status(&status).await {
+            // The API server (or etcd behind it) could not store it: told once it can.
             tracing::debug!(?stop, "could not tell a failed reconcile in the status");
+            self.ctx
+                .untold(&self.key, attempt, &error.to_string(), &self.facts.now);
             return;
         }
+        // Told now: the failures of the run before this one need no telling after.
+        self.ctx.take_untold(&self.key);
         let event = if unreachable {
             EventReason::RemoteClusterUnreachable
         } else {
             EventReason::ReconcileFailed
         };
         self.publish(&[Note::warning(event, error.to_string())])
+            .await;
+    }
+
+    /// After a reconcile that went through: the failures the API server could not serve, whose
+    /// telling in the status it could not store either (or that were the first of their run),
+    /// are told by a Warning event, naming how many, since when, and the last.
+    pub(super) async fn tell_untold(&self) {
+        let Some(untold) = self.ctx.take_untold(&self.key) else {
+            return;
+        };
+        let message = format!(
+            "{} reconcile(s) failed in a row from {} while the API server could not serve them, and the status did not tell it then; the last: {}",
+            untold.failures,
+            untold.since.0.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            untold.last
+        );
+        self.publish(&[Note::warning(EventReason::ReconcileFailed, message)])
             .await;
     }
 

@@ -153,6 +153,7 @@ mod pods;
 mod protobuf;
 mod rbac;
 mod resources;
+mod restart;
 mod scale;
 mod select;
 mod store;
@@ -181,6 +182,7 @@ use errors::ApiError;
 use rbac::User;
 pub use rbac::{GROUPS_HEADER, USER_HEADER};
 use resources::ResourceType;
+pub use restart::Restart;
 use select::{FieldSelector, LabelSelector};
 use store::{DeleteOptions, Out, Selection, State, Write};
 
@@ -226,11 +228,13 @@ struct Inner {
     paused: Mutex<std::collections::HashSet<String>>,
     /// The server is down ([`TestApiServer::set_down`]).
     down: std::sync::atomic::AtomicBool,
+    /// Killed and restarted, etcd reachable or not (apiserver/restart.rs).
+    lifecycle: restart::Lifecycle,
 }
 
 impl Inner {
     fn is_down(&self) -> bool {
-        self.down.load(std::sync::atomic::Ordering::SeqCst)
+        self.down.load(std::sync::atomic::Ordering::SeqCst) || self.lifecycle.killed()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -273,11 +277,30 @@ impl TestApiServer {
             rv_tx,
             paused: Mutex::new(std::collections::HashSet::new()),
             down: std::sync::atomic::AtomicBool::new(false),
+            lifecycle: restart::Lifecycle::new(),
         });
         let server = inner.clone();
         tokio::spawn(async move {
+            let mut listener = Some(listener);
+            let mut kills = server.lifecycle.kills();
             loop {
-                let Ok((stream, _)) = listener.accept().await else {
+                let Some(open) = listener.as_ref() else {
+                    // Killed: nothing listens (connections are refused) until the restart.
+                    server.lifecycle.until_alive().await;
+                    listener = Some(restart::rebind(addr).await);
+                    kills.borrow_and_update();
+                    continue;
+                };
+                let accepted = tokio::select! {
+                    accepted = open.accept() => accepted,
+                    _ = kills.changed() => {
+                        if server.lifecycle.killed() {
+                            listener = None;
+                        }
+                        continue;
+                    }
+                };
+                let Ok((stream, _)) = accepted else {
                     continue;
                 };
                 if server.is_down() {
@@ -286,7 +309,9 @@ impl TestApiServer {
                     continue;
                 }
                 let inner = server.clone();
+                let mut killed = server.lifecycle.kills();
                 tokio::spawn(async move {
+                    let socket = restart::Conn::new(stream, inner.clone());
                     let service = service_fn(move |req| {
                         let inner = inner.clone();
                         async move {
@@ -297,9 +322,13 @@ impl TestApiServer {
                             Ok::<_, std::io::Error>(serve(inner, req).await)
                         }
                     });
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let connection =
+                        http1::Builder::new().serve_connection(TokioIo::new(socket), service);
+                    // A kill drops the connection where it is: its socket is reset.
+                    tokio::select! {
+                        _ = connection => {}
+                        _ = killed.changed() => {}
+                    }
                 });
             }
         });
@@ -727,7 +756,16 @@ async fn serve(inner: Arc<Inner>, req: http::Request<Incoming>) -> Response<Body
         headers: parts.headers,
         body: bytes,
     };
-    let reply = dispatch(&inner, &req);
+    if restart::hold_gate(&inner, &req).await.is_some() {
+        // Dropped: it never reached the server; the connection closes unanswered.
+        return Response::builder()
+            .status(StatusCode::SERVICE_UNAVAILABLE)
+            .header("connection", "close")
+            .body(Full::new(Bytes::new()).boxed())
+            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()));
+    }
+    let gated = restart::storage_gate(&inner, &req).await;
+    let reply = dispatch(&inner, &req, gated);
     match reply {
         Reply::Json {
             status,
@@ -939,8 +977,10 @@ fn parse_body(req: &Req) -> Option<Result<Value, String>> {
     })
 }
 
-fn dispatch(inner: &Inner, req: &Req) -> Reply {
+/// Answers `req`; `gated` is what an unreachable etcd answers instead of the handler.
+fn dispatch(inner: &Inner, req: &Req, gated: Option<ApiError>) -> Reply {
     let mut state = inner.lock();
+    state.rbac_unsynced = inner.lifecycle.rbac_unsynced();
     let routed = route(&state, &req.path);
     let target = match &routed {
         Ok(Route::Resource(t)) => Some(t.as_ref()),
@@ -1007,12 +1047,18 @@ fn dispatch(inner: &Inner, req: &Req) -> Reply {
             let attributes = rbac::request_info(&req.method, &req.path, &req.params);
             match (rbac::check(&state, &user, &attributes), routed) {
                 (Err(e), _) | (Ok(()), Err(e)) => Reply::error(e),
-                (Ok(()), Ok(route)) => {
-                    match admission_policy::admit(&mut state, req, &route, &parsed, &user) {
-                        Ok(()) => handle(&mut state, req, route, parsed, &user),
-                        Err(e) => Reply::error(e),
+                (Ok(()), Ok(route)) => match inner.lifecycle.interpose(req, &route, &state) {
+                    Some(reply) => reply,
+                    None => {
+                        match admission_policy::admit(&mut state, req, &route, &parsed, &user) {
+                            Err(e) => Reply::error(e),
+                            Ok(()) => match gated {
+                                Some(e) => Reply::error(e),
+                                None => handle(&mut state, req, route, parsed, &user),
+                            },
+                        }
                     }
-                }
+                },
             }
         }
     };
@@ -1847,6 +1893,8 @@ struct WatchStream {
     rx: tokio::sync::watch::Receiver<u64>,
     next_bookmark: Option<tokio::time::Instant>,
     done: bool,
+    /// How many times etcd had gone away when the watch started: it ends at the next time.
+    storage_losses: u64,
 }
 
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
@@ -1870,7 +1918,8 @@ fn next_bookmark_at(
 }
 
 impl WatchStream {
-    fn collect(&mut self) {
+    /// Takes the events after the last one sent (up to resourceVersion `upto`, when given).
+    fn collect(&mut self, upto: Option<u64>) {
         let state = self.inner.lock();
         if state.floor > self.last {
             let e = ApiError::expired(format!(
@@ -1882,12 +1931,13 @@ impl WatchStream {
             return;
         }
         let start = state.log.partition_point(|c| c.rv <= self.last);
-        for change in state.log.range(start..) {
+        let limit = upto.unwrap_or(state.rv);
+        for change in state.log.range(start..).take_while(|c| c.rv <= limit) {
             if let Some(b) = event_for(&self.plan, change) {
                 self.pending.push_back(b);
             }
         }
-        self.last = self.last.max(state.rv);
+        self.last = self.last.max(limit);
     }
 
     fn paused(&self) -> bool {
@@ -1905,6 +1955,16 @@ impl WatchStream {
             if self.inner.is_down() {
                 return None;
             }
+            let losses = self.inner.lifecycle.storage_losses();
+            if losses != self.storage_losses {
+                // etcd went away: what the watch cache had is sent, then the watch ends.
+                self.storage_losses = losses;
+                if !self.done {
+                    self.collect(Some(self.inner.lifecycle.storage_lost_at()));
+                    self.done = true;
+                }
+                continue;
+            }
             if self.paused() {
                 if self.rx.changed().await.is_err() {
                     return None;
@@ -1918,7 +1978,7 @@ impl WatchStream {
                 return None;
             }
             self.rx.borrow_and_update();
-            self.collect();
+            self.collect(None);
             if !self.pending.is_empty() {
                 continue;
             }
@@ -1938,7 +1998,7 @@ impl WatchStream {
                     self.done = true;
                 }
                 _ = tokio::time::sleep_until(bookmark_at) => {
-                    self.collect();
+                    self.collect(None);
                     let rv = self.last;
                     self.pending.push_back(bookmark(&self.plan, rv, false));
                     self.next_bookmark = next_bookmark_at(tokio::time::Instant::now(), self.plan.deadline);
@@ -1955,6 +2015,7 @@ fn watch_response(inner: Arc<Inner>, plan: WatchPlan) -> Response<Body> {
         last: plan.from,
         done: plan.finished,
         next_bookmark: next_bookmark_at(tokio::time::Instant::now(), plan.deadline),
+        storage_losses: inner.lifecycle.storage_losses(),
         inner,
         plan,
         rx,

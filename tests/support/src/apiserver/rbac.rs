@@ -577,6 +577,10 @@ pub fn authorize(state: &State, user: &User, a: &Attributes) -> Decision {
     if user.is_admin() {
         return Decision::Allow(String::new());
     }
+    if state.rbac_unsynced {
+        // Just restarted: no Role or binding (not even the bootstrap policy) is loaded yet.
+        return Decision::NoOpinion(String::new());
+    }
     let mut errors = Vec::new();
     for b in bindings(state, &a.namespace) {
         let Some(subject) = subject_for(user, &b) else {

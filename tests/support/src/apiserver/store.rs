@@ -69,6 +69,8 @@ pub struct State {
     collect: BTreeSet<String>,
     pub requests: Vec<RecordedRequest>,
     pub failures: Vec<Failure>,
+    /// RBAC's caches are empty (the first moments after a restart, apiserver/restart.rs).
+    pub rbac_unsynced: bool,
     next_ip: u32,
     next_node_port: u32,
     /// Namespaces that may lack their `default` ServiceAccount (new ones, and those whose
@@ -241,6 +243,7 @@ impl State {
             collect: BTreeSet::new(),
             requests: Vec::new(),
             failures: Vec::new(),
+            rbac_unsynced: false,
             next_ip: 1,
             next_node_port: 0,
             accounts_due: BTreeSet::new(),
