@@ -19,7 +19,7 @@ use crate::api::{
     TEST_SUCCESS, TestPhase, TestStatus, hook_stage,
 };
 use crate::history::HookRecord;
-use crate::readiness::{self, Rules, Verdict};
+use crate::readiness::{self, HealthCheck, Rules, Verdict};
 
 /// One thing an install or upgrade does to the cluster.
 #[derive(Debug, Clone, PartialEq)]
@@ -440,13 +440,13 @@ struct Progress {
 
 fn verdict_of(
     object: Option<&Option<Value>>,
-    rules: &Rules,
+    (rules, health): (&Rules, Option<&HealthCheck>),
     waited: Option<Duration>,
     default_timeout: Duration,
     name: impl FnOnce() -> String,
 ) -> Verdict {
     match object {
-        Some(Some(object)) => readiness::check(object, rules, waited, default_timeout),
+        Some(Some(object)) => readiness::check_with(object, rules, health, waited, default_timeout),
         _ => {
             let reason = format!("{}: not found", name());
             match waited {
@@ -596,10 +596,13 @@ pub fn step(
                 let mut tally = Tally::default();
                 for (i, crd) in plan.crds.iter().enumerate() {
                     let rules = rules_of(&crd.object);
-                    let verdict =
-                        verdict_of(observed.crds.get(&i), &rules, waited, timeout, || {
-                            format!("CustomResourceDefinition {}", crd.name)
-                        });
+                    let verdict = verdict_of(
+                        observed.crds.get(&i),
+                        (&rules, None),
+                        waited,
+                        timeout,
+                        || format!("CustomResourceDefinition {}", crd.name),
+                    );
                     tally.add(verdict, &rules, waited, timeout);
                 }
                 p.requeue_after = min_duration(p.requeue_after, tally.next_timeout);
@@ -646,11 +649,15 @@ pub fn step(
                         tally.ready += 1;
                         continue;
                     }
-                    let rules = rules_of(&resource.object);
-                    let verdict =
-                        verdict_of(observed.resources.get(&r), &rules, waited, timeout, || {
-                            format!("{} {}", resource.kind, resource.name)
-                        });
+                    let rules = revision.rules(r, &resource.object);
+                    let health = revision.health_check(resource.group(), &resource.kind);
+                    let verdict = verdict_of(
+                        observed.resources.get(&r),
+                        (&rules, health),
+                        waited,
+                        timeout,
+                        || format!("{} {}", resource.kind, resource.name),
+                    );
                     if verdict.is_ready()
                         && let Some(flag) = ready_now.get_mut(r)
                     {
