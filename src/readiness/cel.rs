@@ -123,7 +123,7 @@ impl Cel {
         }
         let expression = cel::parser::Parser::new()
             .parse(text)
-            .map_err(|e| error(one_line(&e.to_string())))?;
+            .map_err(|e| error(parse_errors(&e)))?;
         let references = expression.references();
         if let Some(unknown) = references
             .functions()
@@ -205,6 +205,27 @@ fn one_line(text: &str) -> String {
         .filter(|l| !l.trim().is_empty())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The parser's errors, each as `syntax error at line:column: what`.
+fn parse_errors(errors: &cel::ParseErrors) -> String {
+    let each: Vec<String> = errors
+        .errors
+        .iter()
+        .map(|e| {
+            let what = e
+                .msg
+                .strip_prefix("Syntax error: ")
+                .unwrap_or(&e.msg)
+                .trim();
+            format!("syntax error at {}:{}: {what}", e.pos.0, e.pos.1)
+        })
+        .collect();
+    if each.is_empty() {
+        one_line(&errors.to_string())
+    } else {
+        each.join("; ")
+    }
 }
 
 fn execution_error(error: &cel::ExecutionError) -> String {
