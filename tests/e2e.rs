@@ -780,7 +780,9 @@ async fn e2e_a_failed_upgrade_is_rolled_back_and_helm_reads_the_history() {
         .unwrap();
     let sr = e2e
         .wait("undo", "rolled back", |sr| {
-            is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(3)
+            sr.status
+                .as_ref()
+                .is_some_and(|s| s.phase == Some(ReleasePhase::Ready) && s.revision == Some(3))
         })
         .await;
     let status = sr.status.as_ref().unwrap();
@@ -1435,7 +1437,9 @@ spec:
         .unwrap();
     let sr = e2e
         .wait("proved", "rolled back after the failed test", |sr| {
-            is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(3)
+            sr.status
+                .as_ref()
+                .is_some_and(|s| s.phase == Some(ReleasePhase::Ready) && s.revision == Some(3))
         })
         .await;
     let status = sr.status.as_ref().unwrap();

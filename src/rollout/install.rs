@@ -9,7 +9,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use super::hooks::{self, HookAction, HookOutcome, Stage};
-use super::status::{elapsed, failed, progressing, set_condition_to, set_conditions};
+use super::status::{
+    elapsed, failed, held_back, progressing, remediated_rollback, set_condition_to, set_conditions,
+};
 use super::{
     ActionFailure, Note, Observations, Outcome, RecordUpdate, Revision, Wanted, external_blocker,
 };
@@ -873,13 +875,28 @@ pub fn step(
             message.push_str("; ");
             message.push_str(&tests);
         }
-        st.message = Some(message.clone());
-        set_conditions(
-            &mut st,
-            Reason::Succeeded,
-            now,
-            [(true, &message), (false, ""), (false, "")],
-        );
+        match st.rollback.as_ref() {
+            // A drift correction of a revision `spec.onFailure` rolled back to: the spec is
+            // still held back.
+            Some(rollback) if correcting && remediated_rollback(&st, number) => {
+                message.push_str(&format!(
+                    "; rolled back to revision {} after a failed revision (spec.onFailure): spec generation {} not applied",
+                    rollback.to,
+                    rollback.generation.unwrap_or_default()
+                ));
+                st.message = Some(message.clone());
+                held_back(&mut st, &message, now);
+            }
+            _ => {
+                st.message = Some(message.clone());
+                set_conditions(
+                    &mut st,
+                    Reason::Succeeded,
+                    now,
+                    [(true, &message), (false, ""), (false, "")],
+                );
+            }
+        }
         if let Some(current) = st.history.first_mut()
             && current.finished_at.is_none()
         {
