@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, clippy with warnings as errors, every test
-# (unit, integration, doc), and the book. Installs helm into .tools/bin first when none is found,
-# and the pinned mdbook (once; later runs find it there).
+# (unit, integration, doc), and the book. Installs helm and kubectl into .tools/bin first when
+# none is found, and the pinned mdbook (once; later runs find it there).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 SEQUENCED_HELM="$(scripts/install-helm.sh)"
 export SEQUENCED_HELM
+# kubectl's built-in kustomize runs spec.postRenderers (and is their tests' oracle).
+SEQUENCED_KUBECTL="$(scripts/install-kubectl.sh)"
+export SEQUENCED_KUBECTL
 
 echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check

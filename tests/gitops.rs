@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use sequenced::api::v1alpha1::{LayerPhase, ReleasePhase, SequencedRelease};
 use serde_json::{Value, json};
@@ -689,6 +689,118 @@ fn kstatus_and_kubectl_wait_read_every_phase_as_we_mean_it() {
     for name in files.keys() {
         if !table.iter().any(|(n, ..)| n == name) {
             failures.push(format!("testdata/{name} is not in the table"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The kubectl to run: `$SEQUENCED_KUBECTL`, else `.tools/bin/kubectl` of this repository
+/// (`scripts/install-kubectl.sh` puts one there), else the one on PATH.
+fn kubectl() -> PathBuf {
+    if let Some(path) = std::env::var_os("SEQUENCED_KUBECTL") {
+        return PathBuf::from(path);
+    }
+    let local = repo().join(".tools/bin/kubectl");
+    if local.is_file() {
+        return local;
+    }
+    PathBuf::from("kubectl")
+}
+
+/// Writes `object` (a testdata release) to the server as the operator left it: created, its
+/// spec changed until it has the same generation, its status written through the status
+/// subresource, and deleted (held by its finalizer) when it was being deleted.
+async fn store(op: &Operator, object: &Value) {
+    let namespace = object["metadata"]["namespace"].as_str().unwrap();
+    let name = object["metadata"]["name"].as_str().unwrap();
+    let generation = object["metadata"]["generation"].as_i64().unwrap_or(1);
+    let api = op.releases(namespace);
+    let mut created = object.clone();
+    created["status"] = Value::Null;
+    if let Some(metadata) = created["metadata"].as_object_mut() {
+        metadata.remove("generation");
+        metadata.remove("deletionTimestamp");
+    }
+    let sr: SequencedRelease = serde_json::from_value(created).unwrap();
+    api.create(&PostParams::default(), &sr)
+        .await
+        .expect("create");
+    for n in 1..generation {
+        let patch = json!({"spec": {"maxHistory": 100 + n}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+    let status = json!({"status": object["status"]});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("write the status");
+    if object.pointer("/metadata/deletionTimestamp").is_some() {
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    let stored = api.get(name).await.unwrap();
+    assert_eq!(
+        stored.metadata.generation,
+        Some(generation),
+        "{name} in {namespace}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_kubectl_wait_agrees_with_the_table_on_every_phase() {
+    let kubectl = kubectl();
+    let version = std::process::Command::new(&kubectl)
+        .args(["version", "--client"])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "kubectl ({}) does not run: {e}; scripts/install-kubectl.sh installs one, or set SEQUENCED_KUBECTL",
+                kubectl.display()
+            )
+        });
+    assert!(version.status.success(), "kubectl version --client failed");
+    // No controller: the statuses stay as the operator wrote them.
+    let op = Operator::without_controller().await;
+    let home = TempDir::new().unwrap();
+    let kubeconfig = support::kubeconfig(&home, &op.server.url(), "default");
+    let mut failures = Vec::new();
+    for (file, object) in testdata() {
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        // Two phases come from one namespace: each gets its own.
+        let namespace = format!("{namespace}-{}", file.trim_end_matches(".yaml"));
+        op.namespace(&namespace).await;
+        let mut object = object.clone();
+        object["metadata"]["namespace"] = json!(namespace);
+        store(&op, &object).await;
+        let out = tokio::process::Command::from(support::sequenced_command(
+            kubectl.to_str().unwrap(),
+            &kubeconfig,
+        ))
+        .args([
+            "wait",
+            "--for=condition=Ready",
+            "--timeout=0",
+            "-n",
+            &namespace,
+            "sequencedrelease/app",
+        ])
+        .output()
+        .await
+        .expect("run kubectl");
+        let met = out.status.success();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !met && !stderr.contains("condition not met") {
+            failures.push(format!("{file}: kubectl wait failed otherwise: {stderr}"));
+            continue;
+        }
+        if met != kubectl_wait_ready(&object) {
+            failures.push(format!(
+                "{file}: kubectl wait says {met}, the table's reading {}",
+                kubectl_wait_ready(&object)
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
