@@ -805,3 +805,72 @@ async fn the_real_kubectl_wait_agrees_with_the_table_on_every_phase() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[test]
+fn the_book_and_the_operator_chart_carry_the_health_check_as_it_is() {
+    let script = std::fs::read_to_string(argocd().join("health.lua")).expect("health.lua");
+    let indented = |by: &str| {
+        script
+            .trim_end()
+            .lines()
+            .map(|l| {
+                if l.is_empty() {
+                    String::new()
+                } else {
+                    format!("{by}{l}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    // The chart reads its copy with .Files.Get: it is the same file.
+    let copy = std::fs::read_to_string(repo().join("charts/sequenced/argocd/health.lua"))
+        .expect("the chart's copy");
+    assert_eq!(
+        copy, script,
+        "charts/sequenced/argocd/health.lua is not health.lua"
+    );
+    // The book's argocd-cm snippet.
+    let page = std::fs::read_to_string(repo().join("docs/src/operating/gitops.md")).unwrap();
+    assert!(
+        page.contains("  resource.customizations.health.sequenced.dev_SequencedRelease: |\n")
+            && page.contains(&indented("    ")),
+        "the book's argocd-cm snippet is not health.lua"
+    );
+    // The install notes.
+    let output = std::process::Command::new(support::helm())
+        .args(["install", "sequenced"])
+        .arg(repo().join("charts/sequenced"))
+        .args(["--namespace", "sequenced-system", "--dry-run=client"])
+        .output()
+        .expect("run helm");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let notes = stdout.split_once("NOTES:").expect("notes").1;
+    assert!(
+        notes.contains("    resource.customizations.health.sequenced.dev_SequencedRelease: |\n")
+    );
+    // helm's indent keeps the blank lines' indentation; the lines are the script's.
+    let lines: Vec<&str> = notes.lines().map(str::trim_end).collect();
+    let want: Vec<String> = script
+        .trim_end()
+        .lines()
+        .map(|l| {
+            if l.is_empty() {
+                String::new()
+            } else {
+                format!("      {l}")
+            }
+        })
+        .collect();
+    assert!(
+        lines
+            .windows(want.len())
+            .any(|w| w.iter().zip(&want).all(|(a, b)| a == b)),
+        "the notes do not carry health.lua:\n{notes}"
+    );
+}

@@ -1,8 +1,8 @@
--- Health of a sequenced.dev/SequencedRelease (https://github.com/ for the sequenced operator):
--- a Helm chart the operator deploys layer by layer. It reads the status the operator writes:
--- the kstatus conditions Ready, Reconciling and Stalled, status.phase and
--- status.observedGeneration. Only the base and table libraries are used, so it runs as an
--- argocd-cm health check without resource.customizations.useOpenLibs.
+-- Health of a sequenced.dev/SequencedRelease: a Helm chart the sequenced operator deploys
+-- layer by layer. It reads the status the operator writes: the kstatus conditions Ready,
+-- Reconciling and Stalled, status.phase and status.observedGeneration. Only the base and
+-- table libraries are used, so it runs as an argocd-cm health check without
+-- resource.customizations.useOpenLibs.
 
 local function condition(conditionType)
   if obj.status == nil or obj.status.conditions == nil then
