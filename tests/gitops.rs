@@ -301,6 +301,24 @@ async fn every_phase() -> BTreeMap<&'static str, Value> {
         "degraded-rolled-back.yaml",
         captured(&op, "rollback", "app").await,
     );
+    // A drift correction of the rolled-back revision leaves the spec held back: still Stalled.
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(op.client.clone(), "rollback");
+    config_maps
+        .delete("settings", &DeleteParams::default())
+        .await
+        .unwrap();
+    let sr = op
+        .wait_release("rollback", "app", "drift corrected", |sr| {
+            sr.status.as_ref().is_some_and(|s| {
+                s.last_drift_correction.is_some() && s.phase == Some(ReleasePhase::Ready)
+            })
+        })
+        .await;
+    let stalled = support::charts::condition(&sr, "Stalled").unwrap();
+    assert_eq!((stalled.0.as_str(), stalled.1.as_str()), ("True", "RolledBack"), "{}", stalled.2);
+    assert!(stalled.2.contains("spec generation 2 not applied"), "{}", stalled.2);
+    assert_eq!(support::charts::condition(&sr, "Ready").unwrap().0, "False");
 
     // A spec the operator cannot use.
     op.create(
