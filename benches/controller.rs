@@ -3,7 +3,9 @@
 //!
 //! 1. Layer hand-off latency: from the status write that makes the last prerequisite of layer
 //!    `app` ready to the first apply request of `app`. Target: median under 100 ms.
-//! 2. A reconcile that finds nothing to do: API writes (target 0) and the CPU time of one
+//! 2. `dependsOn` hand-off latency: from the status write that makes a Deployment a release
+//!    depends on available to the first apply of that release (target: well under a second).
+//! 3. A reconcile that finds nothing to do: API writes (target 0) and the CPU time of one
 //!    reconcile (target under 2 ms), summed over the polls of its future on thread CPU clocks;
 //!    and, as an upper bound, the whole process's CPU time per touch of the release (the
 //!    reconcile, the watch events that trigger it, the test server's own work).
@@ -67,6 +69,59 @@ async fn handoff(op: &Operator, samples: usize) -> Vec<Duration> {
         let applied = op
             .first_apply("Deployment", &ns, "my-app")
             .expect("my-app applied");
+        latencies.push(applied.saturating_duration_since(ready_at));
+    }
+    latencies
+}
+
+/// From the status write that makes a Deployment a release `dependsOn` available to the first
+/// apply of that release's object (its `interval` is an hour: only the watch on the Deployment
+/// can start it).
+async fn dependency_handoff(op: &Operator, samples: usize) -> Vec<Duration> {
+    let web = support::charts::chart(
+        "web",
+        &[(
+            "templates/web.yaml",
+            &support::charts::config_map("web", "a.b/c: d"),
+        )],
+    );
+    let mut latencies = Vec::with_capacity(samples);
+    for i in 0..samples {
+        let ns = format!("dependency-{i}");
+        op.namespace(&ns).await;
+        let mut db: serde_json::Value =
+            serde_yaml_ng::from_str(&support::charts::deployment("db", "a.b/c: d")).unwrap();
+        db["metadata"]["namespace"] = json!(ns);
+        let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+            kube::Api::namespaced(op.client.clone(), &ns);
+        deployments
+            .create(&Default::default(), &serde_json::from_value(db).unwrap())
+            .await
+            .unwrap();
+        op.create(
+            &ns,
+            release(
+                "web",
+                &web.path().join("web"),
+                json!({"interval": "1h", "dependsOn": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "db"}]}),
+            ),
+        )
+        .await;
+        op.wait_release(&ns, "web", "waiting for db", |sr| {
+            sr.status
+                .as_ref()
+                .and_then(|s| s.message.as_deref())
+                .is_some_and(|m| m.starts_with("waiting for Deployment"))
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let ready_at = Instant::now();
+        assert!(op.deployment_ready(&ns, "db"));
+        op.wait_object("v1", "ConfigMap", &ns, "web").await;
+        let applied = op
+            .first_apply("ConfigMap", &ns, "web")
+            .expect("web applied");
         latencies.push(applied.saturating_duration_since(ready_at));
     }
     latencies
@@ -261,6 +316,15 @@ fn main() {
         latencies.sort();
         println!(
             "layer hand-off: median {:.1} ms, p90 {:.1} ms, max {:.1} ms over {} samples",
+            percentile(&latencies, 0.5).as_secs_f64() * 1000.0,
+            percentile(&latencies, 0.9).as_secs_f64() * 1000.0,
+            latencies.last().unwrap().as_secs_f64() * 1000.0,
+            latencies.len()
+        );
+        let mut latencies = dependency_handoff(&op, samples).await;
+        latencies.sort();
+        println!(
+            "dependsOn hand-off (a Deployment becomes available -> the dependent's first apply): median {:.1} ms, p90 {:.1} ms, max {:.1} ms over {} samples",
             percentile(&latencies, 0.5).as_secs_f64() * 1000.0,
             percentile(&latencies, 0.9).as_secs_f64() * 1000.0,
             latencies.last().unwrap().as_secs_f64() * 1000.0,

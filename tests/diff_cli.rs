@@ -369,6 +369,44 @@ async fn nothing_to_change_exits_zero_even_with_exit_code() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_that_render_the_same_objects_still_start_a_revision_and_say_so() {
+    within(async {
+        let mut setup = Setup::start().await;
+        setup.deploy(json!({"size": "3"}), 1).await;
+        setup.stop_controller().await;
+        // A value no template reads: the objects are the same, but the digest is not.
+        let manifest = setup.manifest(json!({"size": "3", "unused": true}));
+        let out = setup
+            .diff(&["-f", manifest.to_str().unwrap(), "--exit-code"])
+            .await;
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let text = stdout(&out);
+        assert!(
+            text.ends_with(
+                "\n0 to create, 0 to change, 0 to delete, 4 unchanged, 3 hooks to run.\n\
+                 A new revision would start: spec.values changed; no object would change, but its 3 hooks would run.\n"
+            ),
+            "{text}"
+        );
+        let out = setup
+            .diff(&["-f", manifest.to_str().unwrap(), "-o", "json"])
+            .await;
+        let json: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(json["newRevision"], true);
+        assert_eq!(json["changes"], true);
+        assert_eq!(json["newRevisionReason"], "spec.values changed");
+        // Values given on the command line are a new revision too, said so.
+        let out = setup.diff(&["web", "--set", "size=9"]).await;
+        assert!(
+            stdout(&out).ends_with("A new revision would start: values given on the command line.\n"),
+            "{}",
+            stdout(&out)
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_no_longer_rendered_are_pruned_after_the_layers() {
     within(async {
         let mut setup = Setup::start().await;

@@ -645,6 +645,107 @@ async fn e2e_depends_on_and_twenty_releases() {
     e2e.finish().await;
 }
 
+/// `kubectl wait` on a release, with the kubeconfig of the suite: true when it exited 0.
+/// kubectl is `$SEQUENCED_KUBECTL`, else `.tools/bin/kubectl` (`scripts/install-kubectl.sh`),
+/// else the one on PATH.
+async fn kubectl_wait(e2e: &E2e, condition: &str, name: &str, timeout: &str) -> bool {
+    let kubectl = std::env::var_os("SEQUENCED_KUBECTL")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            Some(support::charts::repo().join(".tools/bin/kubectl")).filter(|p| p.is_file())
+        })
+        .unwrap_or_else(|| "kubectl".into());
+    let kubeconfig = std::env::var_os("SEQUENCED_E2E_KUBECONFIG").expect("the suite's kubeconfig");
+    let out = tokio::process::Command::new(&kubectl)
+        .env("KUBECONFIG", kubeconfig)
+        .args([
+            "wait",
+            &format!("--for=condition={condition}"),
+            &format!("--timeout={timeout}"),
+            "-n",
+            &e2e.namespace,
+            &format!("sequencedrelease/{name}"),
+        ])
+        .output()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "running {} failed ({e}): scripts/install-kubectl.sh installs kubectl, or set SEQUENCED_KUBECTL",
+                kubectl.display()
+            )
+        });
+    out.status.success()
+}
+
+/// What a GitOps pipeline does after committing a release: `kubectl wait
+/// --for=condition=Ready` returns once the release is Ready, here only after the Deployment it
+/// depends on (`dependsOn` an object, not a release) is available; a release whose revision
+/// failed is never Ready and `kubectl wait --for=condition=Stalled` says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
+async fn e2e_kubectl_wait_sees_a_release_ready_after_its_dependency_and_a_failed_one_stalled() {
+    let e2e = setup().await;
+    let web = chart(
+        "web",
+        &[(
+            "templates/web.yaml",
+            &config_map("web", "helm.sh/layer: web"),
+        )],
+    );
+    e2e.create(release(
+        "web",
+        &web.path().join("web"),
+        json!({"dependsOn": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "db",
+            "readyExpr": "has(self.status) && has(self.status.availableReplicas) && self.status.availableReplicas >= 1"}]}),
+    ))
+    .await;
+    let sr = e2e
+        .wait("web", "Pending", |sr| {
+            sr.status.as_ref().and_then(|s| s.phase) == Some(ReleasePhase::Pending)
+        })
+        .await;
+    assert!(
+        message(&sr).contains("waiting for Deployment"),
+        "{}",
+        message(&sr)
+    );
+    assert!(
+        !kubectl_wait(&e2e, "Ready", "web", "2s").await,
+        "not Ready yet"
+    );
+    let db: k8s_openapi::api::apps::v1::Deployment =
+        serde_yaml_ng::from_str(&deployment("db", "a.b/c: d")).unwrap();
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(e2e.client.clone(), &e2e.namespace);
+    deployments
+        .create(&PostParams::default(), &db)
+        .await
+        .expect("create the Deployment");
+    assert!(
+        kubectl_wait(&e2e, "Ready", "web", "240s").await,
+        "kubectl wait --for=condition=Ready never returned"
+    );
+    let sr = e2e.releases().get("web").await.unwrap();
+    assert!(is_ready(&sr));
+
+    let slow = chart(
+        "slow",
+        &[(
+            "templates/web.yaml",
+            &deployment("web", "helm.sh/readiness-timeout: 15s")
+                .replace("registry.k8s.io/pause:3.10", "registry.invalid/none:1"),
+        )],
+    );
+    e2e.create(release("slow", &slow.path().join("slow"), json!({})))
+        .await;
+    assert!(
+        kubectl_wait(&e2e, "Stalled", "slow", "240s").await,
+        "kubectl wait --for=condition=Stalled never returned"
+    );
+    assert!(!kubectl_wait(&e2e, "Ready", "slow", "3s").await);
+    e2e.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real cluster: SEQUENCED_E2E_KUBECONFIG, see the top of tests/e2e.rs"]
 async fn e2e_two_controllers_share_releases_and_a_stopped_one_hands_over() {
@@ -810,7 +911,9 @@ async fn e2e_a_failed_upgrade_is_rolled_back_and_helm_reads_the_history() {
         .unwrap();
     let sr = e2e
         .wait("undo", "rolled back", |sr| {
-            is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(3)
+            sr.status
+                .as_ref()
+                .is_some_and(|s| s.phase == Some(ReleasePhase::Ready) && s.revision == Some(3))
         })
         .await;
     let status = sr.status.as_ref().unwrap();
@@ -1473,7 +1576,9 @@ spec:
         .unwrap();
     let sr = e2e
         .wait("proved", "rolled back after the failed test", |sr| {
-            is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(3)
+            sr.status
+                .as_ref()
+                .is_some_and(|s| s.phase == Some(ReleasePhase::Ready) && s.revision == Some(3))
         })
         .await;
     let status = sr.status.as_ref().unwrap();

@@ -337,12 +337,15 @@ async fn a_failing_test_after_an_upgrade_with_on_failure_rollback_rolls_back() {
             .await;
         let sr = op
             .wait_release("default", "shop", "rolled back (revision 3)", |sr| {
-                is_ready(sr) && revision_is(3)(sr)
+                sr.status.as_ref().and_then(|s| s.phase) == Some(ReleasePhase::Ready)
+                    && revision_is(3)(sr)
             })
             .await;
         let st = status(&sr);
         let (ready, reason, _) = condition(&sr, "Ready").unwrap();
-        assert_eq!((ready.as_str(), reason.as_str()), ("True", "RolledBack"));
+        assert_eq!((ready.as_str(), reason.as_str()), ("False", "RolledBack"));
+        let (stalled, _, _) = condition(&sr, "Stalled").unwrap();
+        assert_eq!(stalled, "True", "held back until the spec changes");
         let remediation = st.remediation.as_ref().expect("status.remediation");
         assert_eq!(remediation.failed_revision, 2);
         assert_eq!(remediation.action, RemediationAction::Rollback);

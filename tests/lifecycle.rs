@@ -18,7 +18,7 @@ use sequenced::api::{
 use sequenced::digest::Digests;
 use sequenced::history::{Inventory, Record};
 use sequenced::plan::{self, Plan};
-use sequenced::rollout::dependencies::{DependencyFacts, DependencyState};
+use sequenced::rollout::dependencies::{Dependency, DependencyFacts, Edge, Seen, Target};
 use sequenced::rollout::drift::{Drift, DriftReport, Drifted};
 use sequenced::rollout::install::InstallAction;
 use sequenced::rollout::lifecycle::{Begin, PlanFact, Refusal, Revisions, Source};
@@ -133,6 +133,7 @@ fn deployable() -> Arc<Deployable> {
         inventory,
         content: Default::default(),
         slim: false,
+        rules: Default::default(),
     })
 }
 
@@ -372,6 +373,7 @@ fn hooked() -> Arc<Deployable> {
         inventory,
         content: Default::default(),
         slim: false,
+        rules: Default::default(),
     })
 }
 
@@ -479,6 +481,7 @@ fn with_crd() -> Arc<Deployable> {
         inventory,
         content: Default::default(),
         slim: false,
+        rules: Default::default(),
     })
 }
 
@@ -572,6 +575,7 @@ fn a_rollback_never_touches_crds() {
         Settings::of(&f.release.spec),
         &me,
         true,
+        f.health(),
     );
     let names: Vec<String> = sequenced::rollout::layout(&revision)
         .into_iter()
@@ -620,17 +624,32 @@ fn depends_on_gates_a_new_revision_and_a_cycle_stalls_naming_it() {
     f.source = source("sha256:1");
     assert_eq!(
         next(&f),
-        Next::Need(Need::Dependencies(vec!["apps/db".into()]))
+        Next::Need(Need::Dependencies(vec![Dependency {
+            index: 0,
+            target: Target::Release("apps/db".into())
+        }]))
     );
-    let graph = |edges: &[(&str, &str)]| -> BTreeMap<String, Vec<String>> {
+    let graph = |edges: &[(&str, &str)]| -> BTreeMap<String, Vec<Edge>> {
         edges
             .iter()
-            .map(|(a, b)| (a.to_string(), vec![b.to_string()]))
+            .map(|(a, b)| {
+                let edge = Edge {
+                    to: b.to_string(),
+                    via: None,
+                };
+                (a.to_string(), vec![edge])
+            })
             .collect()
+    };
+    let db = |ready: &str| Seen::Found {
+        object: Some(json!({"metadata": {"name": "db", "generation": 1},
+            "status": {"observedGeneration": 1, "conditions": [
+                {"type": "Ready", "status": ready, "message": "layer db waiting"}]}})),
+        cluster_scoped: false,
     };
     f.dependencies = Some(DependencyFacts {
         graph: graph(&[("apps/shop", "apps/db")]),
-        states: BTreeMap::from([("apps/db".into(), DependencyState::NotReady)]),
+        seen: BTreeMap::from([(0, db("False"))]),
     });
     let Next::WaitForDependencies { status, requeue } = next(&f) else {
         panic!("waits");
@@ -641,14 +660,18 @@ fn depends_on_gates_a_new_revision_and_a_cycle_stalls_naming_it() {
         (
             "True".into(),
             "DependencyNotReady".into(),
-            "waiting for SequencedRelease apps/db to be Ready".into()
+            "waiting for SequencedRelease apps/db to be Ready (not Ready: layer db waiting)".into()
         )
     );
     assert_eq!(requeue, Requeue::After(Duration::from_secs(600)));
+    // The status says what it waits for, and why.
+    assert_eq!(status.dependencies.len(), 1);
+    assert_eq!(status.dependencies[0].kind, "SequencedRelease");
+    assert!(!status.dependencies[0].ready);
 
     f.dependencies = Some(DependencyFacts {
         graph: graph(&[("apps/shop", "apps/db"), ("apps/db", "apps/shop")]),
-        states: BTreeMap::from([("apps/db".into(), DependencyState::NotReady)]),
+        seen: BTreeMap::from([(0, db("False"))]),
     });
     let Next::Stall { status, .. } = next(&f) else {
         panic!("stalls");
@@ -665,9 +688,131 @@ fn depends_on_gates_a_new_revision_and_a_cycle_stalls_naming_it() {
     // Ready: the revision goes on to its plan.
     f.dependencies = Some(DependencyFacts {
         graph: graph(&[("apps/shop", "apps/db")]),
-        states: BTreeMap::from([("apps/db".into(), DependencyState::Ready)]),
+        seen: BTreeMap::from([(0, db("True"))]),
     });
     assert!(matches!(next(&f), Next::Need(Need::Plan { .. })));
+}
+
+#[test]
+fn depends_on_an_object_waits_for_it_by_kstatus_or_its_ready_expr() {
+    let sr = release(
+        json!({"dependsOn": [
+            {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+             "name": "databases.example.com"},
+            {"apiVersion": "example.com/v1", "kind": "Database", "name": "main",
+             "namespace": "data", "readyExpr": "self.status.phase == 'Running'"}]}),
+        json!({}),
+    );
+    let mut f = facts(sr.clone());
+    f.source = source("sha256:1");
+    let Next::Need(Need::Dependencies(wanted)) = next(&f) else {
+        panic!("asks for its dependencies");
+    };
+    assert_eq!(
+        wanted[1].target,
+        Target::Object {
+            api_version: "example.com/v1".into(),
+            kind: "Database".into(),
+            namespace: "data".into(),
+            name: "main".into(),
+            explicit_namespace: true,
+        }
+    );
+    let crd = |established: &str| Seen::Found {
+        object: Some(json!({"apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition", "metadata": {"name": "databases.example.com"},
+            "status": {"conditions": [{"type": "Established", "status": established},
+                {"type": "NamesAccepted", "status": "True"}]}})),
+        cluster_scoped: true,
+    };
+    let database = |phase: &str| Seen::Found {
+        object: Some(json!({"apiVersion": "example.com/v1", "kind": "Database",
+            "metadata": {"name": "main", "namespace": "data"}, "status": {"phase": phase}})),
+        cluster_scoped: false,
+    };
+    f.dependencies = Some(DependencyFacts {
+        graph: BTreeMap::new(),
+        seen: BTreeMap::from([(0, crd("False")), (1, database("Running"))]),
+    });
+    let Next::WaitForDependencies { status, .. } = next(&f) else {
+        panic!("waits for the CRD");
+    };
+    assert!(
+        status
+            .message
+            .as_deref()
+            .unwrap()
+            .starts_with("waiting for CustomResourceDefinition databases.example.com: "),
+        "{:?}",
+        status.message
+    );
+    assert_eq!(status.dependencies[0].namespace, None);
+    assert!(status.dependencies[1].ready);
+    f.dependencies = Some(DependencyFacts {
+        graph: BTreeMap::new(),
+        seen: BTreeMap::from([(0, crd("True")), (1, database("Pending"))]),
+    });
+    let Next::WaitForDependencies { status, .. } = next(&f) else {
+        panic!("waits for the database");
+    };
+    assert_eq!(
+        status.message.as_deref(),
+        Some(
+            "waiting for Database data/main: readyExpr \"self.status.phase == 'Running'\" is false"
+        )
+    );
+    f.dependencies = Some(DependencyFacts {
+        graph: BTreeMap::new(),
+        seen: BTreeMap::from([(0, crd("True")), (1, database("Running"))]),
+    });
+    let Next::Need(Need::Plan { .. }) = next(&f) else {
+        panic!("goes on");
+    };
+
+    // Another namespace, under --no-cross-namespace-refs: refused naming the entry.
+    let mut f = facts(sr);
+    f.no_cross_namespace_refs = true;
+    let Next::Stall { status, .. } = next(&f) else {
+        panic!("stalls");
+    };
+    assert!(
+        condition(&status, "Stalled")
+            .2
+            .ends_with("spec.dependsOn[1] Database data/main"),
+        "{:?}",
+        condition(&status, "Stalled")
+    );
+}
+
+#[test]
+fn a_ready_expr_or_health_check_that_does_not_compile_stalls_naming_it() {
+    let sr = release(
+        json!({"dependsOn": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "flag",
+            "readyExpr": "self.data.ready =="}]}),
+        json!({}),
+    );
+    let f = facts(sr);
+    let Next::Stall { status, .. } = next(&f) else {
+        panic!("stalls");
+    };
+    let (_, reason, message) = condition(&status, "Stalled");
+    assert_eq!(reason, "InvalidSpec");
+    assert!(
+        message.starts_with("spec.dependsOn[0].readyExpr: \"self.data.ready ==\": "),
+        "{message}"
+    );
+    let sr = release(
+        json!({"healthCheckExprs": [{"apiVersion": "example.com/v1", "kind": "Database",
+            "current": "status.conditions.exist(c, c.type == 'Ready')"}]}),
+        json!({}),
+    );
+    let Next::Stall { status, .. } = next(&facts(sr)) else {
+        panic!("stalls");
+    };
+    assert_eq!(
+        condition(&status, "Stalled").2,
+        "spec.healthCheckExprs[0].current: \"status.conditions.exist(c, c.type == 'Ready')\": unknown function exist"
+    );
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use sequenced::api::v1alpha1::{RemediationAction, SequencedRelease};
+use sequenced::api::v1alpha1::{ReleasePhase, RemediationAction, SequencedRelease};
 use sequenced::api::{
     FORCE_REQUEST_ANNOTATION, ObjectKey, RECONCILE_REQUEST_ANNOTATION, ROLLBACK_REQUEST_ANNOTATION,
     ROLLBACK_REVISION_ANNOTATION, record_name,
@@ -66,6 +66,15 @@ fn shop() -> TempDir {
             ("templates/broken.yaml", &broken),
         ],
     )
+}
+
+/// The release runs a revision `spec.onFailure` rolled back to: the rollback is done.
+fn rolled_back(sr: &SequencedRelease) -> bool {
+    sr.status.as_ref().is_some_and(|s| {
+        s.phase == Some(ReleasePhase::Ready)
+            && s.rollback.is_some()
+            && s.observed_generation == sr.metadata.generation
+    })
 }
 
 fn path(dir: &TempDir, name: &str) -> std::path::PathBuf {
@@ -156,7 +165,7 @@ async fn a_failed_upgrade_rolls_back_to_the_last_ready_revision_in_its_order() {
         op.patch_spec("shop", json!({"values": {"broken": true}})).await;
         let sr = op
             .wait_release("default", "shop", "rolled back", |sr| {
-                is_ready(sr) && sr.status.as_ref().unwrap().revision == Some(3)
+                rolled_back(sr) && sr.status.as_ref().unwrap().revision == Some(3)
             })
             .await;
         let st = status(&sr);
@@ -164,8 +173,13 @@ async fn a_failed_upgrade_rolls_back_to_the_last_ready_revision_in_its_order() {
             message(&sr),
             "rolled back to revision 1 after revision 2 failed: layer extra of chart shop failed: Job check: failed (BackoffLimitExceeded: Job has reached the specified backoff limit); spec generation 2 not applied"
         );
+        // Its objects are ready, but the spec's revision failed and is held back: not Ready,
+        // and Stalled until the spec changes (kstatus reads Failed, Argo CD Degraded).
         let (ready, reason, _) = condition(&sr, "Ready").unwrap();
-        assert_eq!((ready.as_str(), reason.as_str()), ("True", "RolledBack"));
+        assert_eq!((ready.as_str(), reason.as_str()), ("False", "RolledBack"));
+        let (stalled, reason, _) = condition(&sr, "Stalled").unwrap();
+        assert_eq!((stalled.as_str(), reason.as_str()), ("True", "RolledBack"));
+        assert_eq!(st.phase, Some(ReleasePhase::Ready));
         let rollback = st.rollback.as_ref().expect("status.rollback");
         assert_eq!((rollback.revision, rollback.to, rollback.from), (3, 1, Some(2)));
         assert!(!rollback.requested);

@@ -13,6 +13,7 @@ use sequenced::api::{
 };
 use sequenced::history::{HookRecord, Inventory};
 use sequenced::plan::{self, Plan};
+use sequenced::readiness::HealthChecks;
 use sequenced::rollout::hooks::HookAction;
 use sequenced::rollout::install::{self, InstallAction, InstallStep};
 use sequenced::rollout::uninstall::UninstallStep;
@@ -66,6 +67,8 @@ struct Fixture {
     crds: CrdPolicy,
     settings: Settings,
     me: Identity,
+    /// `spec.healthCheckExprs`, compiled.
+    health: HealthChecks,
 }
 
 impl Fixture {
@@ -80,6 +83,7 @@ impl Fixture {
             crds: CrdPolicy::Create,
             settings: settings(),
             me: me(),
+            health: HealthChecks::default(),
         }
     }
 
@@ -105,6 +109,8 @@ impl Fixture {
             settings: self.settings,
             me: &self.me,
             test: None,
+            rules: &[],
+            health: &self.health,
         }
     }
 

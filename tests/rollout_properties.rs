@@ -100,7 +100,7 @@ proptest! {
             api_version: r.api_version.clone(), kind: r.kind.clone(), namespace: Some("g".into()), name: r.name.clone(),
         }).collect();
         let me = Identity { owner: "g/g".into(), release_name: "g".into(), target_namespace: "g".into(), uid: "u".into() };
-        let revision = Revision { plan: &plan, keys: &keys, prune: &[], hooks: &[], upgrade: false, rollback: false, crds: CrdPolicy::Create, run: "u/1".into(), settings, me: &me, test: None };
+        let revision = Revision { plan: &plan, keys: &keys, prune: &[], hooks: &[], upgrade: false, rollback: false, crds: CrdPolicy::Create, run: "u/1".into(), settings, me: &me, test: None, rules: &[], health: &Default::default() };
         let at = |s: i64| Time(Timestamp::from_second(1_800_000_000 + s).unwrap());
         let mut status = begin(&revision, 1, &SequencedReleaseStatus::default(), Some(1), "d", None, &at(0));
         // When each resource was applied and when it becomes ready (in steps).

@@ -159,9 +159,15 @@ pub struct SequencedReleaseSpec {
     #[schemars(range(min = 0))]
     pub retries: i32,
 
-    /// Other SequencedReleases that must be Ready before this one starts.
+    /// What must be ready before a revision of this release starts, in Flux's spelling:
+    /// another SequencedRelease by `name` (and `namespace`), Ready at its current generation;
+    /// or any object by `apiVersion`, `kind`, `name` (and `namespace`), ready by the kstatus
+    /// rules of its kind, or by `readyExpr`, a CEL expression over the object (`self`, also
+    /// `dep`). Watched: a dependency becoming ready starts the release at once. Read as the
+    /// release's service account; `--no-cross-namespace-refs` refuses another namespace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub depends_on: Vec<ReleaseReference>,
+    #[schemars(length(max = 100))]
+    pub depends_on: Vec<DependencyReference>,
 
     /// A ServiceAccount in the release's namespace whose rights the release's objects (and
     /// werf external dependencies) are read, watched, applied and deleted with: the controller
@@ -225,6 +231,17 @@ pub struct SequencedReleaseSpec {
     /// runs them on demand, enabled or not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test: Option<TestSpec>,
+
+    /// How the release judges the readiness of objects of kinds its chart applies, in
+    /// Flux's shape: per `apiVersion` and `kind` (any version of its group), CEL expressions
+    /// over the object (`self`, and its top-level fields by name, as Flux has them):
+    /// `inProgress`, `failed` and `current`, judged in that order after the generation check;
+    /// the first that is true decides, none true is in progress. They replace the built-in
+    /// rule of the kind; an object's own readiness annotations replace them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    #[x_kube(validation = Rule::new("self.all(a, self.exists_one(b, b.apiVersion == a.apiVersion && b.kind == a.kind))").message("healthCheckExprs: one entry per apiVersion and kind"))]
+    pub health_check_exprs: Vec<HealthCheckExpr>,
 
     /// How often a Ready release is looked at again even when nothing changed: the chart
     /// source is resolved again (a new version in a range, a changed chart path in the
@@ -840,16 +857,63 @@ pub enum TestPhase {
     Failed,
 }
 
-/// Another SequencedRelease this one waits for.
+/// Something a release waits for (`spec.dependsOn`): another SequencedRelease (`name`, and
+/// `namespace`), or with `apiVersion` and `kind` any object.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.apiVersion) == has(self.kind)").message("dependsOn: apiVersion and kind go together (an object's type); without both, name is a SequencedRelease"))]
+pub struct DependencyReference {
+    /// Name of the SequencedRelease, or of the object.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Its namespace; defaults to this object's namespace (ignored for a cluster-scoped kind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+    /// The object's apiVersion (`apps/v1`, `example.com/v1`), with `kind`. Unset: a
+    /// SequencedRelease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?v[0-9]+((alpha|beta)[0-9]+)?$')").message("must be an apiVersion such as v1, apps/v1 or example.com/v1beta1"))]
+    pub api_version: Option<String>,
+    /// The object's kind (`Deployment`, `CustomResourceDefinition`), with `apiVersion`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z][A-Za-z0-9]*$')").message("must be a kind such as Deployment"))]
+    pub kind: Option<String>,
+    /// A CEL expression over the dependency (`self`, also `dep` as in Flux) that is true when
+    /// it is ready, replacing the kstatus rules (for a SequencedRelease: its Ready condition at
+    /// its generation). Checked when the release is reconciled: one that does not compile
+    /// stalls the release (`InvalidSpec`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub ready_expr: Option<String>,
+}
+
+/// The name `dependsOn` entries had when they could name releases only.
+pub type ReleaseReference = DependencyReference;
+
+/// Flux's `healthCheckExprs` entry: how objects of one kind are judged, in CEL.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct ReleaseReference {
-    /// Name of the SequencedRelease.
-    #[schemars(length(min = 1))]
-    pub name: String,
-    /// Its namespace; defaults to this object's namespace.
+pub struct HealthCheckExpr {
+    /// The apiVersion of the kind (`example.com/v1`); every version of its group matches.
+    #[schemars(length(min = 1, max = 253))]
+    pub api_version: String,
+    /// The kind.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// True when the object is ready (kstatus `Current`).
+    #[schemars(length(min = 1, max = 4096))]
+    pub current: String,
+    /// True while the object is still being worked on (checked first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
+    #[schemars(length(min = 1, max = 4096))]
+    pub in_progress: Option<String>,
+    /// True when the object failed: the revision fails (checked before `current`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub failed: Option<String>,
 }
 
 /// Uninstall options.
@@ -940,6 +1004,35 @@ pub struct SequencedReleaseStatus {
     /// The last failure `spec.onFailure` remediated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remediation: Option<RemediationStatus>,
+    /// While the release waits for its `dependsOn` before a revision starts: each dependency,
+    /// whether it is ready and why not. Empty once the revision starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dependencies: Vec<DependencyStatus>,
+}
+
+/// One `dependsOn` entry, as the release last saw it while waiting.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DependencyStatus {
+    /// `SequencedRelease`, or the object's kind.
+    pub kind: String,
+    /// The object's apiVersion (none for a SequencedRelease).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// Its namespace (none for a cluster-scoped object).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    /// Whether it is ready.
+    pub ready: bool,
+    /// Why not: missing, not ready (its controller's words), its readyExpr false, its kind not
+    /// served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The SequencedRelease that owns the object (its `sequenced.dev/owner` annotation),
+    /// `namespace/name`: how cycles through objects are found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// A drift correction: when, in which revision, and what had drifted.

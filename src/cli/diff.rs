@@ -175,6 +175,8 @@ struct Next {
     crds: CrdPolicy,
     prune: Vec<ObjectKey>,
     new_revision: bool,
+    /// Why a new revision would start, in words.
+    because: Option<String>,
     rollback_to: Option<i64>,
 }
 
@@ -218,6 +220,7 @@ async fn preview(args: &DiffArgs) -> Result<Report, DiffError> {
     let release = ObjectRef::from_obj(&wanted);
     let me = Identity::of(&wanted);
     let records = Records::new(client.clone());
+    let live_values = live.as_ref().map(|l| l.spec.values.clone());
     let status = live.and_then(|l| l.status).unwrap_or_default();
     let current = match status.revision {
         Some(n) => records.whole(&release, &me, n).await?,
@@ -283,6 +286,18 @@ async fn preview(args: &DiffArgs) -> Result<Report, DiffError> {
                 .map(|c| c.inventory.removed_in(&deployable.inventory))
                 .unwrap_or_default();
             let digest = status.last_applied_digest.as_deref();
+            let new_revision = current.is_none() || !prepared.source().matches(digest) || overrides;
+            let because = new_revision.then(|| {
+                let spec_values_changed = live_values
+                    .as_ref()
+                    .is_some_and(|v| *v != wanted.spec.values);
+                why_new_revision(
+                    current.as_ref(),
+                    &deployable,
+                    overrides,
+                    spec_values_changed,
+                )
+            });
             Next {
                 deployable,
                 operation: if is_upgrade { "upgrade" } else { "install" },
@@ -293,7 +308,8 @@ async fn preview(args: &DiffArgs) -> Result<Report, DiffError> {
                 },
                 crds: settings.crd_policy(is_upgrade),
                 prune,
-                new_revision: current.is_none() || !prepared.source().matches(digest) || overrides,
+                new_revision,
+                because,
                 rollback_to: None,
             }
         }
@@ -305,6 +321,7 @@ async fn preview(args: &DiffArgs) -> Result<Report, DiffError> {
         from_revision: current.as_ref().map(|c| c.revision),
         rollback_to: next.rollback_to,
         new_revision: next.new_revision,
+        new_revision_reason: next.because.clone(),
         changes: false,
         stages: Vec::new(),
         layer_order: previous
@@ -452,8 +469,49 @@ async fn rollback(
         crds: CrdPolicy::Skip,
         prune,
         new_revision: true,
+        because: Some(format!("a rollback to revision {revision}")),
         rollback_to: Some(revision),
     })
+}
+
+/// Why the operator would begin a new revision rather than leave the live one: what differs
+/// from the live revision's record (its chart, its values), in words.
+fn why_new_revision(
+    current: Option<&Record>,
+    next: &Deployable,
+    overrides: bool,
+    spec_values_changed: bool,
+) -> String {
+    let Some(current) = current else {
+        return "the release has no live revision".to_string();
+    };
+    if overrides {
+        return "values given on the command line".to_string();
+    }
+    let mut changed = Vec::new();
+    let version = |v: &Option<String>| v.clone().unwrap_or_else(|| "(no version)".to_string());
+    if current.chart != next.plan.chart || current.chart_version != next.chart_version {
+        changed.push(format!(
+            "the chart changed ({} {} -> {} {})",
+            current.chart,
+            version(&current.chart_version),
+            next.plan.chart,
+            version(&next.chart_version)
+        ));
+    }
+    if current.content.values != next.content.values {
+        changed.push(if spec_values_changed {
+            "spec.values changed".to_string()
+        } else {
+            "the values of spec.valuesFrom changed".to_string()
+        });
+    }
+    if changed.is_empty() {
+        // The digest says something the record does not keep changed.
+        "the chart's files or spec.commonMetadata changed".to_string()
+    } else {
+        changed.join(", ")
+    }
 }
 
 /// The hooks that run at `event`, in run order, as one stage.

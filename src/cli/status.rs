@@ -207,6 +207,25 @@ pub fn format_status(release: &SequencedRelease, style: Style) -> String {
             field(&mut out, "LOCKED TILL", &until.0.to_string());
         }
     }
+    // What the release waits for before its revision starts, and why each is not ready.
+    for (i, dependency) in status.dependencies.iter().enumerate() {
+        let key = if i == 0 { "DEPENDS ON" } else { "" };
+        let name = match &dependency.namespace {
+            Some(ns) => format!("{} {ns}/{}", dependency.kind, dependency.name),
+            None => format!("{} {}", dependency.kind, dependency.name),
+        };
+        let state = if dependency.ready {
+            paint("ready", GREEN, style)
+        } else {
+            let why = dependency
+                .message
+                .as_deref()
+                .map(one_line)
+                .unwrap_or_default();
+            format!("{}: {why}", paint("waiting", YELLOW, style))
+        };
+        field(&mut out, key, &format!("{name}: {state}"));
+    }
     if status.layers.is_empty() {
         field(&mut out, "LAYERS", "none yet");
         return out;
@@ -935,6 +954,59 @@ shop
             "SequencedRelease apps/web\nPHASE        - (no status yet: is the operator running?)\n"
         );
         assert_eq!(format_json(&release(1, None)), "{}\n");
+    }
+
+    #[test]
+    fn a_release_waiting_for_its_dependencies_says_what_each_waits_for() {
+        use crate::api::DependencyStatus;
+        let status = SequencedReleaseStatus {
+            observed_generation: Some(1),
+            phase: Some(ReleasePhase::Pending),
+            message: Some("waiting for Deployment apps/db: 1 of 2 replicas available".to_string()),
+            conditions: vec![condition(READY, "False", "DependencyNotReady")],
+            dependencies: vec![
+                DependencyStatus {
+                    kind: "SequencedRelease".to_string(),
+                    namespace: Some("apps".to_string()),
+                    name: "queue".to_string(),
+                    ready: true,
+                    ..Default::default()
+                },
+                DependencyStatus {
+                    kind: "Deployment".to_string(),
+                    api_version: Some("apps/v1".to_string()),
+                    namespace: Some("apps".to_string()),
+                    name: "db".to_string(),
+                    ready: false,
+                    message: Some("1 of 2 replicas available".to_string()),
+                    owner: None,
+                },
+                DependencyStatus {
+                    kind: "CustomResourceDefinition".to_string(),
+                    api_version: Some("apiextensions.k8s.io/v1".to_string()),
+                    name: "databases.example.com".to_string(),
+                    ready: false,
+                    message: Some("does not exist".to_string()),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let text = format_status(&release(1, Some(status)), Style::default());
+        assert_eq!(
+            text,
+            "SequencedRelease apps/web
+PHASE        Pending
+REVISION     -
+READY        False (DependencyNotReady)
+PROGRESS     -
+MESSAGE      waiting for Deployment apps/db: 1 of 2 replicas available
+DEPENDS ON   SequencedRelease apps/queue: ready
+             Deployment apps/db: waiting: 1 of 2 replicas available
+             CustomResourceDefinition databases.example.com: waiting: does not exist
+LAYERS       none yet
+"
+        );
     }
 
     #[test]

@@ -81,7 +81,13 @@ pub(crate) struct Context {
     /// The releases in progress when the API server answered again after an outage, until
     /// their first step.
     pub recovery: super::outage::Recovery,
+    /// Each release's CEL (`healthCheckExprs`, `dependsOn[].readyExpr`), compiled once per
+    /// generation of its spec.
+    expressions: Mutex<HashMap<ObjectRef<SequencedRelease>, CompiledExpressions>>,
 }
+
+/// A release's compiled CEL, and the generation of the spec it was compiled from.
+type CompiledExpressions = (Option<i64>, Arc<Result<rollout::Expressions, String>>);
 
 /// A release as this controller last wrote it, and the resourceVersions its writes replaced.
 struct Written {
@@ -125,7 +131,24 @@ impl Context {
             shards,
             stopping: AtomicBool::new(false),
             recovery: super::outage::Recovery::default(),
+            expressions: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The release's CEL, compiled: from the cache when its spec's generation has not
+    /// changed since, else compiled now and kept.
+    pub fn expressions(&self, sr: &SequencedRelease) -> Arc<Result<rollout::Expressions, String>> {
+        let key = ObjectRef::from_obj(sr);
+        let generation = sr.metadata.generation;
+        let mut cached = self.expressions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, compiled)) = cached.get(&key)
+            && *at == generation
+        {
+            return Arc::clone(compiled);
+        }
+        let compiled = Arc::new(rollout::Expressions::compile(&sr.spec));
+        cached.insert(key, (generation, Arc::clone(&compiled)));
+        compiled
     }
 
     /// SIGTERM: no new step starts from now on.
@@ -276,6 +299,9 @@ impl Context {
         }
         if let Ok(mut written) = self.written.lock() {
             written.remove(release);
+        }
+        if let Ok(mut expressions) = self.expressions.lock() {
+            expressions.remove(release);
         }
     }
 

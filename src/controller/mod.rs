@@ -10,6 +10,7 @@
 //!   step (`reconcile/execute.rs`) and write the status it is handed, under the release's lock
 //!   (`reconcile/writes.rs`, also where a failed reconcile is told);
 //! - [`source`]: the spec's inputs (chart source, `valuesFrom`), resolved, and their digest;
+//! - [`dependencies`]: what `dependsOn` names (releases, any object), read and watched;
 //! - [`plans`]: the plan cache, rendering through the chart pipeline;
 //! - [`records`]: the release records in the cluster;
 //! - [`objects`]: applying, deleting and observing the release's objects;
@@ -19,6 +20,7 @@
 //!   where the time goes after an outage.
 
 mod context;
+mod dependencies;
 mod events;
 mod inputs;
 mod leftovers;

@@ -15,7 +15,7 @@ use crate::api::{
 use crate::cluster::{Cluster, ClusterError, Kind, Verb};
 use crate::history::HookRecord;
 use crate::plan::{ExternalDependency, Resource};
-use crate::readiness::{self, Rules};
+use crate::readiness::{self, HealthChecks, Rules};
 use crate::rollout::drift::{Drift, DriftReport, Drifted};
 use crate::rollout::hooks::HookAction;
 use crate::rollout::ignore::{self, IgnoreRules};
@@ -85,6 +85,8 @@ pub(super) struct Objects<'a> {
     pub release: ObjectRef<SequencedRelease>,
     /// `spec.driftDetection.ignore`: fields drift detection neither reports nor corrects.
     pub ignore: &'a IgnoreRules,
+    /// `spec.healthCheckExprs`: a kind they name is judged by its status, not its metadata.
+    pub health: &'a HealthChecks,
 }
 
 impl Objects<'_> {
@@ -106,8 +108,19 @@ impl Objects<'_> {
             let mut unknown = Vec::new();
             for (r, key) in pending {
                 let by_metadata = deployable.plan.resources.get(r).is_some_and(|resource| {
-                    Rules::from_object(&resource.object).is_ok_and(|rules| {
-                        readiness::judged_by_metadata(resource.group(), &resource.kind, &rules)
+                    let rules = match deployable.rules.get(r) {
+                        Some(rules) => Some(std::borrow::Cow::Borrowed(rules)),
+                        None => Rules::from_object(&resource.object)
+                            .ok()
+                            .map(std::borrow::Cow::Owned),
+                    };
+                    rules.is_some_and(|rules| {
+                        readiness::judged_by_metadata(
+                            resource.group(),
+                            &resource.kind,
+                            &rules,
+                            self.health,
+                        )
                     })
                 });
                 match self.indexed(key, by_metadata).await {

@@ -180,6 +180,7 @@ impl Plans {
             inventory: whole.inventory.clone(),
             content: Default::default(),
             slim: true,
+            rules: Arc::clone(&whole.rules),
         };
         entry.packed = Some(Arc::from(gzip_json(&packed)));
         entry.fact.outcome = Ok(Arc::new(slim));
@@ -493,6 +494,7 @@ async fn deployable(
             .filter(|v| !v.is_empty())
     });
     let deployable = Deployable {
+        rules: crate::rollout::rules_of_plan(&plan),
         plan,
         chart_version,
         keys,

@@ -3,7 +3,6 @@
 //! taken lazily at the first write; a lock taken fresh (or over) is followed by a fresh read of
 //! the release, and the reconcile starts again when it changed.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +22,6 @@ use super::{Error, Stop, account_of, kube_error};
 use crate::api::{FINALIZER, Identity, ReleasePhase, SequencedRelease};
 use crate::cluster::{Cluster, ClusterError};
 use crate::history::HookRecord;
-use crate::rollout::dependencies::{self, DependencyFacts, DependencyState};
 use crate::rollout::ignore::IgnoreRules;
 use crate::rollout::lifecycle::{Facts, LockView, Need, Next, Requeue};
 use crate::rollout::{self, Deployable, Settings};
@@ -172,6 +170,7 @@ impl<'a> Reconcile<'a> {
             no_cross_namespace_refs: ctx.options.tenancy.no_cross_namespace_refs,
             accounts: ctx.options.tenancy.accounts(),
             target: target.usable,
+            expressions: ctx.expressions(&sr).into(),
             ..Facts::new(sr.clone(), lock, now)
         };
         Reconcile {
@@ -357,7 +356,9 @@ impl<'a> Reconcile<'a> {
                 self.prepared = prepared.ok();
             }
             Need::Dependencies(wanted) => {
-                self.facts.dependencies = Some(self.dependencies(&wanted).await?);
+                let found =
+                    super::dependencies::gather(ctx, &self.cluster, &self.key, &wanted).await?;
+                self.facts.dependencies = Some(found);
             }
             Need::Plan { is_upgrade, .. } => self.plan(is_upgrade, false).await?,
             Need::Record(revision) => {
@@ -464,31 +465,7 @@ impl<'a> Reconcile<'a> {
             me: &self.me,
             release: self.key.clone(),
             ignore: &self.ignore,
+            health: self.facts.health(),
         }
-    }
-
-    /// The `dependsOn` graph from the controller's cache, and the dependencies themselves read
-    /// fresh, because the event that woke this release may be ahead of the cache.
-    async fn dependencies(&self, wanted: &[String]) -> Result<DependencyFacts, Error> {
-        let graph: BTreeMap<String, Vec<String>> = self
-            .ctx
-            .store
-            .state()
-            .iter()
-            .map(|sr| (dependencies::reference_of(sr), dependencies::depends_on(sr)))
-            .collect();
-        let mut states = BTreeMap::new();
-        for dependency in wanted {
-            let Some((namespace, name)) = dependency.split_once('/') else {
-                continue;
-            };
-            let api: Api<SequencedRelease> = Api::namespaced(self.ctx.client.clone(), namespace);
-            let found = api
-                .get_opt(name)
-                .await
-                .map_err(kube_error(format!("reading SequencedRelease {dependency}")))?;
-            states.insert(dependency.clone(), DependencyState::of(found.as_ref()));
-        }
-        Ok(DependencyFacts { graph, states })
     }
 }

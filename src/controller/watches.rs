@@ -473,6 +473,19 @@ impl Watches {
         Some(answer(found, api_version, &name))
     }
 
+    /// Wakes `owner` when an object of its `dependsOn` changes, watched as `cluster`'s
+    /// account: the object becoming ready starts the release at once.
+    pub fn dependency(
+        &self,
+        cluster: &Cluster,
+        kind: &Kind,
+        namespace: Option<&str>,
+        name: &str,
+        owner: ObjectRef<SequencedRelease>,
+    ) {
+        self.external(cluster, kind, namespace, name, owner);
+    }
+
     /// Wakes `owner` when the external object changes (werf's external dependencies), watched
     /// as `cluster`'s account.
     pub fn external(

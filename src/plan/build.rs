@@ -20,13 +20,7 @@ use crate::readiness;
 use crate::render::{Document, HOOK_ANNOTATION, Rendered};
 
 /// The annotations the readiness rules read.
-const READINESS_KEYS: [&str; 5] = [
-    readiness::SUCCESS_ANNOTATION,
-    readiness::FAILURE_ANNOTATION,
-    readiness::TIMEOUT_ANNOTATION,
-    readiness::WAIT_FOR_READY_ANNOTATION,
-    readiness::WAIT_FOR_PROPERTIES_ANNOTATION,
-];
+const READINESS_KEYS: [&str; 6] = readiness::RULE_ANNOTATIONS;
 
 /// The hook events Helm knows.
 const HOOK_EVENTS: [&str; 10] = [
@@ -764,7 +758,8 @@ impl<'t> Builder<'t> {
                 | readiness::FAILURE_ANNOTATION
                 | readiness::TIMEOUT_ANNOTATION
                 | readiness::WAIT_FOR_READY_ANNOTATION
-                | readiness::WAIT_FOR_PROPERTIES_ANNOTATION => has_readiness = true,
+                | readiness::WAIT_FOR_PROPERTIES_ANNOTATION
+                | readiness::READY_WHEN_ANNOTATION => has_readiness = true,
                 ann::HOOK_WEIGHT => read.hook_weight = ann::integer(value).ok(),
                 ann::DEPENDS_ON_SUBCHARTS => self.warn(
                     Problem::Ignored,

@@ -151,7 +151,7 @@ pub(crate) fn builtin(object: &Value, completion: bool) -> Verdict {
 
 /// kstatus's generic check: a status written for an older generation says nothing about the
 /// current spec.
-fn generation_not_observed(object: &Value) -> Option<Verdict> {
+pub(crate) fn generation_not_observed(object: &Value) -> Option<Verdict> {
     let generation = int(object, "/metadata/generation")?;
     let observed = int(object, "/status/observedGeneration")?;
     (observed < generation).then(|| {

@@ -8,13 +8,17 @@
 //!   PodDisruptionBudget, and its generic rule for every other kind (see [`kinds`]).
 //! * **Custom rules** from annotations (see [`Rules`]): `helm.sh/readiness-success` and
 //!   `helm.sh/readiness-failure` (expressions on `.status`, see [`expr`]),
-//!   `kots.io/wait-for-properties` (values that must match) and `kots.io/wait-for-ready`.
+//!   `kots.io/wait-for-properties` (values that must match), `kots.io/wait-for-ready`, and
+//!   `sequenced.dev/ready-when` (a CEL expression over the object, see [`cel`]).
+//! * **Health checks per kind** in CEL, Flux's `healthCheckExprs` ([`cel::HealthCheck`]),
+//!   replacing the built-in rule of the kinds they name ([`assess_with`]).
 //! * **Timeouts**: `helm.sh/readiness-timeout` overrides the release's `readinessTimeout`; an
 //!   object still in progress after it is Failed.
 //!
 //! Reasons say what is missing, in words for the person reading `kubectl get`:
 //! `Deployment web: 1 of 3 replicas available`.
 
+pub mod cel;
 pub mod duration;
 pub mod expr;
 mod kinds;
@@ -26,6 +30,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use cel::{Cel, CelError, HealthCheck, HealthChecks};
 pub use duration::{DurationError, format_duration, parse_duration};
 pub use expr::{Evaluation, Expression, ExpressionError, Property};
 
@@ -39,6 +44,8 @@ pub const TIMEOUT_ANNOTATION: &str = "helm.sh/readiness-timeout";
 pub const WAIT_FOR_PROPERTIES_ANNOTATION: &str = "kots.io/wait-for-properties";
 /// KOTS: `'true'` makes later creation phases wait until this object is ready.
 pub const WAIT_FOR_READY_ANNOTATION: &str = "kots.io/wait-for-ready";
+/// A CEL expression over the object (`self`): it is ready when the expression is true.
+pub const READY_WHEN_ANNOTATION: &str = "sequenced.dev/ready-when";
 
 /// Whether an object is ready, and if not, why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +123,11 @@ pub enum RuleError {
         expr::quote(.text)
     )]
     WaitForReady { text: String },
+    #[error("annotation {READY_WHEN_ANNOTATION}: {source}")]
+    ReadyWhen {
+        #[source]
+        source: CelError,
+    },
     #[error(
         "annotation {annotation}: the value is {found}; annotation values are strings, so quote it"
     )]
@@ -148,6 +160,7 @@ impl RuleError {
             RuleError::Expression { .. } => "bad_readiness_expression",
             RuleError::Timeout { .. } => "bad_readiness_timeout",
             RuleError::WaitForReady { .. } => "bad_wait_for_ready",
+            RuleError::ReadyWhen { .. } => "bad_ready_when",
             RuleError::NotAString { .. } => "bad_annotation",
         }
     }
@@ -163,6 +176,8 @@ impl RuleError {
 /// * `helm.sh/readiness-timeout` overrides the release's timeout for this object.
 /// * `kots.io/wait-for-ready` changes nothing here (the built-in rule applies); the planner reads
 ///   it with [`Rules::wait_for_ready`].
+/// * `sequenced.dev/ready-when` (CEL, compiled when the rules are read) must hold too, and
+///   replaces the built-in rule as success expressions do.
 ///
 /// A status written for an older generation (`status.observedGeneration` below
 /// `metadata.generation`) is never read, by custom rules either: the object is in progress
@@ -174,13 +189,15 @@ pub struct Rules {
     properties: Vec<Property>,
     timeout: Option<Duration>,
     wait_for_ready: Option<bool>,
+    ready_when: Option<Cel>,
     completion: bool,
 }
 
 impl Rules {
     /// Parses the readiness annotations of one object: `helm.sh/readiness-success`,
-    /// `helm.sh/readiness-failure`, `helm.sh/readiness-timeout`, `kots.io/wait-for-properties`
-    /// and `kots.io/wait-for-ready`. Other annotations are ignored.
+    /// `helm.sh/readiness-failure`, `helm.sh/readiness-timeout`, `kots.io/wait-for-properties`,
+    /// `kots.io/wait-for-ready` and `sequenced.dev/ready-when` (compiled here, once). Other
+    /// annotations are ignored.
     ///
     /// # Errors
     ///
@@ -219,12 +236,18 @@ impl Rules {
                 parse_bool(text).ok_or_else(|| RuleError::WaitForReady { text: text.clone() })
             })
             .transpose()?;
+        let ready_when = annotations
+            .get(READY_WHEN_ANNOTATION)
+            .map(|text| Cel::compile(text))
+            .transpose()
+            .map_err(|source| RuleError::ReadyWhen { source })?;
         Ok(Rules {
             success,
             failure,
             properties,
             timeout,
             wait_for_ready,
+            ready_when,
             completion: false,
         })
     }
@@ -262,10 +285,16 @@ impl Rules {
         self.timeout.unwrap_or(default_timeout)
     }
 
-    /// Whether success expressions or KOTS properties replace the built-in rule of the kind.
-    /// (Failure expressions alone do not: they are checked on top of the built-in rule.)
+    /// Whether success expressions, KOTS properties or `sequenced.dev/ready-when` replace the
+    /// built-in rule of the kind (and a health check of `spec.healthCheckExprs`). Failure
+    /// expressions alone do not: they are checked on top of the built-in rule.
     pub fn is_custom(&self) -> bool {
-        !self.success.is_empty() || !self.properties.is_empty()
+        !self.success.is_empty() || !self.properties.is_empty() || self.ready_when.is_some()
+    }
+
+    /// `sequenced.dev/ready-when`, compiled.
+    pub fn ready_when(&self) -> Option<&Cel> {
+        self.ready_when.as_ref()
     }
 
     /// Whether the object carries any readiness annotation at all.
@@ -299,12 +328,13 @@ impl Rules {
 
 /// The readiness annotations of an object as strings (see [`Rules::from_object`]).
 /// The annotations that say how an object's readiness is judged.
-const RULE_ANNOTATIONS: [&str; 5] = [
+pub const RULE_ANNOTATIONS: [&str; 6] = [
     SUCCESS_ANNOTATION,
     FAILURE_ANNOTATION,
     TIMEOUT_ANNOTATION,
     WAIT_FOR_PROPERTIES_ANNOTATION,
     WAIT_FOR_READY_ANNOTATION,
+    READY_WHEN_ANNOTATION,
 ];
 
 /// What [`Rules::from_object`] reads of `object`, and nothing else: its readiness annotations,
@@ -380,14 +410,29 @@ pub fn describe(object: &Value) -> String {
 }
 
 /// Whether an object of this kind, with no readiness rules, is judged from its metadata alone
-/// (whether it exists and is being deleted): kinds that have no status.
-pub fn judged_by_metadata(group: &str, kind: &str, rules: &Rules) -> bool {
-    !rules.is_custom() && rules.failure.is_empty() && kinds::ready_once_it_exists(group, kind)
+/// (whether it exists and is being deleted): kinds that have no status, unless a health check
+/// of `spec.healthCheckExprs` names the kind.
+pub fn judged_by_metadata(group: &str, kind: &str, rules: &Rules, health: &HealthChecks) -> bool {
+    !rules.is_custom()
+        && rules.failure.is_empty()
+        && kinds::ready_once_it_exists(group, kind)
+        && health.for_kind(group, kind).is_none()
 }
 
 /// Judges an object now, without timeouts, with reasons that do not name the object
 /// (`1 of 3 replicas available`). [`check`] is this plus the name and the timeout.
 pub fn assess(object: &Value, rules: &Rules) -> Verdict {
+    assess_with(object, rules, None)
+}
+
+/// [`assess`], with the health check of `spec.healthCheckExprs` for the object's kind, when
+/// there is one: it replaces the built-in rule of the kind, and annotations on the object
+/// (which say more about this one object) replace it.
+pub fn assess_with(object: &Value, rules: &Rules, health: Option<&HealthCheck>) -> Verdict {
+    let kind_rule = || match health {
+        Some(check) => check.judge(object),
+        None => kinds::builtin(object, rules.completion),
+    };
     if object
         .pointer("/metadata/deletionTimestamp")
         .is_some_and(|t| !t.is_null())
@@ -395,7 +440,7 @@ pub fn assess(object: &Value, rules: &Rules) -> Verdict {
         return Verdict::InProgress("being deleted (metadata.deletionTimestamp is set)".into());
     }
     if !rules.is_custom() && rules.failure.is_empty() {
-        return kinds::builtin(object, rules.completion);
+        return kind_rule();
     }
     if let (Some(generation), Some(observed)) = (
         object
@@ -421,7 +466,7 @@ pub fn assess(object: &Value, rules: &Rules) -> Verdict {
         }
     }
     if !rules.is_custom() {
-        return kinds::builtin(object, rules.completion);
+        return kind_rule();
     }
     let mut waiting = Vec::new();
     if !rules.success.is_empty() {
@@ -447,6 +492,13 @@ pub fn assess(object: &Value, rules: &Rules) -> Verdict {
         if !evaluation.holds {
             waiting.push(format!("{} ({})", property.text(), evaluation.observed()));
         }
+    }
+    if let Some(reason) = rules
+        .ready_when
+        .as_ref()
+        .and_then(|c| c.waiting_reason(object))
+    {
+        waiting.push(format!("{READY_WHEN_ANNOTATION} {reason}"));
     }
     if waiting.is_empty() {
         Verdict::Ready
@@ -501,8 +553,21 @@ pub fn check(
     waited: Option<Duration>,
     default_timeout: Duration,
 ) -> Verdict {
+    check_with(object, rules, None, waited, default_timeout)
+}
+
+/// [`check`] with the health check of `spec.healthCheckExprs` for the object's kind (see
+/// [`assess_with`]).
+pub fn check_with(
+    object: &Value,
+    rules: &Rules,
+    health: Option<&HealthCheck>,
+    waited: Option<Duration>,
+    default_timeout: Duration,
+) -> Verdict {
     let name = describe(object);
-    let verdict = assess(object, rules).map_reason(|reason| format!("{name}: {reason}"));
+    let verdict =
+        assess_with(object, rules, health).map_reason(|reason| format!("{name}: {reason}"));
     match (verdict, waited) {
         (Verdict::InProgress(reason), Some(waited))
             if waited >= rules.effective_timeout(default_timeout) =>

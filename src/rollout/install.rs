@@ -9,7 +9,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use super::hooks::{self, HookAction, HookOutcome, Stage};
-use super::status::{elapsed, failed, progressing, set_condition_to, set_conditions};
+use super::status::{
+    elapsed, failed, held_back, progressing, remediated_rollback, set_condition_to, set_conditions,
+};
 use super::{
     ActionFailure, Note, Observations, Outcome, RecordUpdate, Revision, Wanted, external_blocker,
 };
@@ -19,7 +21,7 @@ use crate::api::{
     TEST_SUCCESS, TestPhase, TestStatus, hook_stage,
 };
 use crate::history::HookRecord;
-use crate::readiness::{self, Rules, Verdict};
+use crate::readiness::{self, HealthCheck, Rules, Verdict};
 
 /// One thing an install or upgrade does to the cluster.
 #[derive(Debug, Clone, PartialEq)]
@@ -440,13 +442,13 @@ struct Progress {
 
 fn verdict_of(
     object: Option<&Option<Value>>,
-    rules: &Rules,
+    (rules, health): (&Rules, Option<&HealthCheck>),
     waited: Option<Duration>,
     default_timeout: Duration,
     name: impl FnOnce() -> String,
 ) -> Verdict {
     match object {
-        Some(Some(object)) => readiness::check(object, rules, waited, default_timeout),
+        Some(Some(object)) => readiness::check_with(object, rules, health, waited, default_timeout),
         _ => {
             let reason = format!("{}: not found", name());
             match waited {
@@ -596,10 +598,13 @@ pub fn step(
                 let mut tally = Tally::default();
                 for (i, crd) in plan.crds.iter().enumerate() {
                     let rules = rules_of(&crd.object);
-                    let verdict =
-                        verdict_of(observed.crds.get(&i), &rules, waited, timeout, || {
-                            format!("CustomResourceDefinition {}", crd.name)
-                        });
+                    let verdict = verdict_of(
+                        observed.crds.get(&i),
+                        (&rules, None),
+                        waited,
+                        timeout,
+                        || format!("CustomResourceDefinition {}", crd.name),
+                    );
                     tally.add(verdict, &rules, waited, timeout);
                 }
                 p.requeue_after = min_duration(p.requeue_after, tally.next_timeout);
@@ -646,11 +651,15 @@ pub fn step(
                         tally.ready += 1;
                         continue;
                     }
-                    let rules = rules_of(&resource.object);
-                    let verdict =
-                        verdict_of(observed.resources.get(&r), &rules, waited, timeout, || {
-                            format!("{} {}", resource.kind, resource.name)
-                        });
+                    let rules = revision.rules(r, &resource.object);
+                    let health = revision.health_check(resource.group(), &resource.kind);
+                    let verdict = verdict_of(
+                        observed.resources.get(&r),
+                        (&rules, health),
+                        waited,
+                        timeout,
+                        || format!("{} {}", resource.kind, resource.name),
+                    );
                     if verdict.is_ready()
                         && let Some(flag) = ready_now.get_mut(r)
                     {
@@ -866,13 +875,28 @@ pub fn step(
             message.push_str("; ");
             message.push_str(&tests);
         }
-        st.message = Some(message.clone());
-        set_conditions(
-            &mut st,
-            Reason::Succeeded,
-            now,
-            [(true, &message), (false, ""), (false, "")],
-        );
+        match st.rollback.as_ref() {
+            // A drift correction of a revision `spec.onFailure` rolled back to: the spec is
+            // still held back.
+            Some(rollback) if correcting && remediated_rollback(&st, number) => {
+                message.push_str(&format!(
+                    "; rolled back to revision {} after a failed revision (spec.onFailure): spec generation {} not applied",
+                    rollback.to,
+                    rollback.generation.unwrap_or_default()
+                ));
+                st.message = Some(message.clone());
+                held_back(&mut st, &message, now);
+            }
+            _ => {
+                st.message = Some(message.clone());
+                set_conditions(
+                    &mut st,
+                    Reason::Succeeded,
+                    now,
+                    [(true, &message), (false, ""), (false, "")],
+                );
+            }
+        }
         if let Some(current) = st.history.first_mut()
             && current.finished_at.is_none()
         {

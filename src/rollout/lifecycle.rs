@@ -10,7 +10,7 @@
 //! handed.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -22,7 +22,9 @@ use super::install::{self, InstallStep};
 use super::recovery::{self, Cause, Requests, RollbackRequest};
 use super::status::{holds_lock, pending, retry_due, set_condition_to, stalled};
 use super::uninstall::{self, Uninstall, UninstallStep, uninstall_step};
-use super::{Deployable, Note, Observations, Outcome, RecordUpdate, Revision, Settings, Wanted};
+use super::{
+    Deployable, Expressions, Note, Observations, Outcome, RecordUpdate, Revision, Settings, Wanted,
+};
 use crate::api::{
     DriftDetection, EventReason, FINALIZER, Identity, LayerPhase, OWNER_ANNOTATION, ObjectKey,
     OnFailure, RECONCILING, Reason, ReleasePhase, RemediationAction, RemediationStatus,
@@ -30,6 +32,8 @@ use crate::api::{
 };
 use crate::digest::Digests;
 use crate::history::{HelmStatus, Info, Inventory, Record};
+use crate::readiness::HealthChecks;
+use crate::readiness::cel::NO_HEALTH_CHECKS;
 
 /// How long a release in progress waits without any event before it is looked at again.
 pub const FALLBACK_REQUEUE: Duration = Duration::from_secs(60);
@@ -123,6 +127,10 @@ pub struct Facts {
     /// `spec.kubeConfig` that cannot (a missing Secret, a refused kubeconfig), read by the
     /// controller before anything else (it says where every other fact is gathered).
     pub target: Result<(), Refusal>,
+    /// The spec's CEL (`healthCheckExprs`, `dependsOn[].readyExpr`), compiled once per spec:
+    /// the controller sets what it compiled for this generation; unset, [`Facts::expressions`]
+    /// compiles it when first asked. Err names the expression that does not compile.
+    pub expressions: OnceLock<Arc<Result<Expressions, String>>>,
 }
 
 impl Facts {
@@ -149,7 +157,23 @@ impl Facts {
             accounts: AccountPolicy::default(),
             target: Ok(()),
             ignore,
+            expressions: OnceLock::new(),
         }
+    }
+
+    /// `spec.healthCheckExprs`, compiled (none when the spec's CEL does not compile: the
+    /// release stalls on it).
+    pub fn health(&self) -> &HealthChecks {
+        match self.expressions() {
+            Ok(expressions) => &expressions.health,
+            Err(_) => &NO_HEALTH_CHECKS,
+        }
+    }
+
+    /// The spec's CEL, compiled (see [`Facts::expressions`] the field).
+    pub fn expressions(&self) -> &Result<Expressions, String> {
+        self.expressions
+            .get_or_init(|| Arc::new(Expressions::compile(&self.release.spec)))
     }
 
     /// The release's identity, for judging whose objects are.
@@ -173,7 +197,14 @@ impl Facts {
         let settings = Settings::of(&self.release.spec);
         let deployable = self.deployable()?;
         let record = self.records.get(&self.status.revision?)?.as_ref()?;
-        let revision = Revision::of(deployable, record, settings, me, record.is_upgrade());
+        let revision = Revision::of(
+            deployable,
+            record,
+            settings,
+            me,
+            record.is_upgrade(),
+            self.health(),
+        );
         Some(with_tests(
             revision,
             deployable,
@@ -198,8 +229,9 @@ pub struct Revisions {
 pub enum Need {
     /// The chart source resolved and the values read: the digest.
     Source,
-    /// The states of these `dependsOn` releases (`namespace/name`), and the graph of all.
-    Dependencies(Vec<String>),
+    /// What these `dependsOn` entries name (releases and objects), read fresh, and the graph
+    /// of all releases.
+    Dependencies(Vec<dependencies::Dependency>),
     /// The chart rendered and planned for this digest.
     Plan { digest: String, is_upgrade: bool },
     /// The release record of this revision.
@@ -296,9 +328,14 @@ pub enum Next {
 /// The next step for the release the facts describe.
 pub fn next(facts: &Facts) -> Next {
     let mut next = choose(facts);
+    let waiting = matches!(next, Next::WaitForDependencies { .. });
     if let Some(status) = status_of(&mut next) {
         // This reconcile goes through: what a failed one set in the conditions goes.
         super::status::clear_reconcile_failure(status, &facts.now);
+        // What the release waited for is told only while it waits.
+        if !waiting {
+            status.dependencies.clear();
+        }
     }
     next
 }
@@ -460,7 +497,14 @@ pub fn cross_namespace_refs(sr: &SequencedRelease) -> Option<String> {
     }
     for (i, dependency) in sr.spec.depends_on.iter().enumerate() {
         if let Some(ns) = dependency.namespace.as_deref().filter(|n| *n != own) {
-            refs.push(format!("spec.dependsOn[{i}] {ns}/{}", dependency.name));
+            let kind = match &dependency.kind {
+                Some(kind) => format!("{kind} "),
+                None => String::new(),
+            };
+            refs.push(format!(
+                "spec.dependsOn[{i}] {kind}{ns}/{}",
+                dependency.name
+            ));
         }
     }
     (!refs.is_empty()).then(|| {
@@ -479,6 +523,7 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
     if let Some(message) = Settings::problem(&sr.spec)
         .or_else(|| account_name(&sr.spec, &facts.accounts).err())
         .or_else(|| facts.ignore.as_ref().err().cloned())
+        .or_else(|| facts.expressions().as_ref().err().cloned())
     {
         return stall(facts, Reason::InvalidSpec, &message, &settings);
     }
@@ -527,26 +572,31 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
         }
     }
     if new_revision {
-        let wanted = dependencies::depends_on(sr);
+        let wanted = dependencies::dependencies(sr);
         if !wanted.is_empty() {
             let Some(known) = &facts.dependencies else {
                 return Next::Need(Need::Dependencies(wanted));
             };
             let me = dependencies::reference_of(sr);
-            match dependencies::check(&me, &wanted, known) {
+            let ready_exprs = match facts.expressions() {
+                Ok(expressions) => &expressions.ready,
+                Err(_) => &BTreeMap::new(),
+            };
+            match dependencies::check(&me, &wanted, ready_exprs, known) {
                 dependencies::Dependencies::Ready => {}
                 dependencies::Dependencies::Cycle(cycle) => {
                     let message = format!("release dependency cycle: {cycle}");
                     return stall(facts, Reason::DependencyCycle, &message, &settings);
                 }
-                dependencies::Dependencies::Waiting(message) => {
-                    let status = pending(
+                dependencies::Dependencies::Waiting { message, statuses } => {
+                    let mut status = pending(
                         status,
                         generation,
                         Reason::DependencyNotReady,
                         &message,
                         now,
                     );
+                    status.dependencies = statuses;
                     // The dependency's own changes wake this release.
                     let requeue = Requeue::After(settings.interval);
                     return Next::WaitForDependencies { status, requeue };
@@ -627,7 +677,14 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
             last_deployed: now.0.to_string(),
         },
     };
-    let revision = Revision::of(deployable, &record, settings, &me, is_upgrade);
+    let revision = Revision::of(
+        deployable,
+        &record,
+        settings,
+        &me,
+        is_upgrade,
+        facts.health(),
+    );
     let revision = with_tests(revision, deployable, &sr.spec, None);
     let mut status = install::begin(
         &revision,
@@ -817,7 +874,14 @@ fn step_revision(facts: &Facts, number: i64, source: &Source, settings: &Setting
         Err(next) => return *next,
     };
     let me = facts.identity();
-    let revision = Revision::of(deployable, record, *settings, &me, record.is_upgrade());
+    let revision = Revision::of(
+        deployable,
+        record,
+        *settings,
+        &me,
+        record.is_upgrade(),
+        facts.health(),
+    );
     let revision = with_tests(revision, deployable, &facts.release.spec, Some(status));
     if status.phase == Some(ReleasePhase::Ready) && settings.drift != DriftDetection::Disabled {
         let Some(report) = &facts.drift else {
@@ -935,12 +999,19 @@ fn begin_test(facts: &Facts, token: &str, source: &Source, settings: &Settings) 
         Err(next) => return *next,
     };
     let me = facts.identity();
-    let revision = Revision::of(deployable, record, *settings, &me, record.is_upgrade())
-        .with_tests(
-            &deployable.hooks,
-            &facts.release.spec,
-            Some(token.to_string()),
-        );
+    let revision = Revision::of(
+        deployable,
+        record,
+        *settings,
+        &me,
+        record.is_upgrade(),
+        facts.health(),
+    )
+    .with_tests(
+        &deployable.hooks,
+        &facts.release.spec,
+        Some(token.to_string()),
+    );
     let mut st = status.clone();
     st.last_handled_test_at = Some(token.to_string());
     st.test_refused = None;
@@ -1126,7 +1197,7 @@ fn begin_rollback(
         return Next::Need(Need::Record(target));
     };
     let me = facts.identity();
-    let revision = Revision::of(&deployable, &record, *settings, &me, true);
+    let revision = Revision::of(&deployable, &record, *settings, &me, true, facts.health());
     let (mut status, note) = recovery::begin_rollback(
         &revision,
         &record,

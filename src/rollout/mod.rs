@@ -29,7 +29,9 @@ pub mod recovery;
 pub mod status;
 pub mod uninstall;
 
-use std::collections::{BTreeSet, HashMap};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -40,8 +42,9 @@ use crate::api::{
 };
 use crate::history::{Content, HelmStatus, HookRecord, Inventory, Record, StoredPlan};
 use crate::plan::{ExternalDependency, Plan};
+use crate::readiness::cel::HealthCheckText;
 use crate::readiness::parse_duration;
-use crate::readiness::{self, Rules, Verdict};
+use crate::readiness::{self, Cel, HealthCheck, HealthChecks, Rules, Verdict};
 
 pub use install::{InstallAction, InstallStep, begin, layout, step};
 pub use lifecycle::{Facts, LockView, Need, Next, Requeue, next, requeue};
@@ -132,6 +135,59 @@ impl Settings {
     }
 }
 
+/// The CEL of a spec, compiled: `spec.healthCheckExprs` and each `dependsOn[].readyExpr`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Expressions {
+    pub health: HealthChecks,
+    /// By index into `dependsOn`.
+    pub ready: BTreeMap<usize, Cel>,
+}
+
+impl Expressions {
+    /// Compiles the spec's CEL.
+    ///
+    /// # Errors
+    ///
+    /// The first expression that does not compile, naming its field:
+    /// `spec.healthCheckExprs[0].current: "status.ready ==": Syntax error ...`.
+    pub fn compile(spec: &SequencedReleaseSpec) -> Result<Expressions, String> {
+        let mut checks = Vec::new();
+        for (i, entry) in spec.health_check_exprs.iter().enumerate() {
+            let check = HealthCheck::compile(HealthCheckText {
+                api_version: &entry.api_version,
+                kind: &entry.kind,
+                current: &entry.current,
+                in_progress: entry.in_progress.as_deref(),
+                failed: entry.failed.as_deref(),
+            })
+            .map_err(|(field, e)| format!("spec.healthCheckExprs[{i}].{field}: {e}"))?;
+            checks.push(check);
+        }
+        let mut ready = BTreeMap::new();
+        for (i, entry) in spec.depends_on.iter().enumerate() {
+            if let Some(text) = &entry.ready_expr {
+                let compiled = Cel::compile(text)
+                    .map_err(|e| format!("spec.dependsOn[{i}].readyExpr: {e}"))?;
+                ready.insert(i, compiled);
+            }
+        }
+        Ok(Expressions {
+            health: HealthChecks::new(checks),
+            ready,
+        })
+    }
+}
+
+/// The readiness rules of each resource of a plan (by index into `plan.resources`), read from
+/// their annotations once, when the plan is made: CEL is compiled here, not at every check.
+pub fn rules_of_plan(plan: &Plan) -> Arc<[Rules]> {
+    plan.resources
+        .iter()
+        // The planner refused objects with bad rules, so this cannot fail for planned objects.
+        .map(|r| Rules::from_object(&r.object).unwrap_or_default())
+        .collect()
+}
+
 /// A planned chart with every object's identity resolved against the cluster (its namespace as
 /// the cluster scopes its kind): what a revision deploys.
 #[derive(Debug, Clone, PartialEq)]
@@ -154,6 +210,9 @@ pub struct Deployable {
     /// is empty (the cached plan of a Ready release): enough to observe and judge the objects,
     /// not to apply, compare or record them. The controller makes it whole before it does.
     pub slim: bool,
+    /// The readiness rules of `plan.resources`, compiled once ([`rules_of_plan`]); empty when
+    /// not read (each object's annotations are then read when it is judged).
+    pub rules: Arc<[Rules]>,
 }
 
 impl Deployable {
@@ -183,6 +242,7 @@ impl Deployable {
             inventory: record.inventory.clone(),
             content: record.content.clone(),
             slim: false,
+            rules: rules_of_plan(&stored.plan),
         })
     }
 }
@@ -213,6 +273,11 @@ pub struct Revision<'a> {
     /// The Helm tests this revision runs after its last stage (`spec.test.enable`, or asked for
     /// with `sequenced test`); None when it has no `(test)` stage.
     pub test: Option<TestRun<'a>>,
+    /// The readiness rules of `plan.resources`, compiled with the plan; empty when they are to
+    /// be read from each object as it is judged.
+    pub rules: &'a [Rules],
+    /// `spec.healthCheckExprs`, compiled.
+    pub health: &'a HealthChecks,
 }
 
 /// The Helm tests of a revision: its `(test)` stage.
@@ -237,6 +302,7 @@ impl<'a> Revision<'a> {
         settings: Settings,
         me: &'a Identity,
         upgrade: bool,
+        health: &'a HealthChecks,
     ) -> Revision<'a> {
         let rollback = record.rollback_to.is_some();
         let settings = Settings {
@@ -262,7 +328,23 @@ impl<'a> Revision<'a> {
             settings,
             me,
             test: None,
+            rules: &deployable.rules,
+            health,
         }
+    }
+
+    /// The readiness rules of resource `r`: compiled with the plan, else read from `object`.
+    pub fn rules(&self, r: usize, object: &Value) -> Cow<'_, Rules> {
+        match self.rules.get(r) {
+            Some(rules) => Cow::Borrowed(rules),
+            // The planner refused objects with bad rules, so this cannot fail for planned objects.
+            None => Cow::Owned(Rules::from_object(object).unwrap_or_default()),
+        }
+    }
+
+    /// The health check of `spec.healthCheckExprs` for a resource's group and kind.
+    pub fn health_check(&self, group: &str, kind: &str) -> Option<&'a HealthCheck> {
+        self.health.for_kind(group, kind)
     }
 
     /// The revision with a `(test)` stage running the tests of `hooks` (the revision's, test

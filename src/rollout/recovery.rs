@@ -13,7 +13,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::install::{self};
-use super::status::{progressing, set_conditions, set_stalled};
+use super::status::{held_back, progressing, set_conditions, set_stalled};
 use super::{Note, RecordUpdate, Revision, Settings};
 use crate::api::{
     CrdPolicy, EventReason, FORCE_REQUEST_ANNOTATION, OnFailure, RECONCILE_REQUEST_ANNOTATION,
@@ -287,12 +287,18 @@ pub fn finish(
             if let Some(rollback) = after.rollback.clone().filter(|r| r.revision == number) {
                 let message = rolled_back_message(after, &rollback, record);
                 after.message = Some(message.clone());
-                set_conditions(
-                    after,
-                    Reason::RolledBack,
-                    now,
-                    [(true, &message), (false, ""), (false, "")],
-                );
+                if rollback.requested {
+                    // What was asked for runs: Ready.
+                    set_conditions(
+                        after,
+                        Reason::RolledBack,
+                        now,
+                        [(true, &message), (false, ""), (false, "")],
+                    );
+                } else {
+                    // The spec's revision failed: not Ready, and Stalled until it changes.
+                    held_back(after, &message, now);
+                }
                 events.push(Note::normal(EventReason::RolledBack, message));
             }
             updates

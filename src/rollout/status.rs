@@ -141,6 +141,28 @@ pub fn stalled(
     status
 }
 
+/// Whether the release runs revision `number` because `spec.onFailure` rolled back to it after
+/// the revision its spec asked for failed (not a rollback someone asked for).
+pub fn remediated_rollback(status: &SequencedReleaseStatus, number: i64) -> bool {
+    status
+        .rollback
+        .as_ref()
+        .is_some_and(|r| !r.requested && r.revision == number)
+}
+
+/// The conditions of a release [`remediated_rollback`]: its objects are ready, but the spec it
+/// was given failed and is held back until it changes, which only a person can do. So it is not
+/// Ready, and Stalled (kstatus reads Failed, as for a Flux HelmRelease a rollback remediated),
+/// with reason `RolledBack` and `message`.
+pub fn held_back(status: &mut SequencedReleaseStatus, message: &str, now: &Time) {
+    set_conditions(
+        status,
+        Reason::RolledBack,
+        now,
+        [(false, message), (false, ""), (true, message)],
+    );
+}
+
 /// The delay before retry `n` (from 1): 5 s, doubling up to 5 min.
 pub fn retry_delay(n: u32) -> Duration {
     let exponent = n.saturating_sub(1).min(16);

@@ -145,6 +145,10 @@ pub struct Report {
     /// Whether the operator would begin a new revision (which runs the hooks): the chart or
     /// values changed, or it is an install or a rollback.
     pub new_revision: bool,
+    /// Why a new revision would start (`spec.values changed`, `the chart changed (web 0.1.0 ->
+    /// 0.2.0)`, `a rollback to revision 2`); absent when none would.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_revision_reason: Option<String>,
     /// Whether anything would change: a new revision, or an object created, changed or deleted.
     pub changes: bool,
     pub stages: Vec<StageDiff>,
@@ -540,6 +544,27 @@ pub fn format_text(report: &Report, colour: bool) -> String {
         "\n{} to create, {} to change, {} to delete, {} unchanged, {} hooks to run.\n",
         s.create, s.change, s.delete, s.unchanged, s.hooks
     ));
+    // An upgrade: say why it is a new revision (an install or a rollback says so at the top),
+    // above all when no object would change and only the revision makes the exit code 2.
+    if report.new_revision && report.from_revision.is_some() && report.rollback_to.is_none() {
+        let why = report
+            .new_revision_reason
+            .as_deref()
+            .unwrap_or("the chart or values changed");
+        let objects = s.create + s.change + s.delete > 0 || !report.layer_order.is_empty();
+        let line = match (objects, s.hooks) {
+            (true, _) => format!("A new revision would start: {why}."),
+            (false, 0) => {
+                format!("A new revision would start: {why}; nothing in the cluster would change.")
+            }
+            (false, hooks) => format!(
+                "A new revision would start: {why}; no object would change, but its {hooks} {} would run.",
+                if hooks == 1 { "hook" } else { "hooks" }
+            ),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
     out
 }
 
@@ -635,5 +660,71 @@ mod tests {
             create.contains("+  p: (sensitive value, added)"),
             "{create}"
         );
+    }
+
+    #[test]
+    fn a_new_revision_that_changes_no_object_says_why_the_exit_code_says_changes() {
+        let unchanged = ObjectDiff {
+            api_version: "v1".to_string(),
+            kind: "ConfigMap".to_string(),
+            namespace: Some("apps".to_string()),
+            name: "db".to_string(),
+            action: Action::Unchanged,
+            chart: Some("web".to_string()),
+            template: Some("templates/db.yaml".to_string()),
+            weight: None,
+            diff: None,
+        };
+        let report = |hooks: usize| {
+            let mut layers = vec![LayerDiff {
+                chart: "web".to_string(),
+                name: "database".to_string(),
+                objects: vec![unchanged.clone()],
+            }];
+            for i in 0..hooks {
+                layers[0].objects.push(ObjectDiff {
+                    action: Action::Run,
+                    name: format!("hook-{i}"),
+                    ..unchanged.clone()
+                });
+            }
+            Report {
+                release: "apps/web".to_string(),
+                operation: "upgrade".to_string(),
+                from_revision: Some(1),
+                rollback_to: None,
+                new_revision: true,
+                new_revision_reason: Some("spec.values changed".to_string()),
+                changes: false,
+                stages: vec![StageDiff {
+                    stage: "layers".to_string(),
+                    note: None,
+                    layers,
+                }],
+                layer_order: Vec::new(),
+                summary: Summary::default(),
+            }
+            .finish()
+        };
+        let text = format_text(&report(0), false);
+        assert!(report(0).changes, "a new revision is a change");
+        assert!(
+            text.ends_with(
+                "\n0 to create, 0 to change, 0 to delete, 1 unchanged, 0 hooks to run.\n\
+                 A new revision would start: spec.values changed; nothing in the cluster would change.\n"
+            ),
+            "{text}"
+        );
+        let text = format_text(&report(2), false);
+        assert!(
+            text.ends_with(
+                "A new revision would start: spec.values changed; no object would change, but its 2 hooks would run.\n"
+            ),
+            "{text}"
+        );
+        let json: Value = serde_json::from_str(&format_json(&report(0))).unwrap();
+        assert_eq!(json["newRevision"], true);
+        assert_eq!(json["changes"], true);
+        assert_eq!(json["newRevisionReason"], "spec.values changed");
     }
 }
