@@ -316,8 +316,17 @@ async fn every_phase() -> BTreeMap<&'static str, Value> {
         })
         .await;
     let stalled = support::charts::condition(&sr, "Stalled").unwrap();
-    assert_eq!((stalled.0.as_str(), stalled.1.as_str()), ("True", "RolledBack"), "{}", stalled.2);
-    assert!(stalled.2.contains("spec generation 2 not applied"), "{}", stalled.2);
+    assert_eq!(
+        (stalled.0.as_str(), stalled.1.as_str()),
+        ("True", "RolledBack"),
+        "{}",
+        stalled.2
+    );
+    assert!(
+        stalled.2.contains("spec generation 2 not applied"),
+        "{}",
+        stalled.2
+    );
     assert_eq!(support::charts::condition(&sr, "Ready").unwrap().0, "False");
 
     // A spec the operator cannot use.
