@@ -11,39 +11,18 @@ use sequenced_testkit as support;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use sequenced::api::ReleasePhase;
 use sequenced::api::v1alpha1::SequencedRelease;
 use serde_json::{Value, json};
 use support::charts::{chart, condition, config_map, deployment, is_ready, is_stalled, release};
 use support::operator::Operator;
+use support::tenants::admin_apply;
 use tempfile::TempDir;
 
 async fn within<F: Future<Output = ()>>(test: F) {
     tokio::time::timeout(Duration::from_secs(120), test)
         .await
         .expect("the scenario did not finish in time");
-}
-
-/// Applies `object` as the cluster admin (server-side apply).
-async fn admin_apply(op: &Operator, object: Value) {
-    let api_version = object["apiVersion"].as_str().unwrap().to_string();
-    let kind = object["kind"].as_str().unwrap().to_string();
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &kind));
-    let name = object["metadata"]["name"].as_str().unwrap().to_string();
-    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(op.client.clone(), ns, &resource),
-        None => Api::all_with(op.client.clone(), &resource),
-    };
-    api.patch(
-        &name,
-        &PatchParams::apply("test-admin"),
-        &Patch::Apply(&object),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
 }
 
 /// The CRD of `Database` (example.com/v1), namespaced, whose objects keep any field.

@@ -21,12 +21,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use sequenced::api::v1alpha1::{LayerPhase, ReleasePhase, SequencedRelease};
 use serde_json::{Value, json};
 use support::charts::{chart, config_map, deployment, is_ready, release, repo};
 use support::operator::Operator;
+use support::tenants::admin_apply;
 use tempfile::TempDir;
 
 /// Where the Argo CD health check lives, in Argo CD's own layout.
@@ -67,26 +67,6 @@ fn app_chart() -> TempDir {
             ("values.yaml", "tag: \"3.10\"\nbroken: false\n"),
         ],
     )
-}
-
-/// Applies `object` as the cluster admin.
-async fn admin_apply(op: &Operator, object: Value) {
-    let api_version = object["apiVersion"].as_str().unwrap().to_string();
-    let kind = object["kind"].as_str().unwrap().to_string();
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &kind));
-    let name = object["metadata"]["name"].as_str().unwrap().to_string();
-    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(op.client.clone(), ns, &resource),
-        None => Api::all_with(op.client.clone(), &resource),
-    };
-    api.patch(
-        &name,
-        &PatchParams::apply("test-admin").force(),
-        &Patch::Apply(&object),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
 }
 
 fn phase(sr: &SequencedRelease) -> Option<ReleasePhase> {

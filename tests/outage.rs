@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, Patch, PatchParams};
 use sequenced::api::v1alpha1::SequencedRelease;
 use sequenced::controller::Tenancy;
 use serde_json::{Value, json};
 use support::apiserver::{Restart, TestApiServer};
 use support::charts::{chart, deployment, is_ready, is_stalled, pair, release};
 use support::operator::{Controller, Operator, is_write};
+use support::tenants::admin_apply;
 use tempfile::TempDir;
 
 async fn within<F: Future<Output = ()>>(test: F) {
@@ -313,26 +313,6 @@ async fn a_release_in_the_middle_of_a_rollout_is_ready_within_15_s_of_a_restart(
         controller.stop().await;
     })
     .await;
-}
-
-/// Applies `object` as the cluster admin.
-async fn admin_apply(op: &Operator, object: Value) {
-    let api_version = object["apiVersion"].as_str().unwrap().to_string();
-    let kind = object["kind"].as_str().unwrap().to_string();
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &kind));
-    let name = object["metadata"]["name"].as_str().unwrap().to_string();
-    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(op.client.clone(), ns, &resource),
-        None => Api::all_with(op.client.clone(), &resource),
-    };
-    api.patch(
-        &name,
-        &PatchParams::apply("test-admin"),
-        &Patch::Apply(&object),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,9 +12,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use sequenced::api::v1alpha1::SequencedRelease;
 use sequenced::api::{
     RECONCILE_REQUEST_ANNOTATION, ROLLBACK_REQUEST_ANNOTATION, ROLLBACK_REVISION_ANNOTATION,
@@ -183,7 +181,7 @@ async fn a_release_is_installed_corrected_upgraded_rolled_back_and_uninstalled_o
         let op = operator().await;
         let remote = TestApiServer::start().await;
         // Only the remote cluster serves Widgets.
-        remote_apply(&remote, support::widget_crd()).await;
+        tenants::apply_with(remote.client(), support::widget_crd()).await;
         let widgets: Api<DynamicObject> = Api::namespaced_with(
             remote.client(),
             "default",
@@ -460,28 +458,8 @@ async fn remote_tenant(server: &TestApiServer, namespace: &str) {
                "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": namespace}]}),
     ];
     for object in objects {
-        remote_apply(server, object).await;
+        tenants::apply_with(server.client(), object).await;
     }
-}
-
-/// Applies `object` on `server` as its administrator.
-async fn remote_apply(server: &TestApiServer, object: Value) {
-    let api_version = object["apiVersion"].as_str().unwrap().to_string();
-    let kind = object["kind"].as_str().unwrap().to_string();
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &kind));
-    let name = object["metadata"]["name"].as_str().unwrap().to_string();
-    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(server.client(), ns, &resource),
-        None => Api::all_with(server.client(), &resource),
-    };
-    api.patch(
-        &name,
-        &PatchParams::apply("test-admin"),
-        &Patch::Apply(&object),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("apply {kind} {name} on the remote cluster: {e}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

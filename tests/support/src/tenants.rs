@@ -19,6 +19,12 @@ pub const DEPLOYER: &str = "deployer";
 
 /// Applies `object` as the cluster admin (server-side apply).
 pub async fn admin_apply(op: &Operator, object: Value) {
+    apply_with(op.client.clone(), object).await;
+}
+
+/// Applies `object` through `client` (server-side apply, field manager `test-admin`, taking the
+/// fields over from any other manager), panicking with the kind and name when it is refused.
+pub async fn apply_with(client: kube::Client, object: Value) {
     let api_version = object["apiVersion"].as_str().unwrap_or("v1").to_string();
     let kind = object["kind"].as_str().unwrap_or_default().to_string();
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
@@ -28,12 +34,12 @@ pub async fn admin_apply(op: &Operator, object: Value) {
         .unwrap_or_default()
         .to_string();
     let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(op.client.clone(), ns, &resource),
-        None => Api::all_with(op.client.clone(), &resource),
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
     };
     api.patch(
         &name,
-        &PatchParams::apply("test-admin"),
+        &PatchParams::apply("test-admin").force(),
         &Patch::Apply(&object),
     )
     .await
