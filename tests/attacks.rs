@@ -772,6 +772,17 @@ async fn an_uninstall_without_its_record_removes_what_the_owner_annotation_finds
                    "rules": team_rules()}),
         )
         .await;
+        // Nothing watches RBAC: as a user does after granting a right, ask for a reconcile
+        // (`sequenced reconcile`) instead of waiting for the stalled release's 60 s retry.
+        let requested = sequenced::api::names::RECONCILE_REQUEST_ANNOTATION;
+        Api::<SequencedRelease>::namespaced(op.client.clone(), TEAM_A)
+            .patch(
+                "app",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {requested: "after-the-role"}}})),
+            )
+            .await
+            .unwrap();
         op.wait_deleted(TEAM_A, "app").await;
         for name in ["settings", "more"] {
             assert!(
