@@ -1512,9 +1512,9 @@ fn drift_with_warn_sets_the_drifted_condition_once_and_clears_it() {
     );
 }
 
-#[test]
-fn an_operation_past_spec_timeout_fails_with_reason_timeout() {
-    let mut f = facts(release(json!({"timeout": "30s"}), json!({})));
+/// A first install with `spec.timeout: timeout` just begun, nothing of it in the cluster yet.
+fn begun_with_timeout(timeout: &str) -> Facts {
+    let mut f = facts(release(json!({ "timeout": timeout }), json!({})));
     f.source = source("sha256:1");
     f.plan = plan_fact("sha256:1", false);
     let Next::Begin(begin) = next(&f) else {
@@ -1528,6 +1528,12 @@ fn an_operation_past_spec_timeout_fails_with_reason_timeout() {
     for (i, _) in deployable().keys.iter().enumerate() {
         f.observed.resources.insert(i, None);
     }
+    f
+}
+
+#[test]
+fn an_operation_past_spec_timeout_fails_with_reason_timeout() {
+    let mut f = begun_with_timeout("30s");
     // Seen in progress since 29 s: still going.
     f.operation_since = Some(at(71));
     let Next::Install(step) = next(&f) else {
@@ -1543,11 +1549,45 @@ fn an_operation_past_spec_timeout_fails_with_reason_timeout() {
     assert_eq!(step.status.phase, Some(ReleasePhase::Failed));
     let (_, reason, message) = condition(&step.status, "Stalled");
     assert_eq!(reason, "Timeout");
-    assert!(
-        message.starts_with("timed out after 30s (spec.timeout), still waiting for "),
-        "{message}"
+    // Nothing was started before the timeout: the message says so, not that it was applied.
+    assert_eq!(
+        message,
+        "timed out after 30s (spec.timeout): layer database of chart shop, layer queue of chart shop were not started"
     );
     assert_eq!(step.records.len(), 1, "the record says failed");
+}
+
+#[test]
+fn the_time_the_api_server_did_not_answer_is_not_counted_against_spec_timeout() {
+    use sequenced::rollout::outages::Outages;
+    let mut f = begun_with_timeout("30s");
+    // In progress for 40 s, of which the API server was away for 20 s (and starting after it,
+    // until 5 s from now): 15 s count, the operation goes on and says how long was paused.
+    f.operation_since = Some(at(60));
+    f.observed.outages = Outages::new([(at(70), at(95)), (at(95), at(105))]);
+    let Next::Install(step) = next(&f) else {
+        panic!("steps");
+    };
+    assert!(!step.actions.is_empty(), "not timed out");
+    assert_eq!(step.status.phase, Some(ReleasePhase::Deploying));
+    let message = step.status.message.clone().unwrap_or_default();
+    assert!(
+        message.ends_with(
+            " (35s while the API server did not answer or was starting not counted against spec.timeout and the readiness timeouts)"
+        ),
+        "{message}"
+    );
+    let (_, _, reconciling) = condition(&step.status, "Reconciling");
+    assert_eq!(reconciling, message, "the condition says it too");
+    // The same span long before the operation began counts for nothing.
+    f.observed.outages = Outages::new([(at(10), at(35))]);
+    let Next::Install(step) = next(&f) else {
+        panic!("steps");
+    };
+    assert!(step.actions.is_empty(), "timed out: 40s counted");
+    let (_, reason, message) = condition(&step.status, "Stalled");
+    assert_eq!(reason, "Timeout");
+    assert!(!message.contains("not counted"), "{message}");
 }
 
 #[test]

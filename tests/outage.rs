@@ -316,6 +316,73 @@ async fn a_release_in_the_middle_of_a_rollout_is_ready_within_15_s_of_a_restart(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_time_the_api_server_was_away_does_not_count_against_spec_timeout() {
+    within(async {
+        let op = Operator::without_controller().await;
+        let controller = production_controller(&op, "paused");
+        op.wait_shards_spread(&["paused"]).await;
+        let dir = pair();
+        op.create(
+            "default",
+            release("pair", &dir.path().join("pair"), json!({"timeout": "40s"})),
+        )
+        .await;
+        op.wait_object("apps/v1", "Deployment", "default", "app")
+            .await;
+        let applied = Instant::now();
+
+        // 30 s without an API server in the middle of the rollout; the Deployment is available
+        // (as kube-controller-manager makes it, well after the restart) 20 s after it answers
+        // again: 50 s after it was applied, past the 40 s of spec.timeout.
+        op.server.kill();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        op.server.restart();
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert!(
+            stored(&op.server, "default", "pair").is_some_and(|sr| !is_stalled(&sr)),
+            "timed out while the API server was away"
+        );
+        assert!(op.deployment_ready("default", "app"));
+        let sr = stored_until(
+            &op.server,
+            "default",
+            "pair",
+            Duration::from_secs(15),
+            "Ready",
+            is_ready,
+        )
+        .await;
+        assert!(applied.elapsed() > Duration::from_secs(40));
+        let status = sr.status.unwrap_or_default();
+        let told = status.message.unwrap_or_default();
+        // Away 30 s (from the first request that got no answer), then starting until 10 s
+        // after it answered again and its `/readyz` said ok (7.6 s not ready, recorded).
+        let note = "s while the API server did not answer or was starting not counted against spec.timeout and the readiness timeouts)";
+        assert!(
+            told.starts_with("revision 1 ") && told.ends_with(note),
+            "the message says how long was paused: {told}"
+        );
+        let head = &told[..told.len() - note.len()];
+        let paused: u64 = head
+            .rsplit(" (")
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{told}"));
+        assert!((30..=50).contains(&paused), "{told}");
+        assert!(
+            status
+                .conditions
+                .iter()
+                .all(|c| c.reason != "Timeout"),
+            "{:?}",
+            status.conditions
+        );
+        controller.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_release_is_stalled_forbidden_while_a_restarted_server_refuses_service_accounts() {
     within(async {
         let op = Operator::without_controller().await;

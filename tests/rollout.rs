@@ -429,6 +429,16 @@ fn a_resource_that_stays_in_progress_times_out_with_its_reason() {
         message.contains("readiness timeout after 20s: Deployment db"),
         "{message}"
     );
+    // The API server did not answer for 10 s meanwhile: 11 s counted, not timed out, and the
+    // next look is when the 20 s are reached.
+    let mut paused = slow.clone();
+    paused.outages = sequenced::rollout::outages::Outages::new([(at(6), at(16))]);
+    let d3 = fx.step(&d2.status, &paused, at(21));
+    assert_eq!(d3.status.phase, Some(ReleasePhase::Deploying));
+    assert_eq!(d3.timeouts, 0);
+    assert_eq!(d3.requeue_after, Some(Duration::from_secs(9)));
+    let d4 = fx.step(&d2.status, &paused, at(31));
+    assert_eq!(d4.status.phase, Some(ReleasePhase::Failed));
 }
 
 #[test]
@@ -2200,6 +2210,112 @@ fn uninstall_runs_pre_delete_hooks_first_post_delete_last_and_retries_a_failed_o
     assert!(!s8.finished);
 }
 
+/// One row of the table of timed-out steps: the status the step starts from, what it sees, and
+/// the message the timeout must give (and the layers it must leave Pending).
+struct TimedOut {
+    case: &'static str,
+    from: SequencedReleaseStatus,
+    seen: Observations,
+    message: &'static str,
+    pending: &'static [&'static str],
+}
+
+#[test]
+fn a_timed_out_step_names_what_it_waited_for_and_the_layers_it_did_not_start() {
+    let fx = shop();
+    let started = fx.started();
+    let both = fx.step(&started, &Observations::default(), at(1)).status;
+    let db_waits = fx
+        .step(
+            &both,
+            &fx.observe(&[
+                ("db", deployment("db", false)),
+                ("queue", config_map("queue")),
+            ]),
+            at(2),
+        )
+        .status;
+    let rows = [
+        TimedOut {
+            case: "a layer still waits on its Deployment",
+            from: db_waits.clone(),
+            seen: fx.observe(&[("db", deployment("db", false))]),
+            message: "timed out after 5m (spec.timeout), still waiting for layer database of chart shop: waiting for Deployment db",
+            pending: &["app"],
+        },
+        TimedOut {
+            case: "the layer waited on became ready just now: the next one is not started",
+            from: db_waits.clone(),
+            seen: fx.observe(&[("db", deployment("db", true))]),
+            message: "timed out after 5m (spec.timeout), still waiting for layer database of chart shop, ready only after the timeout; layer app of chart shop was not started",
+            pending: &["app"],
+        },
+        TimedOut {
+            case: "nothing was started yet",
+            from: started.clone(),
+            seen: Observations::default(),
+            message: "timed out after 5m (spec.timeout): layer database of chart shop, layer queue of chart shop were not started",
+            pending: &["database", "queue", "app"],
+        },
+        TimedOut {
+            case: "two layers at work, one of them waiting",
+            from: both.clone(),
+            seen: fx.observe(&[
+                ("db", deployment("db", false)),
+                (
+                    "queue",
+                    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "queue"}}),
+                ),
+            ]),
+            message: "timed out after 5m (spec.timeout), still waiting for layer database of chart shop: waiting for Deployment db",
+            pending: &["app"],
+        },
+    ];
+    for row in rows {
+        let step = fx.step(&row.from, &row.seen, at(300));
+        let step = install::time_out(
+            &fx.revision(),
+            &row.from,
+            step,
+            Duration::from_secs(300),
+            &at(300),
+        );
+        let told = step.status.message.clone().unwrap_or_default();
+        assert!(
+            told.starts_with(row.message),
+            "{}: {told}\n  expected it to start with: {}",
+            row.case,
+            row.message
+        );
+        assert!(!told.contains(": applied"), "{}: {told}", row.case);
+        assert!(step.finished, "{}", row.case);
+        assert!(step.actions.is_empty(), "{}: {:?}", row.case, step.actions);
+        assert_eq!(
+            step.status.phase,
+            Some(ReleasePhase::Failed),
+            "{}",
+            row.case
+        );
+        assert_eq!(
+            condition(&step.status, "Stalled").1,
+            "Timeout",
+            "{}",
+            row.case
+        );
+        for layer in row.pending {
+            let l = layer_status(&step.status, layer);
+            assert_eq!(l.phase, LayerPhase::Pending, "{}: layer {layer}", row.case);
+            assert_eq!(l.started_at, None, "{}: layer {layer}", row.case);
+        }
+        assert_eq!(
+            reasons(&step),
+            [EventReason::LayerFailed],
+            "{}: one event, no LayerStarted",
+            row.case
+        );
+    }
+}
+
 #[test]
 fn a_hook_still_running_when_the_operation_times_out_has_failed_and_its_stage_cleans_up() {
     let fx = webhook_certs();
@@ -2227,7 +2343,13 @@ fn a_hook_still_running_when_the_operation_times_out_has_failed_and_its_stage_cl
     );
     let step = fx.step(&status, &running, at(300));
     assert!(!step.finished);
-    let step = install::time_out(&fx.revision(), step, Duration::from_secs(300), &at(300));
+    let step = install::time_out(
+        &fx.revision(),
+        &status,
+        step,
+        Duration::from_secs(300),
+        &at(300),
+    );
     assert!(step.finished);
     assert_eq!(step.status.phase, Some(ReleasePhase::Failed));
     // Helm's order for a failed hook: it (no hook-failed here), then the hooks before it that
@@ -2253,6 +2375,14 @@ fn a_hook_still_running_when_the_operation_times_out_has_failed_and_its_stage_cl
     );
     let (_, reason) = condition(&step.status, "Stalled");
     assert_eq!(reason, "Timeout");
+    let told = step.status.message.clone().unwrap_or_default();
+    assert!(
+        told.starts_with(
+            "timed out after 5m (spec.timeout), still waiting for pre-install hooks: "
+        ) && told.contains("x-admission-create")
+            && !told.contains("not started"),
+        "{told}"
+    );
 }
 
 #[test]

@@ -18,6 +18,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use http::{Request, Response, StatusCode};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::runtime::watcher;
 
@@ -43,6 +44,30 @@ struct Seen {
     ready: Option<(bool, Instant)>,
     /// A `/readyz` request is on its way.
     probing: bool,
+    /// The spans in which the server was away or starting, oldest first, at most
+    /// [`KEPT_OUTAGES`]: what [`Health::outages`] hands to the timeouts.
+    outages: std::collections::VecDeque<(Instant, Instant)>,
+}
+
+/// How many spans of outage a [`Health`] keeps (an operation is bounded by its timeout, and the
+/// spans before it do not count).
+const KEPT_OUTAGES: usize = 64;
+
+impl Seen {
+    /// The server was away or starting from `from` to `to` (which may be ahead).
+    fn outage(&mut self, from: Instant, to: Instant) {
+        if let Some(last) = self.outages.back_mut()
+            && from <= last.1
+        {
+            last.1 = last.1.max(to);
+            last.0 = last.0.min(from);
+            return;
+        }
+        if self.outages.len() == KEPT_OUTAGES {
+            self.outages.pop_front();
+        }
+        self.outages.push_back((from, to));
+    }
 }
 
 /// The health of one API server, shared by every client of it ([`client`]).
@@ -99,11 +124,13 @@ impl Health {
             let mut seen = self.lock();
             if status == StatusCode::SERVICE_UNAVAILABLE && headers.contains_key("retry-after") {
                 seen.unavailable_at = Some(now);
+                seen.outage(now, now + STARTING_FOR);
             }
             match seen.away_since.take() {
                 // A connection dropped now and then (an idle one closed by a proxy) is no outage.
                 Some(since) if since.elapsed() >= AWAY_AT_LEAST => {
                     seen.back_at = Some(now);
+                    seen.outage(since, now + STARTING_FOR);
                     tracing::info!(
                         away_s = since.elapsed().as_secs_f64(),
                         "the API server answers again"
@@ -126,6 +153,35 @@ impl Health {
     /// When the server last answered again after being away.
     pub fn back_at(&self) -> Option<Instant> {
         self.lock().back_at
+    }
+
+    /// The spans in which the server was away or starting ([`Health::starting`]), as
+    /// timestamps: an outage still going on ends now, and a server that answered again counts
+    /// as starting until [`STARTING_FOR`] after. The lifecycle does not count them against
+    /// `spec.timeout` and the readiness timeouts (`crate::rollout::outages`).
+    pub fn outages(&self) -> Vec<(Time, Time)> {
+        let now = Instant::now();
+        let wall = k8s_openapi::jiff::Timestamp::now();
+        let at = |instant: Instant| {
+            let ago =
+                k8s_openapi::jiff::SignedDuration::try_from(now.saturating_duration_since(instant))
+                    .unwrap_or_default();
+            let ahead =
+                k8s_openapi::jiff::SignedDuration::try_from(instant.saturating_duration_since(now))
+                    .unwrap_or_default();
+            Time(
+                wall.checked_sub(ago)
+                    .and_then(|t| t.checked_add(ahead))
+                    .unwrap_or(wall),
+            )
+        };
+        let seen = self.lock();
+        let mut spans: Vec<(Time, Time)> =
+            seen.outages.iter().map(|&(a, b)| (at(a), at(b))).collect();
+        if let Some(since) = seen.away_since.filter(|s| s.elapsed() >= AWAY_AT_LEAST) {
+            spans.push((at(since), at(now)));
+        }
+        spans
     }
 
     /// Changes each time the server answers again after being away.
@@ -185,8 +241,12 @@ impl Health {
         };
         {
             let mut seen = self.lock();
-            seen.ready = Some((ready, Instant::now()));
+            let now = Instant::now();
+            seen.ready = Some((ready, now));
             seen.probing = false;
+            if !ready {
+                seen.outage(now, now + STARTING_FOR);
+            }
         }
         self.looked.send_modify(|n| *n += 1);
     }
@@ -384,6 +444,28 @@ mod tests {
         assert!(health.starting());
         health.lock().ready = Some((true, Instant::now()));
         assert!(!health.starting());
+    }
+
+    #[test]
+    fn an_outage_and_the_start_after_it_are_kept_as_spans() {
+        let health = Health::new();
+        assert!(health.outages().is_empty());
+        health.lock().away_since = Some(Instant::now() - Duration::from_secs(30));
+        let away = health.outages();
+        assert_eq!(away.len(), 1, "an outage going on ends now");
+        let length = away[0].1.0.duration_since(away[0].0.0).as_secs_f64();
+        assert!((29.0..31.0).contains(&length), "{length}");
+        health.answered(StatusCode::OK, &headers(false));
+        let back = health.outages();
+        assert_eq!(back.len(), 1);
+        let length = back[0].1.0.duration_since(back[0].0.0).as_secs_f64();
+        assert!(
+            (39.0..41.0).contains(&length),
+            "away, then starting for {STARTING_FOR:?}: {length}"
+        );
+        // A 503 with Retry-After within that span makes it no longer.
+        health.answered(StatusCode::SERVICE_UNAVAILABLE, &headers(true));
+        assert_eq!(health.outages().len(), 1);
     }
 
     #[test]

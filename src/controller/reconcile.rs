@@ -165,7 +165,10 @@ impl<'a> Reconcile<'a> {
             let ran = k8s_openapi::jiff::SignedDuration::try_from(ran).ok()?;
             now.0.checked_sub(ran).ok().map(Time)
         });
-        let facts = Facts {
+        // The time the API servers it uses did not answer is not counted against its timeouts.
+        let mut outages = ctx.cluster.health().outages();
+        outages.extend(target.cluster.health().outages());
+        let mut facts = Facts {
             operation_since,
             no_cross_namespace_refs: ctx.options.tenancy.no_cross_namespace_refs,
             accounts: ctx.options.tenancy.accounts(),
@@ -173,6 +176,7 @@ impl<'a> Reconcile<'a> {
             expressions: ctx.expressions(&sr).into(),
             ..Facts::new(sr.clone(), lock, now)
         };
+        facts.observed.outages = rollout::outages::Outages::new(outages);
         Reconcile {
             api: Api::namespaced(
                 ctx.client.clone(),

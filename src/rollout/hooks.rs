@@ -41,7 +41,6 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
-use super::status::elapsed;
 use super::{HookLog, Note, Observations, Outcome, Wanted, external_blocker};
 use crate::api::{
     Claim, EventReason, HOOK_RUN_ANNOTATION, Identity, LayerPhase, LayerStatus, Owner, Reason,
@@ -379,7 +378,7 @@ pub fn step(
                 };
                 let verdict = match seen {
                     Some(object) if created_by(object, &stage.run) => {
-                        let waited = elapsed(entry.started_at.as_ref(), now);
+                        let waited = observed.outages.waited(entry.started_at.as_ref(), now);
                         let verdict = judge(hook, object, waited, stage.timeout);
                         if let (Verdict::InProgress(_), Some(waited)) = (&verdict, waited) {
                             let rules = Rules::from_object(&hook.object).unwrap_or_default();

@@ -594,7 +594,9 @@ pub fn step(
                 }
             }
             LayerPhase::Waiting => {
-                let waited = elapsed(st.layers[c].started_at.as_ref(), now);
+                let waited = observed
+                    .outages
+                    .waited(st.layers[c].started_at.as_ref(), now);
                 let mut tally = Tally::default();
                 for (i, crd) in plan.crds.iter().enumerate() {
                     let rules = rules_of(&crd.object);
@@ -641,7 +643,9 @@ pub fn step(
                 }
             }
             LayerPhase::Waiting => {
-                let waited = elapsed(st.layers[slot].started_at.as_ref(), now);
+                let waited = observed
+                    .outages
+                    .waited(st.layers[slot].started_at.as_ref(), now);
                 let mut tally = Tally::default();
                 for &r in &layer.resources {
                     let Some(resource) = plan.resources.get(r) else {
@@ -1276,12 +1280,15 @@ pub fn fail_action(
 
 /// The operation ran past `spec.timeout` (`timeout`) without finishing: the step's actions are
 /// dropped, the stages still at work are Failed, and the revision fails with reason `Timeout`,
-/// naming what it still waited for. A hook still running has failed, as Helm's hook timeout
-/// fails it: the delete policies of its stage are carried out (`hook-failed` on it, then
-/// `hook-succeeded` on the hooks before it), at once. A step that finished (Ready or Failed) is
-/// kept as it is.
+/// naming what it still waited for. A layer the step was about to start (`before` is the
+/// status the step came from) was not started: it is Pending again, and the message says so
+/// rather than calling it applied; what it waited for is then the stage that became ready too
+/// late. A hook still running has failed, as Helm's hook timeout fails it: the delete policies
+/// of its stage are carried out (`hook-failed` on it, then `hook-succeeded` on the hooks before
+/// it), at once. A step that finished (Ready or Failed) is kept as it is.
 pub fn time_out(
     revision: &Revision,
+    before: &SequencedReleaseStatus,
     step: InstallStep,
     timeout: Duration,
     now: &Time,
@@ -1289,15 +1296,58 @@ pub fn time_out(
     if step.finished {
         return step;
     }
-    let mut st = step.status;
-    let waiting = st
-        .message
-        .clone()
-        .unwrap_or_else(|| format!("revision {}", st.revision.unwrap_or(0)));
-    let message = format!(
-        "timed out after {} (spec.timeout), still waiting for {waiting}",
+    let mut st = step.status.clone();
+    // What the step was about to start did not start.
+    let mut not_started = Vec::new();
+    for action in &step.actions {
+        if matches!(action, InstallAction::Hook { .. } | InstallAction::Test(_)) {
+            continue;
+        }
+        let slot = slot_of(revision, action);
+        let (Some(layer), Some(was)) = (st.layers.get_mut(slot), before.layers.get(slot)) else {
+            continue;
+        };
+        if matches!(was.phase, LayerPhase::Pending) && !not_started.contains(&slot) {
+            *layer = was.clone();
+            not_started.push(slot);
+        }
+    }
+    // What waits on a stage that did not start says what it said before.
+    for (layer, was) in st.layers.iter_mut().zip(&before.layers) {
+        if layer.phase == LayerPhase::Pending && was.name == layer.name {
+            layer.message.clone_from(&was.message);
+        }
+    }
+    let waiting = waited_for(before, &st, &not_started);
+    let started = not_started
+        .iter()
+        .filter_map(|&slot| st.layers.get(slot))
+        .map(|l| {
+            if is_hook_stage(l) {
+                format!("{} hooks", l.name.trim_matches(|c| c == '(' || c == ')'))
+            } else {
+                format!("layer {}", layer_label(l))
+            }
+        })
+        .collect::<Vec<_>>();
+    let after = format!(
+        "timed out after {} (spec.timeout)",
         readiness::format_duration(timeout)
     );
+    let not = match started.len() {
+        0 => String::new(),
+        1 => format!("{} was not started", started[0]),
+        _ => format!("{} were not started", started.join(", ")),
+    };
+    let message = match (waiting, not.is_empty()) {
+        (Some(waiting), true) => format!("{after}, still waiting for {waiting}"),
+        (Some(waiting), false) => format!("{after}, still waiting for {waiting}; {not}"),
+        (None, false) => format!("{after}: {not}"),
+        (None, true) => format!(
+            "{after}, still waiting for revision {}",
+            st.revision.unwrap_or(0)
+        ),
+    };
     let mut actions = Vec::new();
     let (pre, post) = stages(revision);
     let s = slots(revision);
@@ -1372,6 +1422,61 @@ pub fn cut_short(revision: &Revision, step: &InstallStep, done: usize) -> Sequen
 /// The layers of the step's actions from `from` on were not reached: back to Pending. A hook
 /// stage keeps the hooks it has done: its running hook is created (or its earlier object
 /// deleted) again.
+/// What a timed-out step really waited for: the stages still at work (with what each waits
+/// on), else those the step came from that became ready only now, else a stage that cannot
+/// start and says why (an external dependency). `skip`: the slots of stages that were not
+/// started.
+fn waited_for(
+    before: &SequencedReleaseStatus,
+    st: &SequencedReleaseStatus,
+    skip: &[usize],
+) -> Option<String> {
+    let at_work = |l: &LayerStatus| {
+        matches!(
+            l.phase,
+            LayerPhase::Applying
+                | LayerPhase::Waiting
+                | LayerPhase::Deleting
+                | LayerPhase::CleaningUp
+        )
+    };
+    let told = |l: &LayerStatus, what: Option<&str>| {
+        let name = if is_hook_stage(l) {
+            format!("{} hooks", l.name.trim_matches(|c| c == '(' || c == ')'))
+        } else {
+            format!("layer {}", layer_label(l))
+        };
+        match what {
+            Some(what) => format!("{name}: {what}"),
+            None => name,
+        }
+    };
+    let working: Vec<String> = st
+        .layers
+        .iter()
+        .enumerate()
+        .filter(|(i, l)| !skip.contains(i) && at_work(l))
+        .map(|(_, l)| told(l, Some(l.message.as_deref().unwrap_or("not ready yet"))))
+        .collect();
+    if !working.is_empty() {
+        return Some(working.join("; "));
+    }
+    let late: Vec<String> = before
+        .layers
+        .iter()
+        .zip(&st.layers)
+        .filter(|(was, now)| at_work(was) && now.phase == LayerPhase::Ready)
+        .map(|(was, _)| format!("{}, ready only after the timeout", told(was, None)))
+        .collect();
+    if !late.is_empty() {
+        return Some(late.join("; "));
+    }
+    st.layers
+        .iter()
+        .find(|l| l.phase == LayerPhase::Pending && l.message.is_some())
+        .map(|l| told(l, l.message.as_deref()))
+}
+
 fn unreached(
     revision: &Revision,
     step: &InstallStep,

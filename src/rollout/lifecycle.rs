@@ -329,7 +329,11 @@ pub enum Next {
 pub fn next(facts: &Facts) -> Next {
     let mut next = choose(facts);
     let waiting = matches!(next, Next::WaitForDependencies { .. });
+    let operation = matches!(next, Next::Install(_) | Next::Uninstall(_));
     if let Some(status) = status_of(&mut next) {
+        if operation {
+            tell_outages(facts, status);
+        }
         // This reconcile goes through: what a failed one set in the conditions goes.
         super::status::clear_reconcile_failure(status, &facts.now);
         // What the release waited for is told only while it waits.
@@ -909,7 +913,7 @@ fn step_revision(facts: &Facts, number: i64, source: &Source, settings: &Setting
         Outcome::Need(wanted) => Next::Need(Need::Observe(wanted)),
         Outcome::Decided(step) => {
             let mut step = match timed_out(facts, settings) {
-                Some(limit) => install::time_out(&revision, step, limit, now),
+                Some(limit) => install::time_out(&revision, status, step, limit, now),
                 None => step,
             };
             step.records =
@@ -1116,8 +1120,25 @@ fn timed_out(facts: &Facts, settings: &Settings) -> Option<Duration> {
         return None;
     }
     let since = facts.operation_since.as_ref()?;
-    let ran = super::status::elapsed(Some(since), &facts.now)?;
+    // The time the API server did not answer is not counted (`super::outages`).
+    let ran = facts.observed.outages.waited(Some(since), &facts.now)?;
     (holds_lock(facts.status.phase) && ran >= settings.timeout).then_some(settings.timeout)
+}
+
+/// An operation that was paused while the API server did not answer says for how long, in
+/// its message and in the conditions that carry the message.
+fn tell_outages(facts: &Facts, status: &mut SequencedReleaseStatus) {
+    let note = super::outages::told(&facts.observed.outages, facts.operation_since.as_ref());
+    let Some(message) = status.message.clone().filter(|_| !note.is_empty()) else {
+        return;
+    };
+    let told = format!("{message}{note}");
+    for condition in &mut status.conditions {
+        if condition.message == message {
+            condition.message.clone_from(&told);
+        }
+    }
+    status.message = Some(told);
 }
 
 /// A rollback asked for with `sequenced rollback`: to the revision it names, or to the Ready

@@ -25,6 +25,7 @@ pub mod hooks;
 pub mod ignore;
 pub mod install;
 pub mod lifecycle;
+pub mod outages;
 pub mod recovery;
 pub mod status;
 pub mod uninstall;
@@ -397,6 +398,9 @@ pub struct Observations {
     pub hook_logs: HashMap<usize, Option<HookLog>>,
     /// Objects to delete, or waited on until they are gone: whose they say they are.
     pub present: HashMap<ObjectKey, Option<Claim>>,
+    /// When the API servers the release uses did not answer or were starting: not counted
+    /// against `spec.timeout` and the readiness timeouts.
+    pub outages: outages::Outages,
 }
 
 /// The last lines of a hook's pod's log.
@@ -505,6 +509,9 @@ impl Observations {
         self.hook_external.extend(more.hook_external);
         self.hook_logs.extend(more.hook_logs);
         self.present.extend(more.present);
+        if !more.outages.is_empty() {
+            self.outages = more.outages;
+        }
     }
 
     /// What of `wanted` has not been looked at yet.
