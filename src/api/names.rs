@@ -39,6 +39,19 @@ pub fn shard_of(uid: &str, shards: u32) -> u32 {
 
 /// The annotation naming the SequencedRelease (`namespace/name`) an object belongs to.
 pub const OWNER_ANNOTATION: &str = "sequenced.dev/owner";
+/// The annotation on a release record naming the driver of sequenced that wrote it, when it is
+/// not the operator: [`DRIVER_CLI`] for the command line (`sequenced upgrade`). Records without
+/// it were written by the operator (or by Helm, when they have no [`OWNER_ANNOTATION`] either).
+pub const DRIVER_ANNOTATION: &str = "sequenced.dev/driver";
+/// The value of [`DRIVER_ANNOTATION`] on the records the command line writes.
+pub const DRIVER_CLI: &str = "cli";
+
+/// The label selector of Helm's records of release `name` (Secrets, or ConfigMaps of Helm's
+/// ConfigMap driver): as Helm's storage drivers label them.
+pub fn helm_records_selector(name: &str) -> String {
+    format!("owner=helm,name={name}")
+}
+
 /// Helm's ownership annotations, on every applied object.
 pub const RELEASE_NAME_ANNOTATION: &str = "meta.helm.sh/release-name";
 pub const RELEASE_NAMESPACE_ANNOTATION: &str = "meta.helm.sh/release-namespace";
