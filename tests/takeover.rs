@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use sequenced::api::{DRIVER_ANNOTATION, DRIVER_CLI, OWNER_ANNOTATION, Reason};
+use sequenced::api::{DRIVER_ANNOTATION, DRIVER_CLI, DRIVER_HELM, OWNER_ANNOTATION, Reason};
 use sequenced::history::{HelmStatus, RecordSummary};
 use sequenced::rollout::takeover::{
     Continuation, DEFAULT_PENDING_BOUND, Origin, Pending, Question, Seen, Standing, decide,
@@ -303,6 +303,44 @@ fn only_records_after_our_newest_count() {
     let c = continued(ask(&records, true));
     assert_eq!((c.last, c.base, c.upgrade), (2, Some(2), true));
     assert_eq!(c.revisions, revisions(&[1, 2]));
+}
+
+#[test]
+fn records_of_helms_we_took_over_before_our_first_revision_are_still_helms() {
+    // A takeover cut short (the controller killed after marking the pending record failed and
+    // taking Helm's records, before its own revision): decided again the same way.
+    let taken = |revision: i64, status: &str| {
+        let mut seen = record(revision, status, Some(ME), 60);
+        let labels = BTreeMap::from([
+            ("status".to_string(), status.to_string()),
+            ("version".to_string(), revision.to_string()),
+        ]);
+        let annotations = BTreeMap::from([
+            (OWNER_ANNOTATION.to_string(), ME.to_string()),
+            (DRIVER_ANNOTATION.to_string(), DRIVER_HELM.to_string()),
+        ]);
+        seen.summary = RecordSummary::of(&seen.summary.name, &labels, &annotations, "7").unwrap();
+        seen
+    };
+    let c = continued(ask(&[taken(1, "deployed"), taken(2, "failed")], true));
+    assert_eq!(
+        (c.origin, c.last, c.base, c.upgrade),
+        (Origin::Helm, 2, Some(1), true)
+    );
+    // Once our own revision is written, they are the history we went on from.
+    assert_eq!(
+        ask(
+            &[
+                taken(1, "superseded"),
+                taken(2, "failed"),
+                ours(3, "deployed")
+            ],
+            false
+        ),
+        Standing::Ours {
+            revisions: revisions(&[1, 2, 3])
+        }
+    );
 }
 
 #[test]

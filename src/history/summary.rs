@@ -13,16 +13,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use super::HelmStatus;
-use crate::api::{DRIVER_ANNOTATION, DRIVER_CLI, OWNER_ANNOTATION};
+use crate::api::{DRIVER_ANNOTATION, DRIVER_CLI, DRIVER_HELM, OWNER_ANNOTATION};
 
-/// Who wrote a release record.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Who wrote a release record's content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Writer {
-    /// sequenced, for the release identity `owner` (`namespace/name`: the operator writes its
-    /// SequencedRelease's, the command line `namespace/<release name>`); `cli` when the command
-    /// line wrote it ([`DRIVER_ANNOTATION`]).
-    Sequenced { owner: String, cli: bool },
-    /// Helm (3 or 4: the same format), or anything else without sequenced's owner annotation.
+    /// The operator, for a SequencedRelease.
+    Operator,
+    /// The command line (`sequenced upgrade`), [`DRIVER_CLI`].
+    Cli,
+    /// Helm (3 or 4: the same format): a record without sequenced's owner annotation, or one
+    /// sequenced took over ([`DRIVER_HELM`]).
     Helm,
 }
 
@@ -34,6 +35,10 @@ pub struct RecordSummary {
     pub revision: i64,
     pub status: HelmStatus,
     pub writer: Writer,
+    /// The release identity (`namespace/name`) that holds the record: its
+    /// [`OWNER_ANNOTATION`]. The operator writes its SequencedRelease's, the command line
+    /// `namespace/<release name>`; None for a record of Helm's nobody took over.
+    pub owner: Option<String>,
     /// The Secret's resourceVersion: a record rewritten (its status changed) has a new one.
     pub resource_version: String,
 }
@@ -52,12 +57,14 @@ impl RecordSummary {
             .get("version")
             .and_then(|v| v.parse::<i64>().ok())
             .or_else(|| name.rsplit_once(".v")?.1.parse::<i64>().ok())?;
-        let writer = match annotations.get(OWNER_ANNOTATION) {
-            Some(owner) => Writer::Sequenced {
-                owner: owner.clone(),
-                cli: annotations.get(DRIVER_ANNOTATION).map(String::as_str) == Some(DRIVER_CLI),
-            },
-            None => Writer::Helm,
+        let owner = annotations.get(OWNER_ANNOTATION).cloned();
+        let writer = match (
+            &owner,
+            annotations.get(DRIVER_ANNOTATION).map(String::as_str),
+        ) {
+            (None, _) | (Some(_), Some(DRIVER_HELM)) => Writer::Helm,
+            (Some(_), Some(DRIVER_CLI)) => Writer::Cli,
+            (Some(_), _) => Writer::Operator,
         };
         Some(RecordSummary {
             name: name.to_string(),
@@ -66,13 +73,14 @@ impl RecordSummary {
                 .get("status")
                 .map_or(HelmStatus::Unknown, |s| HelmStatus::parse(s)),
             writer,
+            owner,
             resource_version: resource_version.to_string(),
         })
     }
 
-    /// Whether `owner` (`namespace/name`) wrote it.
+    /// Whether `owner` (`namespace/name`) wrote it (not merely took it over from Helm).
     pub fn written_by(&self, owner: &str) -> bool {
-        matches!(&self.writer, Writer::Sequenced { owner: o, .. } if o == owner)
+        self.writer != Writer::Helm && self.owner.as_deref() == Some(owner)
     }
 }
 
@@ -130,7 +138,7 @@ mod tests {
         .unwrap();
         assert_eq!(helm.revision, 3);
         assert_eq!(helm.status, HelmStatus::PendingUpgrade);
-        assert_eq!(helm.writer, Writer::Helm);
+        assert_eq!((helm.writer, helm.owner.as_deref()), (Writer::Helm, None));
         let cli = RecordSummary::of(
             "sh.helm.release.v1.shop.v4",
             &map(&[("status", "deployed")]),
@@ -144,13 +152,21 @@ mod tests {
         // Without a version label, the name's suffix numbers it.
         assert_eq!(cli.revision, 4);
         assert!(cli.written_by("apps/shop"));
-        assert_eq!(
-            cli.writer,
-            Writer::Sequenced {
-                owner: "apps/shop".into(),
-                cli: true
-            }
-        );
+        assert_eq!(cli.writer, Writer::Cli);
+        // Taken over from Helm: held by a release, written by Helm.
+        let taken = RecordSummary::of(
+            "sh.helm.release.v1.shop.v2",
+            &map(&[("version", "2"), ("status", "superseded")]),
+            &map(&[
+                (OWNER_ANNOTATION, "apps/shop"),
+                (DRIVER_ANNOTATION, DRIVER_HELM),
+            ]),
+            "9",
+        )
+        .unwrap();
+        assert_eq!(taken.writer, Writer::Helm);
+        assert_eq!(taken.owner.as_deref(), Some("apps/shop"));
+        assert!(!taken.written_by("apps/shop"));
         assert!(RecordSummary::of("garbage", &BTreeMap::new(), &BTreeMap::new(), "1").is_none());
         let odd = RecordSummary::of("x.v1", &map(&[("status", "gone")]), &BTreeMap::new(), "");
         assert_eq!(odd.unwrap().status, HelmStatus::Unknown);

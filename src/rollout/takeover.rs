@@ -6,7 +6,9 @@
 //!
 //! The rules (the book's "Moving from Helm" tells them to users):
 //! - Only the records after sequenced's own newest one count: older ones, whoever wrote them,
-//!   are the history it went on from.
+//!   are the history it went on from. A record of Helm's that sequenced took over (marked
+//!   `failed`, or given sequenced's part before the first revision of its own) is still Helm's
+//!   here, so that a takeover cut short is decided the same way again.
 //! - A record of another live sequenced identity (another SequencedRelease, or a release of the
 //!   command line) is that identity's: refused, `OwnershipConflict`.
 //! - Records Helm wrote (Helm 3's and Helm 4's are one format), or that a SequencedRelease wrote
@@ -204,16 +206,19 @@ pub fn decide(q: &Question) -> Standing {
         return Standing::Ours { revisions: all };
     };
     // Another identity of sequenced, alive: its name.
-    if let Some(other) = later.iter().find_map(|r| match &r.summary.writer {
-        Writer::Sequenced { owner, cli: true } => Some(format!(
-            "the command line's release {owner} (sequenced upgrade) has its records (Secret {})",
-            r.summary.name
-        )),
-        Writer::Sequenced { owner, cli: false } if !r.owner_gone => Some(format!(
-            "SequencedRelease {owner} has its records (Secret {})",
-            r.summary.name
-        )),
-        _ => None,
+    if let Some(other) = later.iter().find_map(|r| {
+        let owner = r.summary.owner.as_deref().filter(|o| *o != q.me)?;
+        match r.summary.writer {
+            Writer::Cli => Some(format!(
+                "the command line's release {owner} (sequenced upgrade) has its records (Secret {})",
+                r.summary.name
+            )),
+            _ if !r.owner_gone => Some(format!(
+                "SequencedRelease {owner} has its records (Secret {})",
+                r.summary.name
+            )),
+            _ => None,
+        }
     }) {
         return Standing::Refuse {
             reason: Reason::OwnershipConflict,
@@ -222,12 +227,13 @@ pub fn decide(q: &Question) -> Standing {
             ),
         };
     }
+    // Helm's history (records of Helm's, taken over by us or not), or a gone release's.
     let origin = later
         .iter()
         .rev()
-        .find_map(|r| match &r.summary.writer {
-            Writer::Sequenced { owner, .. } => Some(Origin::Orphan(owner.clone())),
-            Writer::Helm => None,
+        .find_map(|r| {
+            let owner = r.summary.owner.as_deref().filter(|o| *o != q.me)?;
+            Some(Origin::Orphan(owner.to_string()))
         })
         .unwrap_or(Origin::Helm);
     let last = newest.summary.revision;
