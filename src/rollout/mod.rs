@@ -27,6 +27,7 @@ pub mod install;
 pub mod lifecycle;
 pub mod recovery;
 pub mod status;
+pub mod takeover;
 pub mod uninstall;
 
 use std::borrow::Cow;
