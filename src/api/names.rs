@@ -39,6 +39,23 @@ pub fn shard_of(uid: &str, shards: u32) -> u32 {
 
 /// The annotation naming the SequencedRelease (`namespace/name`) an object belongs to.
 pub const OWNER_ANNOTATION: &str = "sequenced.dev/owner";
+/// The annotation on a release record naming who wrote it, when it is not the operator:
+/// [`DRIVER_CLI`] for the command line (`sequenced upgrade`), [`DRIVER_HELM`] for a record Helm
+/// wrote that sequenced took over (its [`OWNER_ANNOTATION`] names the release that took it).
+/// Records with an owner annotation and without this were written by the operator; records
+/// without either, by Helm.
+pub const DRIVER_ANNOTATION: &str = "sequenced.dev/driver";
+/// The value of [`DRIVER_ANNOTATION`] on the records the command line writes.
+pub const DRIVER_CLI: &str = "cli";
+/// The value of [`DRIVER_ANNOTATION`] on a record Helm wrote that sequenced took over.
+pub const DRIVER_HELM: &str = "helm";
+
+/// The label selector of Helm's records of release `name` (Secrets, or ConfigMaps of Helm's
+/// ConfigMap driver): as Helm's storage drivers label them.
+pub fn helm_records_selector(name: &str) -> String {
+    format!("owner=helm,name={name}")
+}
+
 /// Helm's ownership annotations, on every applied object.
 pub const RELEASE_NAME_ANNOTATION: &str = "meta.helm.sh/release-name";
 pub const RELEASE_NAMESPACE_ANNOTATION: &str = "meta.helm.sh/release-namespace";

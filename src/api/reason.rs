@@ -105,6 +105,15 @@ pub enum Reason {
     /// The remote cluster of `spec.kubeConfig` does not answer (or answers only errors of its
     /// own): the release waits for it, and goes on by itself when it answers again.
     RemoteClusterUnreachable,
+    /// The release name's last Helm record is `pending-install`, `pending-upgrade` or
+    /// `pending-rollback` (or `uninstalling`): a helm process may still be running it. The
+    /// release waits until the record has stayed unchanged for the bound (`--take-pending-after`,
+    /// 6m), then marks it failed and goes on; the message says when.
+    HelmOperationPending,
+    /// The release name is a Helm release kept by another storage driver of Helm (ConfigMaps);
+    /// sequenced reads and writes Helm's records as Secrets only. Not retried until the spec
+    /// changes.
+    HelmStorageUnsupported,
 }
 
 impl Reason {
@@ -146,6 +155,8 @@ impl Reason {
             Reason::PostRenderFailed => "PostRenderFailed",
             Reason::InvalidKubeConfig => "InvalidKubeConfig",
             Reason::RemoteClusterUnreachable => "RemoteClusterUnreachable",
+            Reason::HelmOperationPending => "HelmOperationPending",
+            Reason::HelmStorageUnsupported => "HelmStorageUnsupported",
         }
     }
 }
@@ -157,7 +168,7 @@ impl Reason {
     }
 
     /// Every reason.
-    pub const ALL: [Reason; 36] = [
+    pub const ALL: [Reason; 38] = [
         Reason::Progressing,
         Reason::Succeeded,
         Reason::DependencyNotReady,
@@ -194,6 +205,8 @@ impl Reason {
         Reason::PostRenderFailed,
         Reason::InvalidKubeConfig,
         Reason::RemoteClusterUnreachable,
+        Reason::HelmOperationPending,
+        Reason::HelmStorageUnsupported,
     ];
 }
 

@@ -9,6 +9,8 @@
 //! - [`reconcile`]: one reconcile: gather the facts the lifecycle asks for, then execute its
 //!   step (`reconcile/execute.rs`) and write the status it is handed, under the release's lock
 //!   (`reconcile/writes.rs`, also where a failed reconcile is told);
+//! - [`home`]: where the status, the finalizer and the notes of a release go (the
+//!   SequencedRelease object and its Events, for the operator);
 //! - [`source`]: the spec's inputs (chart source, `valuesFrom`), resolved, and their digest;
 //! - [`dependencies`]: what `dependsOn` names (releases, any object), read and watched;
 //! - [`plans`]: the plan cache, rendering through the chart pipeline;
@@ -22,6 +24,7 @@
 mod context;
 mod dependencies;
 mod events;
+mod home;
 mod inputs;
 mod leftovers;
 mod objects;

@@ -14,6 +14,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 
 use super::context::Context;
+use super::home::Home;
 use super::objects::Objects;
 use super::remotes::Remote;
 use super::source::Prepared;
@@ -34,8 +35,12 @@ const MAX_MESSAGE: usize = 8 * 1024;
 /// the controller cannot give, which is a bug, reported instead of spinning.
 const MAX_GATHERS: usize = 32;
 
-/// Reconciles `sr` once.
-pub(super) async fn reconcile(sr: Arc<SequencedRelease>, ctx: &Context) -> Result<Action, Stop> {
+/// Reconciles `sr` once; its status, finalizer and notes go to `home`.
+pub(super) async fn reconcile(
+    sr: Arc<SequencedRelease>,
+    ctx: &Context,
+    home: &dyn Home,
+) -> Result<Action, Stop> {
     if ctx.stopping() {
         return Ok(Action::await_change());
     }
@@ -59,7 +64,7 @@ pub(super) async fn reconcile(sr: Arc<SequencedRelease>, ctx: &Context) -> Resul
             Err(error) => (Target::local(ctx, local), Some(error)),
         };
     let names = target.remote_names(&sr);
-    let mut reconcile = Reconcile::new(sr, ctx, target);
+    let mut reconcile = Reconcile::new(sr, ctx, home, target);
     let result = match failed {
         // The account may not read the kubeconfig Secret (multi-tenant mode): as for valuesFrom,
         // a person must grant it.
@@ -126,8 +131,9 @@ mod writes;
 /// One reconcile of one release.
 struct Reconcile<'a> {
     ctx: &'a Context,
+    /// Where the release's status, finalizer and notes go.
+    home: &'a dyn Home,
     key: ObjectRef<SequencedRelease>,
-    api: Api<SequencedRelease>,
     me: Identity,
     settings: Settings,
     /// `spec.driftDetection.ignore`, read.
@@ -149,7 +155,12 @@ struct Reconcile<'a> {
 }
 
 impl<'a> Reconcile<'a> {
-    fn new(sr: Arc<SequencedRelease>, ctx: &'a Context, target: Target) -> Reconcile<'a> {
+    fn new(
+        sr: Arc<SequencedRelease>,
+        ctx: &'a Context,
+        home: &'a dyn Home,
+        target: Target,
+    ) -> Reconcile<'a> {
         let key = ObjectRef::from_obj(&*sr);
         let lock = if ctx.locks.holds(&key) {
             LockView::Ours
@@ -178,10 +189,7 @@ impl<'a> Reconcile<'a> {
         };
         facts.observed.outages = rollout::outages::Outages::new(outages);
         Reconcile {
-            api: Api::namespaced(
-                ctx.client.clone(),
-                sr.namespace().as_deref().unwrap_or("default"),
-            ),
+            home,
             me: Identity::of(&sr),
             settings: Settings::of(&sr.spec),
             // Rules that cannot be read stall the release before anything is compared.

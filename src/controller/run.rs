@@ -17,7 +17,7 @@ use kube::runtime::watcher::{self, watcher};
 use super::context::Context;
 use super::events::Events;
 use super::watches::Watches;
-use super::{Error, Halt, Options, Stop, kube_error, outage, reconcile, stats};
+use super::{Error, Halt, Options, Stop, home, kube_error, outage, reconcile, stats};
 use crate::api::{ReleasePhase, SequencedRelease};
 use crate::cluster::{Health, health, reconnecting};
 use crate::lock::{Locks, Shards};
@@ -535,7 +535,11 @@ async fn reconcile_one(sr: Arc<SequencedRelease>, ctx: Arc<Context>) -> Result<A
     let mut cpu = Duration::ZERO;
     let mut restarts = 0;
     let stop = loop {
-        let timed = stats::CpuTimed::new(reconcile::reconcile(Arc::clone(&current), &ctx));
+        let timed = stats::CpuTimed::new(reconcile::reconcile(
+            Arc::clone(&current),
+            &ctx,
+            &home::Object,
+        ));
         let (result, spent) = tracing::Instrument::instrument(timed, span.clone()).await;
         cpu += spent;
         match result {

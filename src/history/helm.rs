@@ -42,6 +42,33 @@ pub enum HelmStatus {
 }
 
 impl HelmStatus {
+    /// Reads Helm's spelling (the `status` label, `info.status`); anything else is `Unknown`.
+    pub fn parse(text: &str) -> HelmStatus {
+        [
+            HelmStatus::Deployed,
+            HelmStatus::Uninstalled,
+            HelmStatus::Superseded,
+            HelmStatus::Failed,
+            HelmStatus::Uninstalling,
+            HelmStatus::PendingInstall,
+            HelmStatus::PendingUpgrade,
+            HelmStatus::PendingRollback,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+        .unwrap_or(HelmStatus::Unknown)
+    }
+
+    /// Whether an operation was under way when the record was last written (`pending-*`):
+    /// every later `helm` refuses "another operation (install/upgrade/rollback) is in
+    /// progress" while it is the last record.
+    pub fn is_pending(self) -> bool {
+        matches!(
+            self,
+            HelmStatus::PendingInstall | HelmStatus::PendingUpgrade | HelmStatus::PendingRollback
+        )
+    }
+
     /// As in the `status` label and `helm list`.
     pub fn as_str(self) -> &'static str {
         match self {

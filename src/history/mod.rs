@@ -10,6 +10,7 @@
 //! Encoding and decoding are pure; the Secrets are read and written by the controller.
 
 pub mod helm;
+pub mod summary;
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -22,6 +23,7 @@ use crate::api::{CrdPolicy, InventoryEntry, ObjectKey, TestPhase, TestStatus};
 use crate::plan::{ExternalDependency, Hook, Plan};
 
 pub use helm::HelmStatus;
+pub use summary::{RecordSummary, Sightings, Writer};
 
 /// Records larger than this, decompressed, are refused (a Secret holds at most 1 MiB compressed).
 const MAX_DECODED: u64 = 64 * 1024 * 1024;

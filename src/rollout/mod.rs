@@ -28,6 +28,7 @@ pub mod lifecycle;
 pub mod outages;
 pub mod recovery;
 pub mod status;
+pub mod takeover;
 pub mod uninstall;
 
 use std::borrow::Cow;

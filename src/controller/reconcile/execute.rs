@@ -5,15 +5,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use serde_json::json;
 
 use super::{Reconcile, action};
 use crate::api::{FINALIZER, LayerPhase, ReleasePhase, SequencedReleaseStatus};
+use crate::controller::home::Written;
 use crate::controller::objects::Failed;
 use crate::controller::records::Put;
-use crate::controller::{Error, Halt, Stop, kube_error};
+use crate::controller::{Error, Halt, Stop};
 use crate::rollout::install::{self, InstallAction, InstallStep};
 use crate::rollout::lifecycle::Begin;
 use crate::rollout::uninstall::{self, UninstallStep};
@@ -284,29 +283,18 @@ impl Reconcile<'_> {
     }
 
     pub(super) async fn patch_finalizers(&self, finalizers: Vec<String>) -> Result<(), Error> {
-        let patch = json!({
-            "metadata": {
-                "finalizers": finalizers,
-                "resourceVersion": self.sr().resource_version(),
-            }
-        });
-        let name = self.key.name.as_str();
         match self
-            .api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
+            .home
+            .set_finalizers(self.ctx, self.sr(), finalizers)
+            .await?
         {
-            Ok(written) => {
+            Written::Written(written) => {
                 self.ctx
-                    .wrote(self.sr().metadata.resource_version.as_deref(), written);
+                    .wrote(self.sr().metadata.resource_version.as_deref(), *written);
                 Ok(())
             }
             // Changed meanwhile: the newer object comes with its own event.
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(kube_error(format!(
-                "updating the finalizers of {}",
-                self.me.owner
-            ))(e)),
+            Written::Conflict => Ok(()),
         }
     }
 }

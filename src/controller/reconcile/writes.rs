@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use kube::api::PostParams;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
 
 use super::{FORBIDDEN_RETRY, MAX_MESSAGE, Reconcile};
 use crate::api::{EventReason, Reason, ReleasePhase, SequencedReleaseStatus};
 use crate::cluster::ClusterError;
-use crate::controller::{Error, Halt, Stop, kube_error};
+use crate::controller::home::Written;
+use crate::controller::{Error, Halt, Stop};
 use crate::lock::Acquired;
 use crate::rollout::{self, Note};
 
@@ -192,28 +192,19 @@ impl Reconcile<'_> {
         status: &SequencedReleaseStatus,
     ) -> Result<(), Error> {
         let mut object = self.sr().clone();
-        object.metadata.managed_fields = None;
         object.status = Some(status.clone());
-        match self
-            .api
-            .replace_status(&self.key.name, &PostParams::default(), &object)
-            .await
-        {
-            Ok(written) => {
+        match self.home.replace_status(self.ctx, &object).await? {
+            Written::Written(written) => {
                 self.ctx.wrote(
                     self.sr().metadata.resource_version.as_deref(),
-                    written.clone(),
+                    (*written).clone(),
                 );
                 self.facts.status = written.status.clone().unwrap_or_default();
-                self.facts.release = Arc::new(written);
+                self.facts.release = Arc::new(*written);
                 Ok(())
             }
             // Someone changed the object since it was read; its newer version wakes us again.
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(kube_error(format!(
-                "writing the status of {}",
-                self.me.owner
-            ))(e)),
+            Written::Conflict => Ok(()),
         }
     }
 
@@ -273,11 +264,7 @@ impl Reconcile<'_> {
     /// After taking the lock: the release as the API server has it now, so that the operation
     /// goes on from where the previous holder left it.
     pub(super) async fn read_fresh(&self) -> Result<(), Stop> {
-        let fresh = self
-            .api
-            .get(&self.key.name)
-            .await
-            .map_err(kube_error(format!("reading {}", self.me.owner)))?;
+        let fresh = self.home.read(self.ctx, self.sr()).await?;
         if fresh.resource_version() == self.sr().resource_version() {
             Ok(())
         } else {
@@ -310,22 +297,11 @@ impl Reconcile<'_> {
             }
             return;
         }
-        let reference = self.sr().object_ref(&());
         for note in notes {
             if note.reason == EventReason::DriftCorrected {
                 self.ctx.options.metrics.drift_corrections.inc();
             }
-            let published = self
-                .ctx
-                .events
-                .publish(
-                    &reference,
-                    note.warning,
-                    &note.reason.to_string(),
-                    &note.message,
-                )
-                .await;
-            if let Err(e) = published {
+            if let Err(e) = self.home.tell(self.ctx, self.sr(), note).await {
                 tracing::debug!(error = %e, reason = %note.reason, "publishing an event");
             }
         }
