@@ -1084,7 +1084,9 @@ async fn a_chain_of_layers_costs_one_status_write_and_one_event_per_layer() {
         assert_eq!(count("apply", "ConfigMap", None), 20);
         assert_eq!(count("update", "SequencedRelease", Some("status")), 5, "4 layers and Ready");
         assert_eq!(count("create", "Event", None), 5, "4 LayerStarted and ReleaseReady");
-        assert_eq!(count("list", "Secret", None), 0, "a new release's records are not listed");
+        // Its records are listed once, before revision 1: a Helm release of its name may have
+        // records (from any revision on: Helm's --history-max drops the first ones).
+        assert_eq!(count("list", "Secret", None), 1, "a new release's records are listed once");
         let first_apply = ours.iter().position(|r| r.verb == "apply").unwrap();
         let reads: Vec<_> = ours[first_apply..]
             .iter()
