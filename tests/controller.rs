@@ -1011,8 +1011,8 @@ async fn a_release_name_a_helm_release_uses_is_refused_and_a_kept_history_goes_o
             })
             .await;
         let said = message(&sr);
-        assert!(said.contains("release name taken is taken"), "{said}");
-        assert!(said.contains("a Helm release has its records"), "{said}");
+        assert!(said.contains("release name taken in namespace default belongs to a Helm release"), "{said}");
+        assert!(said.contains("sh.helm.release.v1.taken.v1") && said.contains("spec.adopt: true"), "{said}");
         let left = secrets.get("sh.helm.release.v1.taken.v1").await.unwrap();
         assert_eq!(
             left.metadata.resource_version, created.metadata.resource_version,

@@ -561,6 +561,7 @@ impl Records {
             plan: None,
             rollback_to: None,
             went_on_from: None,
+            chart_artifact: None,
             tests: Vec::new(),
             content: Content {
                 chart_metadata: helm.chart.metadata,
