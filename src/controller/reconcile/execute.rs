@@ -36,6 +36,16 @@ impl Reconcile<'_> {
             self.objects().create_namespace().await?;
         }
         self.lock().await?;
+        if let Some(pending) = &begin.take_pending
+            && !self
+                .ctx
+                .records
+                .take_pending(&self.key, &self.me, pending)
+                .await?
+        {
+            // The pending record changed (its helm process finished it after all): decide again.
+            return Err(Halt::Restart(Box::new(self.sr().clone())).into());
+        }
         let put = self
             .ctx
             .records
@@ -288,7 +298,7 @@ impl Reconcile<'_> {
         Ok(Action::await_change())
     }
 
-    pub(super) async fn patch_finalizers(&self, finalizers: Vec<String>) -> Result<(), Error> {
+    pub(super) async fn patch_finalizers(&self, finalizers: Vec<String>) -> Result<(), Stop> {
         match self
             .home
             .set_finalizers(self.ctx, self.sr(), finalizers)
@@ -299,8 +309,8 @@ impl Reconcile<'_> {
                     .wrote(self.sr().metadata.resource_version.as_deref(), *written);
                 Ok(())
             }
-            // Changed meanwhile: the newer object comes with its own event.
-            Written::Conflict => Ok(()),
+            // Changed meanwhile: read again and start again from it, at once.
+            Written::Conflict => Err(self.conflicted().await),
         }
     }
 }
