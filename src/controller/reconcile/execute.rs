@@ -36,6 +36,16 @@ impl Reconcile<'_> {
             self.objects().create_namespace().await?;
         }
         self.lock().await?;
+        if let Some(pending) = &begin.take_pending
+            && !self
+                .ctx
+                .records
+                .take_pending(&self.key, &self.me, pending)
+                .await?
+        {
+            // The pending record changed (its helm process finished it after all): decide again.
+            return Err(Halt::Restart(Box::new(self.sr().clone())).into());
+        }
         let put = self
             .ctx
             .records
@@ -267,6 +277,12 @@ impl Reconcile<'_> {
     pub(super) async fn finish_uninstall(&mut self, records: &[i64]) -> Result<Action, Stop> {
         self.lock().await?;
         self.delete_records(records).await?;
+        if self.sr().spec.kube_config.is_some() {
+            // Its kubeconfig Secret is let go unless another release there needs it.
+            let namespace = self.key.namespace.as_deref().unwrap_or("default");
+            crate::controller::kubeconfigs::settle(self.ctx, namespace, Some(&self.key.name))
+                .await?;
+        }
         self.ctx.forget(&self.key);
         let finalizers: Vec<String> = self
             .sr()
@@ -282,7 +298,7 @@ impl Reconcile<'_> {
         Ok(Action::await_change())
     }
 
-    pub(super) async fn patch_finalizers(&self, finalizers: Vec<String>) -> Result<(), Error> {
+    pub(super) async fn patch_finalizers(&self, finalizers: Vec<String>) -> Result<(), Stop> {
         match self
             .home
             .set_finalizers(self.ctx, self.sr(), finalizers)
@@ -293,8 +309,8 @@ impl Reconcile<'_> {
                     .wrote(self.sr().metadata.resource_version.as_deref(), *written);
                 Ok(())
             }
-            // Changed meanwhile: the newer object comes with its own event.
-            Written::Conflict => Ok(()),
+            // Changed meanwhile: read again and start again from it, at once.
+            Written::Conflict => Err(self.conflicted().await),
         }
     }
 }
