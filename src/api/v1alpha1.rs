@@ -205,10 +205,18 @@ pub struct SequencedReleaseSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crds: Option<CrdPolicy>,
 
-    /// Take over existing objects that no release owns. Objects owned by another release are never
-    /// taken over.
+    /// Take over existing objects that no release owns, and go on from the Helm release of the
+    /// release name (its next revision, as `helm upgrade`; see the book's "Moving from Helm").
+    /// Objects owned by another release are never taken over.
     #[serde(default)]
     pub adopt: bool,
+
+    /// What deleting the SequencedRelease does, with Flux's names: `Delete` (the default)
+    /// uninstalls the chart; `Orphan` leaves its objects and its release records as they are and
+    /// only lets go of them (finalizer and Lease), handing the release back to Helm: `helm
+    /// upgrade` goes on at the next revision and `helm uninstall` removes it all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<DeletionPolicy>,
 
     /// What happens when the release's objects no longer match what it applied (deleted, or a
     /// field it manages changed by someone else): `enabled` re-applies the affected layers in
@@ -428,6 +436,7 @@ fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 #[x_kube(validation = Rule::new("!has(self.version) || has(self.repository) || has(self.oci)").message("chart.version applies only to repository and oci charts"))]
 #[x_kube(validation = Rule::new("!has(self.plainHttp) || has(self.oci)").message("chart.plainHttp applies only to oci charts"))]
 #[x_kube(validation = Rule::new("!has(self.credentialsSecretRef) || has(self.repository) || has(self.oci)").message("chart.credentialsSecretRef applies only to repository and oci charts"))]
+#[x_kube(validation = Rule::new("!has(self.verify) || has(self.repository) || has(self.oci)").message("chart.verify applies only to repository and oci charts"))]
 pub struct ChartSource {
     /// URL of a Helm chart repository that serves index.yaml (http:// or https://).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -487,6 +496,33 @@ pub struct ChartSource {
     /// Talk plain HTTP to the OCI registry (a registry without TLS), like `helm pull --plain-http`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plain_http: Option<bool>,
+
+    /// Verify the chart after it is fetched and before anything reads it, in Flux's shape: a
+    /// chart that does not verify is Stalled `VerificationFailed` and nothing of it is rendered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<ChartVerify>,
+}
+
+/// `spec.chart.verify`: how the chart is verified.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.secretRef)").message("chart.verify.secretRef is needed: the Secret that holds the public keys"))]
+pub struct ChartVerify {
+    /// `helm`: the chart's provenance file (`.prov`, made by `helm package --sign`) checked
+    /// against the keyring in `secretRef`, as `helm pull --verify --keyring` checks it.
+    pub provider: VerifyProvider,
+    /// A Secret in the release's namespace holding the public keys: for `helm`, every key of
+    /// it whose name ends in `.gpg` (binary) or `.asc` (ASCII-armored) is an OpenPGP keyring.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<LocalReference>,
+}
+
+/// Who verifies a chart.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyProvider {
+    /// Helm's provenance file against an OpenPGP keyring.
+    Helm,
 }
 
 /// [`ChartSource::name`]'s pattern: a chart name as Helm allows it, never a path.
@@ -606,6 +642,16 @@ fn default_values_key() -> String {
 pub enum ValuesKind {
     ConfigMap,
     Secret,
+}
+
+/// What deleting a SequencedRelease does to what it deployed (`spec.deletionPolicy`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeletionPolicy {
+    /// Uninstall: hooks, objects, records (as `spec.uninstall` says).
+    #[default]
+    Delete,
+    /// Leave the objects and the records to Helm; delete nothing.
+    Orphan,
 }
 
 /// Whether the chart is applied layer by layer.
@@ -1210,6 +1256,27 @@ pub struct ChartArtifact {
     /// For an OCI chart, the manifest digest the registry served (what `@sha256:` pins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oci_digest: Option<String>,
+    /// What verified it (`spec.chart.verify`); absent when it was not verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<ChartVerified>,
+}
+
+/// What verified a chart.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartVerified {
+    /// `helm` (the provenance file) or `cosign`.
+    pub provider: String,
+    /// The fingerprint of the key whose signature verified (OpenPGP, upper-case hexadecimal),
+    /// or the name of the public key in the Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Who the key names (its first user id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
+    /// For a keyless signature, the certificate's issuer and subject.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 /// One revision of the release.
