@@ -513,3 +513,82 @@ async fn an_account_that_may_write_but_not_watch_is_told_so_before_anything_is_w
     })
     .await;
 }
+
+/// The requests made as the release's account for ClusterRole `name` from request `from` on (the
+/// watch of ClusterRoles its release asked for is counted apart).
+fn asked_for_cluster_role(op: &Operator, name: &str, from: usize) -> Vec<String> {
+    op.server
+        .requests()
+        .iter()
+        .skip(from)
+        .filter(|r| r.user.as_deref() == Some(DEPLOYER) && r.kind.as_deref() == Some("ClusterRole"))
+        .filter(|r| r.name.as_deref() == Some(name))
+        .map(tenants::describe)
+        .collect()
+}
+
+/// Deletes release `app` of `TEAM` and waits, a few seconds at most, until it is gone.
+async fn deleted_within_seconds(op: &Operator) {
+    op.releases(TEAM)
+        .delete("app", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while let Some(sr) = op.releases(TEAM).get_opt("app").await.unwrap() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the release is still there: {:?}",
+            sr.status
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_stalled_forbidden_before_it_applied_anything_is_gone_at_once_when_deleted() {
+    within(async {
+        let op = operator(Tenancy::default()).await;
+        tenant(&op, TEAM).await;
+        // Its only layer holds a ClusterRole the account may neither read nor write.
+        let dir = chart(
+            "app",
+            &[(
+                "templates/role.yaml",
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: escalate\nrules: []\n",
+            )],
+        );
+        deploy_as_deployer(&op, &dir).await;
+        let sr = failed_with(&op, TEAM, "app", "Forbidden").await;
+        assert!(message(&sr).contains("clusterroles"), "{}", message(&sr));
+        let from = op.server.requests().len();
+
+        deleted_within_seconds(&op).await;
+        // Nothing of it was applied: nothing is looked for, least of all as the account that was
+        // refused it.
+        assert_eq!(asked_for_cluster_role(&op, "escalate", from), Vec::<String>::new());
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_stalled_forbidden_after_its_first_layer_uninstalls_that_layer_when_deleted() {
+    within(async {
+        let op = operator(Tenancy::default()).await;
+        tenant(&op, TEAM).await;
+        let role = "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: escalate\n  annotations:\n    helm.sh/layer: more\n    helm.sh/depends-on/layers: config\nrules: []\n";
+        let dir = two_layers("app", role);
+        deploy_as_deployer(&op, &dir).await;
+        failed_with(&op, TEAM, "app", "Forbidden").await;
+        let objects = config_maps(&op, TEAM);
+        assert!(objects.get_opt("settings").await.unwrap().is_some());
+        let from = op.server.requests().len();
+
+        deleted_within_seconds(&op).await;
+        // The layer it applied is uninstalled; the refused one, never applied, is not looked for.
+        assert!(objects.get_opt("settings").await.unwrap().is_none());
+        assert_eq!(asked_for_cluster_role(&op, "escalate", from), Vec::<String>::new());
+        op.stop().await;
+    })
+    .await;
+}

@@ -1618,7 +1618,7 @@ fn uninstall(facts: &Facts) -> Next {
     // objects are looked for by their owner annotation, and the uninstall waits, Stalled, when
     // they cannot all be looked for, rather than leave them behind unsaid.
     let mut missing = None;
-    let (inventory, sequenced, hooks, revision) = match &record {
+    let (mut inventory, sequenced, hooks, revision) = match &record {
         Some(record) => (
             record.uninstall_inventory(),
             record.sequenced,
@@ -1668,7 +1668,14 @@ fn uninstall(facts: &Facts) -> Next {
     if let Err(message) = account_name(&sr.spec, &facts.accounts) {
         return stall_uninstalling(facts, Reason::InvalidSpec, &message, &settings);
     }
-    let hooks = if terminating { &[][..] } else { hooks };
+    // Only what was applied is uninstalled: nothing is looked for (as the account, which may
+    // have been refused it) that no revision applied.
+    let applied = only_applied(&mut inventory, status, revision);
+    let hooks = if terminating || !applied {
+        &[][..]
+    } else {
+        hooks
+    };
     // The missing record is told once, when the uninstall of what was found starts (none of
     // its steps begun in the status yet).
     let begun = status.layers.iter().any(|layer| {
@@ -1701,6 +1708,41 @@ fn uninstall(facts: &Facts) -> Next {
             Next::Uninstall(Box::new(step))
         }
     }
+}
+
+/// Leaves out of `inventory` the objects of the layers no revision applied: a first revision
+/// (no other in the history) whose layer never started (Pending, no start time), as a release
+/// Stalled `Forbidden`, `InvalidSpec` or on its source leaves them. Once the uninstall has begun,
+/// the layers it laid out with no objects are those it left out, and stay so. False when
+/// nothing of the release was applied at all (its uninstall hooks are not run either: it is let
+/// go at once).
+fn only_applied(inventory: &mut Inventory, status: &SequencedReleaseStatus, revision: i64) -> bool {
+    let layer = |chart: &str, name: &str| {
+        status
+            .layers
+            .iter()
+            .find(|l| l.chart == chart && l.name == name)
+    };
+    let left_out = |step: &crate::history::InventoryStep| {
+        let Some(l) = layer(&step.chart, &step.name) else {
+            return false;
+        };
+        if status.phase == Some(ReleasePhase::Uninstalling) {
+            l.resources == 0
+        } else {
+            status.history.iter().all(|h| h.revision == revision)
+                && l.phase == LayerPhase::Pending
+                && l.started_at.is_none()
+        }
+    };
+    let mut any = false;
+    for step in &mut inventory.steps {
+        if left_out(step) {
+            step.objects.clear();
+        }
+        any |= !step.objects.is_empty();
+    }
+    any
 }
 
 /// The chart path the leftovers of a release without a record are told under: its release
