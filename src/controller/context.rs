@@ -135,6 +135,28 @@ impl Context {
         }
     }
 
+    /// The context of a command-line driver (`drive::Driver`): as [`Context::new`],
+    /// with the records saying that the command line wrote them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn for_command_line(
+        client: Client,
+        config: kube::Config,
+        health: Arc<Health>,
+        options: Options,
+        store: Store<SequencedRelease>,
+        watches: Watches,
+        events: Events,
+        locks: Arc<Locks>,
+        shards: Arc<Shards>,
+    ) -> Context {
+        let records = Records::new(client.clone()).with_driver(crate::api::DRIVER_CLI);
+        let mut context = Context::new(
+            client, config, health, options, store, watches, events, locks, shards,
+        );
+        context.records = records;
+        context
+    }
+
     /// The release's CEL, compiled: from the cache when its spec's generation has not
     /// changed since, else compiled now and kept.
     pub fn expressions(&self, sr: &SequencedRelease) -> Arc<Result<rollout::Expressions, String>> {

@@ -23,6 +23,7 @@
 
 mod context;
 mod dependencies;
+pub mod drive;
 mod events;
 mod home;
 mod inputs;
@@ -48,6 +49,8 @@ use crate::cluster::ClusterError;
 use crate::helm::Helm;
 use crate::lock::LockError;
 
+pub(crate) use context::Context;
+pub(crate) use home::{Home, Written};
 pub use objects::as_applied;
 pub use run::{backoff, run};
 

@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 
 use super::{Error, kube_error};
 use crate::api::{
-    FIELD_MANAGER, Identity, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION, RECORD_KEY,
-    SequencedRelease, record_name,
+    DRIVER_ANNOTATION, FIELD_MANAGER, Identity, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION,
+    RECORD_KEY, SequencedRelease, record_name,
 };
 use crate::history::helm::{HELM_RECORD_KEY, HELM_RECORD_TYPE, HelmRelease, helm_record_name};
 use crate::history::{HelmStatus, Record, RecordError};
@@ -44,6 +44,8 @@ pub struct Records {
     assumed: Mutex<HashSet<Release>>,
     /// Releases for which that turned out wrong: their records are listed from now on.
     listed: Mutex<HashSet<Release>>,
+    /// Who writes the records, when it is not the operator ([`crate::api::DRIVER_ANNOTATION`]).
+    driver: Option<&'static str>,
 }
 
 /// What [`Records::put`] did.
@@ -102,7 +104,15 @@ impl Records {
             stored: Mutex::new(HashMap::new()),
             assumed: Mutex::new(HashSet::new()),
             listed: Mutex::new(HashSet::new()),
+            driver: None,
         }
+    }
+
+    /// The records a driver other than the operator writes: each says so in
+    /// [`crate::api::DRIVER_ANNOTATION`] (`cli` for the command line).
+    pub fn with_driver(mut self, driver: &'static str) -> Records {
+        self.driver = Some(driver);
+        self
     }
 
     fn secrets(&self, release: &Release) -> Api<Secret> {
@@ -341,6 +351,11 @@ impl Records {
             labels.insert(k, Value::String(v));
         }
         labels.insert(MANAGED_BY_LABEL.to_string(), Value::from(MANAGED_BY));
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(OWNER_ANNOTATION.to_string(), Value::from(me.owner.clone()));
+        if let Some(driver) = self.driver {
+            annotations.insert(DRIVER_ANNOTATION.to_string(), Value::from(driver));
+        }
         let body = json!({
             "apiVersion": "v1",
             "kind": "Secret",
@@ -348,7 +363,7 @@ impl Records {
                 "name": name,
                 "namespace": namespace(release),
                 "labels": labels,
-                "annotations": { OWNER_ANNOTATION: me.owner },
+                "annotations": annotations,
             },
             "type": HELM_RECORD_TYPE,
             "data": { HELM_RECORD_KEY: ByteString(encoded.into_bytes()) },
