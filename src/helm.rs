@@ -220,6 +220,18 @@ impl Helm {
         self.run_reporting(name, args, timeout, true, env).await
     }
 
+    /// [`Helm::run_with_env`], returning what helm printed on stderr too (`helm pull` of an
+    /// OCI chart says the manifest digest it pulled there).
+    pub async fn run_with_env_and_stderr(
+        &self,
+        name: &str,
+        args: &[OsString],
+        timeout: Duration,
+        env: &[(String, String)],
+    ) -> Result<(String, String), HelmError> {
+        self.run_capturing(name, args, timeout, false, env).await
+    }
+
     async fn run_reporting(
         &self,
         name: &str,
@@ -228,6 +240,19 @@ impl Helm {
         stdout_in_errors: bool,
         env: &[(String, String)],
     ) -> Result<String, HelmError> {
+        self.run_capturing(name, args, timeout, stdout_in_errors, env)
+            .await
+            .map(|(stdout, _)| stdout)
+    }
+
+    async fn run_capturing(
+        &self,
+        name: &str,
+        args: &[OsString],
+        timeout: Duration,
+        stdout_in_errors: bool,
+        env: &[(String, String)],
+    ) -> Result<(String, String), HelmError> {
         let mut command = tokio::process::Command::new(&self.path);
         for (key, value) in env {
             if value.is_empty() {
@@ -333,7 +358,10 @@ impl Helm {
                 stderr: message,
             });
         }
-        Ok(String::from_utf8_lossy(&stdout).into_owned())
+        Ok((
+            String::from_utf8_lossy(&stdout).into_owned(),
+            String::from_utf8_lossy(&stderr).into_owned(),
+        ))
     }
 
     /// What `helm version --short` prints, such as `v4.1.4+g05fa379`.

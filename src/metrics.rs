@@ -63,6 +63,9 @@ pub struct Metrics {
     pub releases: IntGaugeVec,
     /// Leases taken over from a holder that stopped renewing them.
     pub lock_takeovers: IntCounter,
+    /// Writes of a release's status or finalizers answered 409 (read again, the reconcile
+    /// started again from the fresh copy).
+    pub status_conflicts: IntCounter,
     /// Resources that did not become ready in time.
     pub readiness_timeouts: IntCounter,
     /// Drift corrections started (`spec.driftDetection: enabled`).
@@ -147,6 +150,10 @@ impl Metrics {
                 "sequenced_lock_takeovers_total",
                 "Release locks taken over from a holder that stopped renewing them",
             )?,
+            status_conflicts: IntCounter::new(
+                "sequenced_status_conflicts_total",
+                "Writes of a release's status or finalizers answered 409 Conflict: the release was read again and its reconcile started again from it at once",
+            )?,
             readiness_timeouts: IntCounter::new(
                 "sequenced_readiness_timeouts_total",
                 "Resources that did not become ready within their readiness timeout",
@@ -185,6 +192,7 @@ impl Metrics {
         r.register(Box::new(metrics.layer_wait_duration.clone()))?;
         r.register(Box::new(metrics.releases.clone()))?;
         r.register(Box::new(metrics.lock_takeovers.clone()))?;
+        r.register(Box::new(metrics.status_conflicts.clone()))?;
         r.register(Box::new(metrics.readiness_timeouts.clone()))?;
         r.register(Box::new(metrics.drift_corrections.clone()))?;
         r.register(Box::new(metrics.shards_owned.clone()))?;
@@ -380,6 +388,7 @@ mod tests {
             "sequenced_releases{phase=\"Failed\"} 1",
             "sequenced_releases{phase=\"Deploying\"} 0",
             "sequenced_lock_takeovers_total 0",
+            "sequenced_status_conflicts_total 0",
             "sequenced_readiness_timeouts_total 0",
             "sequenced_drift_corrections_total 0",
         ] {

@@ -25,8 +25,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-use crate::api::PostRenderer;
-use crate::api::Reason;
+use crate::api::{ChartArtifact, PostRenderer, Reason};
 use crate::chart::source::{ChartCache, ChartReference, Credentials, SourceError};
 use crate::chart::{ChartError, ChartTree};
 use crate::helm::{Helm, HelmError};
@@ -287,8 +286,11 @@ pub struct Resolved {
     /// The version a repository or registry chart resolved to.
     pub version: Option<String>,
     /// What identifies the chart for the digest: the source and resolved version of a remote
-    /// chart, the content hash of a local or packaged one.
+    /// chart (with the pin, when the spec pins a digest), the content hash of a local or
+    /// packaged one.
     pub identity: String,
+    /// The archive's digests, for a remote or packaged chart.
+    pub artifact: Option<ChartArtifact>,
 }
 
 /// What `helm template` is asked for.
@@ -337,6 +339,8 @@ impl Error {
         match self {
             Error::Values { .. } => Reason::InvalidSpec,
             Error::Source(SourceError::NotAllowed { .. }) => Reason::SourceNotAllowed,
+            Error::Source(SourceError::BadPin { .. }) => Reason::InvalidSpec,
+            Error::Source(SourceError::DigestMismatch { .. }) => Reason::VerificationFailed,
             Error::Render(RenderError::Helm {
                 source: HelmError::TooLarge { .. },
                 ..
@@ -403,7 +407,7 @@ pub async fn resolve(
         }
         ChartSource::Reference(reference) => {
             let fetched = cache.fetch(helm, reference, credentials).await?;
-            let identity = match (reference, &fetched.version) {
+            let mut identity = match (reference, &fetched.version) {
                 (ChartReference::Repository { url, name, .. }, Some(version)) => {
                     format!("repository {url} {name} {version}")
                 }
@@ -412,10 +416,24 @@ pub async fn resolve(
                 }
                 _ => format!("reference {reference}"),
             };
+            // A pin in the version is part of what is asked for: changing it starts a
+            // revision. (A pin in an OCI reference is in the reference already.)
+            if let ChartReference::Repository { version, .. } | ChartReference::Oci { version, .. } =
+                reference
+                && let Some((_, pin)) = version.as_deref().and_then(|v| v.split_once('@'))
+            {
+                identity.push_str(&format!(" @{pin}"));
+            }
+            let artifact = fetched.digest.map(|digest| ChartArtifact {
+                version: fetched.version.clone(),
+                digest,
+                oci_digest: fetched.oci_digest,
+            });
             Ok(Resolved {
                 path: fetched.path,
                 version: fetched.version,
                 identity,
+                artifact,
             })
         }
         ChartSource::Packaged { origin, bytes } => {
@@ -458,6 +476,7 @@ fn local_chart(path: PathBuf) -> Result<Resolved, Error> {
         path,
         version: None,
         identity: format!("path sha256:{}", hex::encode(hasher.finalize())),
+        artifact: None,
     })
 }
 
@@ -477,6 +496,11 @@ fn packaged_chart(dir: &Path, origin: &str, bytes: &[u8]) -> Result<Resolved, Er
         path,
         version: None,
         identity: format!("packaged sha256:{digest}"),
+        artifact: Some(ChartArtifact {
+            version: None,
+            digest: format!("sha256:{digest}"),
+            oci_digest: None,
+        }),
     })
 }
 

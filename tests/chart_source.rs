@@ -545,3 +545,167 @@ fn over_its_budget_the_cache_removes_the_least_recently_used_archives_no_release
         Default::default()
     );
 }
+
+/// The manifest digest the test registry serves for `version`.
+fn manifest_digest(server: &Server, version: &str) -> String {
+    let out = Command::new(support::helm())
+        .args([
+            "pull",
+            &format!("oci://127.0.0.1:{}/charts/demo", server.port),
+            "--version",
+            version,
+            "--plain-http",
+            "-d",
+        ])
+        .arg(TempDir::new().unwrap().path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    sequenced::chart::pin::pulled_digest(&String::from_utf8_lossy(&out.stderr)).unwrap()
+}
+
+fn sha256_of(path: &Path) -> String {
+    format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(std::fs::read(path).unwrap()))
+    )
+}
+
+#[test]
+fn every_fetched_chart_has_its_archive_digest_and_an_oci_chart_its_manifest_digest() {
+    let repo = repository(&["0.1.0"]);
+    let server = serve(repo.path(), None);
+    let cache_dir = TempDir::new().unwrap();
+    let cache = ChartCache::new(cache_dir.path());
+    let served = sha256_of(&repo.path().join("demo-0.1.0.tgz"));
+    let first = fetch(&cache, &repo_ref(&server, Some("0.1.0")), None).unwrap();
+    assert_eq!(first.digest.as_deref(), Some(served.as_str()));
+    assert_eq!(first.oci_digest, None);
+    let cached = fetch(&cache, &repo_ref(&server, Some("0.1.0")), None).unwrap();
+    assert!(!cached.downloaded);
+    assert_eq!(cached.digest.as_deref(), Some(served.as_str()));
+
+    let packages = TempDir::new().unwrap();
+    let charts = demo_charts(packages.path(), &["0.1.0"]);
+    let registry = registry(&charts);
+    let manifest = manifest_digest(&registry, "0.1.0");
+    let pulled = fetch(&cache, &oci_ref(&registry, Some("0.1.0")), None).unwrap();
+    assert_eq!(pulled.digest, Some(sha256_of(&charts[0])));
+    assert_eq!(pulled.oci_digest.as_deref(), Some(manifest.as_str()));
+    let cached = fetch(&cache, &oci_ref(&registry, Some("0.1.0")), None).unwrap();
+    assert!(!cached.downloaded);
+    assert_eq!(cached.oci_digest.as_deref(), Some(manifest.as_str()));
+}
+
+#[test]
+fn an_oci_chart_is_pulled_by_the_digest_of_its_reference_or_version_and_a_wrong_pin_is_refused() {
+    let packages = TempDir::new().unwrap();
+    let charts = demo_charts(packages.path(), &["0.1.0", "0.2.0"]);
+    let server = registry(&charts);
+    let manifest = manifest_digest(&server, "0.1.0");
+    let cache_dir = TempDir::new().unwrap();
+    let cache = ChartCache::new(cache_dir.path());
+    let base = format!("oci://127.0.0.1:{}/charts/demo", server.port);
+
+    let by_reference = ChartReference::Oci {
+        reference: format!("{base}@{manifest}"),
+        version: None,
+        plain_http: true,
+    };
+    let pulled = fetch(&cache, &by_reference, None).unwrap();
+    assert!(pulled.downloaded);
+    assert_eq!(pulled.version.as_deref(), Some("0.1.0"));
+    assert_eq!(pulled.oci_digest.as_deref(), Some(manifest.as_str()));
+    assert_eq!(
+        server.count("GET", &format!("/manifests/{manifest}")),
+        1,
+        "pulled by its digest: {:?}",
+        server.requests()
+    );
+    // Pinned and cached: no request.
+    let before = server.requests().len();
+    let again = fetch(&cache, &by_reference, None).unwrap();
+    assert!(!again.downloaded);
+    assert_eq!(again.path, pulled.path);
+    assert_eq!(again.version.as_deref(), Some("0.1.0"));
+    assert_eq!(server.requests().len(), before);
+
+    let by_version = ChartReference::Oci {
+        reference: base.clone(),
+        version: Some(format!("0.1.0@{manifest}")),
+        plain_http: true,
+    };
+    let pulled = fetch(&cache, &by_version, None).unwrap();
+    assert_eq!(pulled.version.as_deref(), Some("0.1.0"));
+    assert_eq!(pulled.oci_digest.as_deref(), Some(manifest.as_str()));
+
+    // 0.2.0 pinned to 0.1.0's digest: helm checks the tag against the manifest it pulled by
+    // digest, or the manifest's version against the tag; either way nothing is cached.
+    let other = "0".repeat(64);
+    let err = fetch(
+        &cache,
+        &ChartReference::Oci {
+            reference: base.clone(),
+            version: Some(format!("0.1.0@sha256:{other}")),
+            plain_http: true,
+        },
+        None,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains(&format!("@sha256:{other}")),
+        "{err}"
+    );
+    let err = fetch(
+        &cache,
+        &ChartReference::Oci {
+            reference: base.clone(),
+            version: Some("0.1.0@sha256:abc".into()),
+            plain_http: true,
+        },
+        None,
+    )
+    .unwrap_err();
+    assert!(matches!(err, SourceError::BadPin { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "OCI registry 127.0.0.1:{}: \"0.1.0@sha256:abc\": a pin is @sha256: and 64 lowercase hexadecimal digits",
+            server.port
+        )
+    );
+}
+
+#[test]
+fn a_repository_chart_pinned_to_another_archive_digest_is_refused() {
+    let repo = repository(&["0.1.0"]);
+    let server = serve(repo.path(), None);
+    let cache_dir = TempDir::new().unwrap();
+    let cache = ChartCache::new(cache_dir.path());
+    let served = sha256_of(&repo.path().join("demo-0.1.0.tgz"));
+    let pinned = fetch(
+        &cache,
+        &repo_ref(&server, Some(&format!("0.1.0@{served}"))),
+        None,
+    )
+    .unwrap();
+    assert_eq!(pinned.digest.as_deref(), Some(served.as_str()));
+    assert_eq!(pinned.version.as_deref(), Some("0.1.0"));
+
+    let other = format!("sha256:{}", "e".repeat(64));
+    let err = fetch(
+        &cache,
+        &repo_ref(&server, Some(&format!("0.1.0@{other}"))),
+        None,
+    )
+    .unwrap_err();
+    assert!(matches!(err, SourceError::DigestMismatch { .. }), "{err:?}");
+    assert!(!err.is_transient());
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "chart repository {}: helm pull demo --version 0.1.0: chart demo version 0.1.0 has the archive's digest {served}, not the pinned {other}",
+            server.url()
+        )
+    );
+}

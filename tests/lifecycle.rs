@@ -76,6 +76,7 @@ fn source(digest: &str) -> Option<Result<Source, Refusal>> {
             v1: None,
         },
         chart_version: Some("1.2.0".to_string()),
+        artifact: None,
     }))
 }
 
@@ -151,6 +152,7 @@ fn record(revision: i64, digest: &str, inventory: Inventory) -> Option<Arc<Recor
         digest: digest.to_string(),
         chart: "shop".into(),
         chart_version: Some("1.2.0".into()),
+        chart_artifact: None,
         sequenced: true,
         inventory,
         prune: Vec::new(),

@@ -269,6 +269,10 @@ async fn the_holder_renews_its_lease_while_a_layer_waits() {
         let dir = duo();
         let a = op.spawn("controller-a", 4);
         let b = op.spawn("controller-b", 4);
+        // The shards settle first: a shard that moves while db is waited for hands the release
+        // to the other replica at a step boundary, which is right but not what this test counts.
+        op.wait_shards_spread(&["controller-a", "controller-b"])
+            .await;
         op.create(
             "default",
             duo_release("duo", &dir, json!({"timeout": "6s"})),
@@ -444,6 +448,101 @@ async fn a_killed_controller_is_taken_over_after_its_lease_expires() {
         assert_eq!(b.metrics.lock_takeovers.get(), 1);
         let lease = released_lease(&op, "default", "duo").await;
         assert_eq!(lease.pointer("/spec/leaseTransitions"), Some(&json!(1)));
+        b.stop().await;
+    })
+    .await;
+}
+
+/// After a takeover, the release changes where the new holder's cache does not show it (its
+/// SequencedRelease watch is held back), so the holder's next status write, from its cached copy,
+/// meets a 409 in the middle of the operation: it reads the release again and writes at once,
+/// instead of waiting for an event of the release (the kill case of the scale issue: a release
+/// that waited until `spec.timeout` on a layer whose objects were ready).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_write_refused_with_409_after_a_takeover_is_read_again_and_retried_at_once() {
+    within(async {
+        let op = Operator::without_controller().await;
+        let dir = duo();
+        let a = op.spawn("controller-a", 4);
+        op.create(
+            "default",
+            duo_release("duo", &dir, json!({"timeout": "3s"})),
+        )
+        .await;
+        op.wait_object("apps/v1", "Deployment", "default", "db")
+            .await;
+        op.wait_release("default", "duo", "layer db waiting", |sr| {
+            layer_phase(sr, "db") == Some(LayerPhase::Waiting)
+        })
+        .await;
+        a.kill().await;
+        let b = op.spawn("controller-b", 4);
+        op.wait_event("default", "duo", "LockTakenOver").await;
+        // b holds the lock; from here on it sees no event of the release, which changes (an
+        // annotation: a new resourceVersion) behind its cache.
+        op.server
+            .pause_watches_of("controller-b", "sequencedreleases");
+        let touched = op
+            .releases("default")
+            .patch(
+                "duo",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"example.com/touched": "yes"}}})),
+            )
+            .await
+            .unwrap();
+        // db becomes ready: b (woken by the Deployment's event) writes from its stale copy.
+        assert!(op.deployment_ready("default", "db"));
+        let at = Instant::now();
+        let moved = op
+            .server
+            .wait_until(Duration::from_secs(10), |server| {
+                server
+                    .object(
+                        "sequenced.dev/v1alpha1",
+                        "SequencedRelease",
+                        Some("default"),
+                        "duo",
+                    )
+                    .and_then(|sr| {
+                        let layers = sr.pointer("/status/layers")?.as_array()?.clone();
+                        Some(layers.iter().any(|l| {
+                            l["name"] == "db" && l["phase"] == "Ready"
+                        }))
+                    })
+                    .unwrap_or(false)
+            })
+            .await;
+        let waited = at.elapsed();
+        assert!(moved, "layer db not Ready in the status 10 s after it was ready");
+        assert!(
+            waited < Duration::from_secs(3),
+            "layer db Ready in the status {waited:?} after it was ready, with no event of the release to wake b"
+        );
+        let conflicts = op
+            .server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.client.as_deref() == Some("controller-b")
+                    && r.path.ends_with("/sequencedreleases/duo/status")
+                    && r.status == 409
+            })
+            .count();
+        assert!(conflicts >= 1, "b's write from its stale copy met no 409");
+        assert_eq!(b.metrics.status_conflicts.get() as usize, conflicts);
+        assert!(op.deployment_ready("default", "app"));
+        let sr = op.wait_release("default", "duo", "Ready", is_ready).await;
+        assert_eq!(
+            sr.metadata.annotations.unwrap()["example.com/touched"],
+            "yes",
+            "{:?}",
+            touched.metadata.resource_version
+        );
+        assert_eq!(sr.status.unwrap().revision, Some(1));
+        assert_eq!(b.metrics.lock_takeovers.get(), 1);
+        op.server
+            .resume_watches("controller-b/sequencedreleases");
         b.stop().await;
     })
     .await;

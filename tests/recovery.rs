@@ -633,6 +633,7 @@ async fn records_of_the_earlier_format_are_read_and_rewritten_in_helms() {
             digest: "sha256:earlier".into(),
             chart: "order".into(),
             chart_version: Some("0.1.0".into()),
+            chart_artifact: None,
             sequenced: true,
             inventory: Inventory {
                 steps: vec![

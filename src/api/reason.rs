@@ -114,6 +114,11 @@ pub enum Reason {
     /// sequenced reads and writes Helm's records as Secrets only. Not retried until the spec
     /// changes.
     HelmStorageUnsupported,
+    /// The chart is not the one the spec trusts: its signature does not verify against the
+    /// keys of `spec.chart.verify` (or it has none), or it is not the one a `@sha256:` pin
+    /// names. Nothing of it is rendered or applied; never retried until the spec, its keys or
+    /// the chart change.
+    VerificationFailed,
 }
 
 impl Reason {
@@ -157,6 +162,7 @@ impl Reason {
             Reason::RemoteClusterUnreachable => "RemoteClusterUnreachable",
             Reason::HelmOperationPending => "HelmOperationPending",
             Reason::HelmStorageUnsupported => "HelmStorageUnsupported",
+            Reason::VerificationFailed => "VerificationFailed",
         }
     }
 }
@@ -168,7 +174,7 @@ impl Reason {
     }
 
     /// Every reason.
-    pub const ALL: [Reason; 38] = [
+    pub const ALL: [Reason; 39] = [
         Reason::Progressing,
         Reason::Succeeded,
         Reason::DependencyNotReady,
@@ -207,6 +213,7 @@ impl Reason {
         Reason::RemoteClusterUnreachable,
         Reason::HelmOperationPending,
         Reason::HelmStorageUnsupported,
+        Reason::VerificationFailed,
     ];
 }
 

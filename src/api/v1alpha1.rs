@@ -445,7 +445,9 @@ pub struct ChartSource {
     pub name: Option<String>,
 
     /// A version or a semver range as Helm accepts them (`1.2.3`, `^1.2`, `>=1.0 <2.0`).
-    /// Without it the newest stable version is used.
+    /// Without it the newest stable version is used. A version may be pinned by digest,
+    /// `1.2.3@sha256:<hex>`: an OCI chart's manifest digest (helm pulls by it), a repository
+    /// chart's archive digest (checked once fetched).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub version: Option<String>,
@@ -941,6 +943,9 @@ pub struct SequencedReleaseStatus {
     /// Digest of the chart and values of the last applied revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_applied_digest: Option<String>,
+    /// The chart the current revision deployed: its version and digests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart: Option<ChartArtifact>,
     /// What the release is doing or waiting for, or why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -1193,6 +1198,20 @@ pub struct LockStatus {
     pub locked_until: Option<Time>,
 }
 
+/// The chart a revision deployed, as it was fetched.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartArtifact {
+    /// The chart's version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// `sha256:<hex>` of the chart archive (`.tgz`), as a repository's `index.yaml` lists it.
+    pub digest: String,
+    /// For an OCI chart, the manifest digest the registry served (what `@sha256:` pins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci_digest: Option<String>,
+}
+
 /// One revision of the release.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -1205,6 +1224,9 @@ pub struct HistoryEntry {
     /// Digest of its chart and values.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// `sha256:<hex>` of the chart archive it deployed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart_digest: Option<String>,
     /// How it ended, or where it is.
     pub phase: ReleasePhase,
     /// When it started.

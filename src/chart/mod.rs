@@ -10,6 +10,7 @@ pub mod egress;
 pub mod helmignore;
 mod load;
 pub mod metadata;
+pub mod pin;
 pub mod source;
 mod tree;
 

@@ -91,6 +91,10 @@ pub struct FetchedChart {
     pub version: Option<String>,
     /// Whether this call downloaded it (false: it was on disk or in the cache).
     pub downloaded: bool,
+    /// `sha256:<hex>` of the archive, for remote charts.
+    pub digest: Option<String>,
+    /// The manifest digest of an OCI chart, as the registry served it when it was pulled.
+    pub oci_digest: Option<String>,
 }
 
 /// Why a chart could not be fetched. Every message names the repository or registry.
@@ -116,6 +120,18 @@ pub enum SourceError {
         source_name: String,
         refused: Refused,
     },
+    /// A `@sha256:` pin that is not one.
+    #[error("{source_name}: {message}")]
+    BadPin {
+        source_name: String,
+        message: String,
+    },
+    /// The chart fetched is not the one the pin names.
+    #[error("{source_name}: {message}")]
+    DigestMismatch {
+        source_name: String,
+        message: String,
+    },
     /// A guarded fetch failed: what the source answered is not told (it may be a service's
     /// answer a tenant may not read), only which host and HTTP status, or what kind of failure.
     #[error("{source_name}: {summary} (helm's own message is in the operator's log)")]
@@ -137,12 +153,20 @@ impl SourceError {
             SourceError::Cache { .. } => "cache",
             SourceError::NotAllowed { .. } => "source_not_allowed",
             SourceError::Failed { .. } => "pull_failed",
+            SourceError::BadPin { .. } => "bad_pin",
+            SourceError::DigestMismatch { .. } => "digest_mismatch",
         }
     }
 
-    /// Whether trying again later may help: not for a source the policy refuses.
+    /// Whether trying again later may help: not for a source the policy refuses, nor for a
+    /// pin that is not one or that the chart does not match.
     pub fn is_transient(&self) -> bool {
-        !matches!(self, SourceError::NotAllowed { .. })
+        !matches!(
+            self,
+            SourceError::NotAllowed { .. }
+                | SourceError::BadPin { .. }
+                | SourceError::DigestMismatch { .. }
+        )
     }
 }
 
@@ -219,7 +243,9 @@ impl ChartCache {
             }
             ChartReference::Oci { reference, .. } => {
                 let reference = reference.trim_end_matches('/');
-                let name = reference.rsplit('/').next().unwrap_or(reference);
+                let bare = reference.split('@').next().unwrap_or(reference);
+                let last = bare.rsplit('/').next().unwrap_or(bare);
+                let name = last.split(':').next().unwrap_or(last);
                 let key = format!("oci\n{reference}");
                 (
                     key,
@@ -228,6 +254,24 @@ impl ChartCache {
                     reference,
                 )
             }
+        };
+        let pinned = match reference {
+            ChartReference::Repository { url, version, .. } => {
+                super::pin::repository(url, version.as_deref())
+            }
+            ChartReference::Oci {
+                reference, version, ..
+            } => super::pin::oci(reference, version.as_deref()),
+            ChartReference::Path(path) => return Ok(FetchedChart::local(path)),
+        }
+        .map_err(|e| SourceError::BadPin {
+            source_name: source_name.clone(),
+            message: e.to_string(),
+        })?;
+        // A pinned OCI chart has a directory of its own (its reference holds the pin).
+        let key = match reference {
+            ChartReference::Oci { .. } => format!("oci\n{}", pinned.reference),
+            _ => key,
         };
         // The archive's file name comes from the spec: never a path.
         if !is_file_name(&name) {
@@ -243,24 +287,38 @@ impl ChartCache {
             });
         }
         let key = self.scoped(&key, credentials)?;
-        let version = match reference {
-            ChartReference::Repository { version, .. } | ChartReference::Oci { version, .. } => {
-                version.as_deref().filter(|v| !v.is_empty())
-            }
-            ChartReference::Path(_) => None,
-        };
+        let version = pinned.version.as_deref();
+        let oci = matches!(reference, ChartReference::Oci { .. });
         // An exact version that is cached (in this trust boundary) needs no network: Helm would
-        // pick that very version.
-        if let Some(exact) = version.filter(|v| is_exact(v)) {
-            let path = self.source_dir(&key).join(archive_name(&name, exact));
-            if path.is_file() {
-                touch(&path);
-                return Ok(FetchedChart {
-                    path,
-                    version: Some(exact.to_string()),
-                    downloaded: false,
-                });
-            }
+        // pick that very version. A pinned chart is served from the cache only when it is the
+        // one pinned.
+        let cached = match (version.filter(|v| is_exact(v)), &pinned.digest) {
+            (_, Some(pin)) if oci => cached_pinned(&self.source_dir(&key), pin),
+            (Some(exact), _) => Some(self.source_dir(&key).join(archive_name(&name, exact))),
+            (None, _) => None,
+        };
+        if let Some(path) = cached.filter(|p| p.is_file())
+            && let Ok(digest) = super::pin::archive_digest(&path)
+            && (oci || pinned.digest.as_ref().is_none_or(|pin| *pin == digest))
+        {
+            touch(&path);
+            let oci_digest = oci.then(|| read_sidecar(&path)).flatten();
+            let version = match version {
+                Some(version) => version.to_string(),
+                None => path
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .and_then(|s| s.strip_prefix(&format!("{name}-")))
+                    .unwrap_or_default()
+                    .to_string(),
+            };
+            return Ok(FetchedChart {
+                path,
+                version: Some(version),
+                downloaded: false,
+                digest: Some(digest),
+                oci_digest,
+            });
         }
         let secrets = match credentials {
             Some(credentials) => {
@@ -293,12 +351,8 @@ impl ChartCache {
                     ),
                 }
             }
-            ChartReference::Oci {
-                reference,
-                plain_http,
-                ..
-            } => {
-                let reference = reference.trim_end_matches('/');
+            ChartReference::Oci { plain_http, .. } => {
+                let reference = pinned.reference.as_str();
                 let mut args: Vec<OsString> = vec!["pull".into(), reference.into()];
                 if *plain_http {
                     args.push("--plain-http".into());
@@ -320,6 +374,8 @@ impl ChartCache {
             name: &name,
             source_name: &source_name,
             command: &command,
+            pin: pinned.digest.as_deref(),
+            oci,
         };
         let fetched = self.download(helm, &pull, secrets.as_ref(), args).await;
         drop(secrets);
@@ -426,6 +482,7 @@ impl ChartCache {
                 continue;
             }
             if std::fs::remove_file(&path).is_ok() {
+                let _ = std::fs::remove_file(sidecar_of(&path));
                 total = total.saturating_sub(size);
                 evicted.removed += 1;
                 evicted.freed += size;
@@ -459,6 +516,8 @@ impl ChartCache {
             name,
             source_name,
             command,
+            pin,
+            oci,
         } = *pull;
         let cache_error = |path: &Path, e: std::io::Error| SourceError::Cache {
             path: path.display().to_string(),
@@ -506,7 +565,8 @@ impl ChartCache {
         }
         args.push("--destination".into());
         args.push(staging.path().into());
-        helm.run_with_env(command, &args, helm.timeouts().pull, &env)
+        let (_, said) = helm
+            .run_with_env_and_stderr(command, &args, helm.timeouts().pull, &env)
             .await
             .map_err(pull_error)?;
         let pulled = std::fs::read_dir(staging.path())
@@ -545,9 +605,37 @@ impl ChartCache {
                 message: format!("{command}: {file:?} is not a file name of the cache"),
             });
         }
+        let digest = super::pin::archive_digest(&pulled).map_err(|e| cache_error(&pulled, e))?;
+        let oci_digest = if oci {
+            super::pin::pulled_digest(&said)
+        } else {
+            None
+        };
+        if let Some(pin) = pin {
+            let (what, got) = if oci {
+                ("manifest digest", oci_digest.as_deref())
+            } else {
+                ("archive's digest", Some(digest.as_str()))
+            };
+            if got != Some(pin) {
+                return Err(SourceError::DigestMismatch {
+                    source_name: source_name.to_string(),
+                    message: format!(
+                        "{command}: chart {name} version {version} has the {what} {}, not the pinned {pin}",
+                        got.unwrap_or("(none said)")
+                    ),
+                });
+            }
+        }
         let target = dir.join(file);
         std::fs::rename(&pulled, &target).map_err(|e| cache_error(&target, e))?;
         touch(&target);
+        let sidecar = sidecar_of(&target);
+        let _ = std::fs::remove_file(&sidecar);
+        if let Some(oci_digest) = &oci_digest {
+            // Without it a cached pinned chart is pulled again: no harm but a download.
+            let _ = std::fs::write(&sidecar, oci_digest);
+        }
         let note = format!("{}\n", key.replace('\n', " "));
         // The note only helps people browsing the cache; failing to write it changes nothing.
         let _ = std::fs::write(dir.join("source.txt"), note);
@@ -555,6 +643,8 @@ impl ChartCache {
             path: target,
             version: Some(version),
             downloaded: true,
+            digest: Some(digest),
+            oci_digest,
         })
     }
 }
@@ -566,6 +656,8 @@ impl FetchedChart {
             path: path.to_path_buf(),
             version: None,
             downloaded: false,
+            digest: None,
+            oci_digest: None,
         }
     }
 }
@@ -578,6 +670,32 @@ struct Pull<'a> {
     source_name: &'a str,
     /// The command as messages show it (never with credentials).
     command: &'a str,
+    /// The digest the reference or version pins (`sha256:<hex>`).
+    pin: Option<&'a str>,
+    /// Whether it is an OCI chart (a pin is its manifest digest).
+    oci: bool,
+}
+
+/// Where the manifest digest of a cached OCI archive is kept: beside it.
+fn sidecar_of(archive: &Path) -> PathBuf {
+    let mut name = archive.as_os_str().to_owned();
+    name.push(".digest");
+    PathBuf::from(name)
+}
+
+fn read_sidecar(archive: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(sidecar_of(archive)).ok()?;
+    Some(text.trim().to_string()).filter(|t| t.starts_with("sha256:"))
+}
+
+/// The cached archive of a directory whose manifest digest is `pin`.
+fn cached_pinned(dir: &Path, pin: &str) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "tgz"))
+        .find(|path| read_sidecar(path).as_deref() == Some(pin))
 }
 
 /// The name of the repository in the repositories file made for credentials.

@@ -51,6 +51,7 @@ impl Prepared {
         Source {
             digests: self.digests.clone(),
             chart_version: self.resolved.version.clone(),
+            artifact: self.resolved.artifact.clone(),
         }
     }
 }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::api::PRUNE_LAYER;
-use crate::api::{CrdPolicy, InventoryEntry, ObjectKey, TestPhase, TestStatus};
+use crate::api::{ChartArtifact, CrdPolicy, InventoryEntry, ObjectKey, TestPhase, TestStatus};
 use crate::plan::{ExternalDependency, Hook, Plan};
 
 pub use helm::HelmStatus;
@@ -271,6 +271,10 @@ pub struct Record {
     pub chart: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chart_version: Option<String>,
+    /// The archive the revision deployed (its digests); absent in records written before they
+    /// were kept, and for a chart directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart_artifact: Option<ChartArtifact>,
     pub sequenced: bool,
     pub inventory: Inventory,
     /// Objects of the revision before that this one no longer has, in delete order.
@@ -508,6 +512,7 @@ mod tests {
             digest: "sha256:ab".into(),
             chart: "shop".into(),
             chart_version: Some("1.0.0".into()),
+            chart_artifact: None,
             sequenced: true,
             inventory: Inventory {
                 steps: vec![InventoryStep {

@@ -16,9 +16,9 @@ use super::{
     ActionFailure, Note, Observations, Outcome, RecordUpdate, Revision, Wanted, external_blocker,
 };
 use crate::api::{
-    CRD_LAYER, Claim, CrdPolicy, EventReason, HistoryEntry, Identity, LayerPhase, LayerStatus,
-    ObjectKey, Owner, PRUNE_LAYER, Reason, ReleasePhase, SequencedReleaseStatus, TEST_EVENT,
-    TEST_SUCCESS, TestPhase, TestStatus, hook_stage,
+    CRD_LAYER, ChartArtifact, Claim, CrdPolicy, EventReason, HistoryEntry, Identity, LayerPhase,
+    LayerStatus, ObjectKey, Owner, PRUNE_LAYER, Reason, ReleasePhase, SequencedReleaseStatus,
+    TEST_EVENT, TEST_SUCCESS, TestPhase, TestStatus, hook_stage,
 };
 use crate::history::HookRecord;
 use crate::readiness::{self, HealthCheck, Rules, Verdict};
@@ -175,6 +175,15 @@ fn slot_of(revision: &Revision, action: &InstallAction) -> usize {
     }
 }
 
+/// What a revision that [`begin`] started deploys of a fetched chart: its digests, in
+/// `status.chart` and its history entry. A chart directory has none.
+pub fn with_artifact(status: &mut SequencedReleaseStatus, artifact: Option<&ChartArtifact>) {
+    status.chart = artifact.cloned();
+    if let Some(entry) = status.history.first_mut() {
+        entry.chart_digest = artifact.map(|a| a.digest.clone());
+    }
+}
+
 /// Starts revision `number`: every entry Pending, a new history entry, Reconciling.
 pub fn begin(
     revision: &Revision,
@@ -220,6 +229,7 @@ pub fn begin(
             revision: number,
             chart_version: chart_version.map(str::to_string),
             digest: Some(digest.to_string()),
+            chart_digest: None,
             phase: ReleasePhase::Deploying,
             started_at: Some(now.clone()),
             finished_at: None,

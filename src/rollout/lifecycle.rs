@@ -26,8 +26,8 @@ use super::{
     Deployable, Expressions, Note, Observations, Outcome, RecordUpdate, Revision, Settings, Wanted,
 };
 use crate::api::{
-    DriftDetection, EventReason, FINALIZER, Identity, LayerPhase, OWNER_ANNOTATION, ObjectKey,
-    OnFailure, RECONCILING, Reason, ReleasePhase, RemediationAction, RemediationStatus,
+    ChartArtifact, DriftDetection, EventReason, FINALIZER, Identity, LayerPhase, OWNER_ANNOTATION,
+    ObjectKey, OnFailure, RECONCILING, Reason, ReleasePhase, RemediationAction, RemediationStatus,
     SequencedRelease, SequencedReleaseStatus, TEST_EVENT, TEST_SUCCESS, hook_stage,
 };
 use crate::digest::Digests;
@@ -59,6 +59,8 @@ pub struct Source {
     pub digests: Digests,
     /// The chart version a range resolved to, for repository and OCI charts.
     pub chart_version: Option<String>,
+    /// The fetched archive's digests (remote and packaged charts).
+    pub artifact: Option<ChartArtifact>,
 }
 
 impl Source {
@@ -653,6 +655,7 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
         digest: source.digests.current.clone(),
         chart: deployable.plan.chart.clone(),
         chart_version: chart_version.clone(),
+        chart_artifact: source.artifact.clone(),
         sequenced: settings.sequenced,
         inventory: deployable.inventory.clone(),
         prune: previous
@@ -699,6 +702,7 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
         chart_version.as_deref(),
         now,
     );
+    install::with_artifact(&mut status, source.artifact.as_ref());
     status.rollback = None;
     status.inventory = kept_inventory(facts, &record);
     Next::Begin(Box::new(Begin {

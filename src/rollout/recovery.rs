@@ -187,6 +187,7 @@ pub fn begin_rollback(
         record.chart_version.as_deref(),
         now,
     );
+    install::with_artifact(&mut st, record.chart_artifact.as_ref());
     st.failures = None;
     st.phase = Some(ReleasePhase::RollingBack);
     if let Some(entry) = st.history.first_mut() {
@@ -444,6 +445,7 @@ mod tests {
         HistoryEntry {
             revision,
             chart_version: None,
+            chart_digest: None,
             digest: None,
             phase,
             started_at: None,

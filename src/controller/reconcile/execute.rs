@@ -282,7 +282,7 @@ impl Reconcile<'_> {
         Ok(Action::await_change())
     }
 
-    pub(super) async fn patch_finalizers(&self, finalizers: Vec<String>) -> Result<(), Error> {
+    pub(super) async fn patch_finalizers(&self, finalizers: Vec<String>) -> Result<(), Stop> {
         match self
             .home
             .set_finalizers(self.ctx, self.sr(), finalizers)
@@ -293,8 +293,8 @@ impl Reconcile<'_> {
                     .wrote(self.sr().metadata.resource_version.as_deref(), *written);
                 Ok(())
             }
-            // Changed meanwhile: the newer object comes with its own event.
-            Written::Conflict => Ok(()),
+            // Changed meanwhile: read again and start again from it, at once.
+            Written::Conflict => Err(self.conflicted().await),
         }
     }
 }

@@ -185,12 +185,15 @@ impl Reconcile<'_> {
         Ok(())
     }
 
-    /// Replaces the status (a 409 is left for the newer object's own reconcile). What is written
-    /// is what the rest of this reconcile goes on from.
+    /// Replaces the status. What is written is what the rest of this reconcile goes on from. On
+    /// a 409 (the release changed since the copy this reconcile went from: another replica's
+    /// write, one the cache has not shown yet, or lost) the release is read again at once and the
+    /// reconcile starts again from it ([`Reconcile::conflicted`]): it never waits for an event
+    /// that may have come already.
     pub(super) async fn write_status_as_is(
         &mut self,
         status: &SequencedReleaseStatus,
-    ) -> Result<(), Error> {
+    ) -> Result<(), Stop> {
         let mut object = self.sr().clone();
         object.status = Some(status.clone());
         match self.home.replace_status(self.ctx, &object).await? {
@@ -203,8 +206,18 @@ impl Reconcile<'_> {
                 self.facts.release = Arc::new(*written);
                 Ok(())
             }
-            // Someone changed the object since it was read; its newer version wakes us again.
-            Written::Conflict => Ok(()),
+            Written::Conflict => Err(self.conflicted().await),
+        }
+    }
+
+    /// A write of the release answered 409: the release as the API server has it now, to start
+    /// the reconcile again from ([`Halt::Restart`]), or the error of reading it.
+    pub(super) async fn conflicted(&self) -> Stop {
+        self.ctx.options.metrics.status_conflicts.inc();
+        tracing::debug!("the release changed since it was read (409): reading it again");
+        match self.home.read(self.ctx, self.sr()).await {
+            Ok(fresh) => Halt::Restart(Box::new(fresh)).into(),
+            Err(e) => e.into(),
         }
     }
 

@@ -427,6 +427,13 @@ impl TestApiServer {
             .insert(client.to_string());
     }
 
+    /// Holds back the watch events of resource `plural` (e.g. `sequencedreleases`) for
+    /// `client`, as [`TestApiServer::pause_watches`] does for all its watches; resumed by
+    /// `resume_watches(&format!("{client}/{plural}"))`.
+    pub fn pause_watches_of(&self, client: &str, plural: &str) {
+        self.pause_watches(&format!("{client}/{plural}"));
+    }
+
     /// Delivers the events held back for `client`, and the ones after them.
     pub fn resume_watches(&self, client: &str) {
         self.inner
@@ -1942,11 +1949,8 @@ impl WatchStream {
 
     fn paused(&self) -> bool {
         self.plan.client.as_ref().is_some_and(|c| {
-            self.inner
-                .paused
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(c)
+            let paused = self.inner.paused.lock().unwrap_or_else(|e| e.into_inner());
+            paused.contains(c) || paused.contains(&format!("{c}/{}", self.plan.rt.plural))
         })
     }
 
