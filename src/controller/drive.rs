@@ -56,8 +56,8 @@ impl Driver {
         let mut config = config;
         config.default_retry = false;
         let health = Arc::new(Health::new());
-        let client =
-            health::client(config.clone(), &health).map_err(|e| kube_error("making a client")(e))?;
+        let client = health::client(config.clone(), &health)
+            .map_err(|e| kube_error("making a client")(e))?;
         let identity = options.identity.clone();
         let (trigger, woken) = futures::channel::mpsc::unbounded();
         let shards = Arc::new(Shards::new(
