@@ -305,6 +305,83 @@ async fn helm_upgrade_then_sequenced_upgrade_then_helm_rollback_keep_one_history
             deployment["spec"]["replicas"], 3,
             "back at revision 2's values"
         );
+        // And sequenced goes on from Helm's revision 4 at 5.
+        let out = finish(spawn(
+            &kubeconfig,
+            &["upgrade", "web", web, "--set", "replicas=5"],
+        ))
+        .await;
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).contains("REVISION: 5"),
+            "{}",
+            text(&out.stdout)
+        );
+        let history = helm(
+            &kubeconfig,
+            &["history", "web", "-n", "default", "-o", "json"],
+        );
+        let history: Value = serde_json::from_str(&history).unwrap();
+        assert_eq!(history.as_array().unwrap().len(), 5, "{history}");
+        assert_eq!(history[4]["status"], "deployed", "{history}");
+        assert_eq!(history[3]["status"], "superseded", "{history}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequenced_upgrade_goes_on_from_a_helm_install_at_the_next_revision() {
+    within(async {
+        let (server, _dir, kubeconfig) = cluster().await;
+        let _kubelet = kubelet(&server);
+        let chart = web_chart();
+        let web = chart.path().join("web");
+        let web = web.to_str().unwrap();
+        helm(&kubeconfig, &["install", "web", web, "-n", "default"]);
+        server.clear_requests();
+        let out = finish(spawn(
+            &kubeconfig,
+            &["upgrade", "web", web, "--set", "replicas=2"],
+        ))
+        .await;
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).contains("REVISION: 2"),
+            "{}",
+            text(&out.stdout)
+        );
+        let history = helm(
+            &kubeconfig,
+            &["history", "web", "-n", "default", "-o", "json"],
+        );
+        let history: Value = serde_json::from_str(&history).unwrap();
+        let statuses: Vec<&str> = history
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["status"].as_str().unwrap())
+            .collect();
+        assert_eq!(statuses, ["superseded", "deployed"], "{history}");
+        // Its objects are the release's own: applied in layer order, config before app.
+        let config = first_apply(&server, "ConfigMap", "config").expect("config applied");
+        let app = first_apply(&server, "Deployment", "web").expect("web applied");
+        assert!(config < app);
+        let deployment = server
+            .object("apps/v1", "Deployment", Some("default"), "web")
+            .unwrap();
+        assert_eq!(deployment["spec"]["replicas"], 2);
     })
     .await;
 }

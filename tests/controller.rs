@@ -1011,8 +1011,8 @@ async fn a_release_name_a_helm_release_uses_is_refused_and_a_kept_history_goes_o
             })
             .await;
         let said = message(&sr);
-        assert!(said.contains("release name taken is taken"), "{said}");
-        assert!(said.contains("a Helm release has its records"), "{said}");
+        assert!(said.contains("release name taken in namespace default belongs to a Helm release"), "{said}");
+        assert!(said.contains("sh.helm.release.v1.taken.v1") && said.contains("spec.adopt: true"), "{said}");
         let left = secrets.get("sh.helm.release.v1.taken.v1").await.unwrap();
         assert_eq!(
             left.metadata.resource_version, created.metadata.resource_version,
@@ -1084,7 +1084,9 @@ async fn a_chain_of_layers_costs_one_status_write_and_one_event_per_layer() {
         assert_eq!(count("apply", "ConfigMap", None), 20);
         assert_eq!(count("update", "SequencedRelease", Some("status")), 5, "4 layers and Ready");
         assert_eq!(count("create", "Event", None), 5, "4 LayerStarted and ReleaseReady");
-        assert_eq!(count("list", "Secret", None), 0, "a new release's records are not listed");
+        // Its records are listed once, before revision 1: a Helm release of its name may have
+        // records (from any revision on: Helm's --history-max drops the first ones).
+        assert_eq!(count("list", "Secret", None), 1, "a new release's records are listed once");
         let first_apply = ours.iter().position(|r| r.verb == "apply").unwrap();
         let reads: Vec<_> = ours[first_apply..]
             .iter()

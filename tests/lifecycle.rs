@@ -161,6 +161,7 @@ fn record(revision: i64, digest: &str, inventory: Inventory) -> Option<Arc<Recor
         crds: None,
         plan: None,
         rollback_to: None,
+        went_on_from: None,
         tests: Vec::new(),
         content: Default::default(),
         info: Default::default(),
@@ -873,7 +874,7 @@ fn a_revision_begun_by_a_controller_killed_before_its_status_said_so_goes_on_und
     f.plan = plan_fact("sha256:1", false);
     f.revisions = Some(Revisions {
         ours: std::collections::BTreeSet::from([1]),
-        taken_by: None,
+        ..Default::default()
     });
     assert_eq!(next(&f), Next::Need(Need::Record(1)));
     let pending = |digest: &str| {
@@ -921,7 +922,7 @@ fn an_upgrade_begins_the_next_revision_pruning_what_the_last_one_had() {
     assert_eq!(next(&f), Next::Need(Need::Revisions));
     f.revisions = Some(Revisions {
         ours: [1, 2].into(),
-        taken_by: None,
+        ..Default::default()
     });
     let Next::Begin(begin) = next(&f) else {
         panic!("begins");

@@ -647,6 +647,7 @@ async fn records_of_the_earlier_format_are_read_and_rewritten_in_helms() {
             crds: None,
             plan: None,
             rollback_to: None,
+            went_on_from: None,
             tests: Vec::new(),
             content: Default::default(),
             info: Default::default(),

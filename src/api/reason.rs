@@ -259,6 +259,12 @@ pub enum EventReason {
     RecordMissing,
     /// The remote cluster of `spec.kubeConfig` did not answer (at each failure, from the first).
     RemoteClusterUnreachable,
+    /// The first revision went on from the history of a Helm release of the release name
+    /// (`spec.adopt: true`): "went on from Helm release NAME at revision N".
+    HelmReleaseAdopted,
+    /// A pending record of Helm's (`pending-upgrade`, ...) that stayed unchanged for the bound
+    /// was marked `failed` before the next revision began.
+    HelmRecordTakenOver,
 }
 
 impl EventReason {
@@ -290,6 +296,8 @@ impl EventReason {
             EventReason::TestRefused => "TestRefused",
             EventReason::RemoteClusterUnreachable => "RemoteClusterUnreachable",
             EventReason::RecordMissing => "RecordMissing",
+            EventReason::HelmReleaseAdopted => "HelmReleaseAdopted",
+            EventReason::HelmRecordTakenOver => "HelmRecordTakenOver",
         }
     }
 }

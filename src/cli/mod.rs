@@ -302,6 +302,17 @@ pub struct RunArgs {
     /// shards of a replica that died wait before others take them.
     #[arg(long, value_name = "DURATION", default_value = "15s", env = "SEQUENCED_SHARD_LEASE_DURATION", value_parser = lease_duration)]
     pub shard_lease_duration: std::time::Duration,
+    /// How long the last record of a Helm release must stay `pending-install`, `pending-upgrade`
+    /// or `pending-rollback` unchanged (as this replica sees it) before a SequencedRelease with
+    /// `spec.adopt: true` marks it failed and goes on: Helm's default `--timeout` (5m) and a
+    /// minute more.
+    #[arg(long, value_name = "DURATION", default_value = "6m", env = "SEQUENCED_TAKE_PENDING_AFTER", value_parser = go_duration)]
+    pub take_pending_after: std::time::Duration,
+}
+
+/// A Go duration (`6m`, `90s`).
+fn go_duration(text: &str) -> Result<std::time::Duration, String> {
+    crate::readiness::duration::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// A shard Lease duration: a Go duration of at least 3s.

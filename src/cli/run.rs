@@ -67,6 +67,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
             }),
             lease_duration: args.shard_lease_duration,
         },
+        take_pending_after: args.take_pending_after,
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

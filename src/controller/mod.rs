@@ -71,6 +71,9 @@ pub struct Options {
     pub tenancy: Tenancy,
     /// How releases are divided among replicas.
     pub sharding: crate::lock::Sharding,
+    /// `--take-pending-after`: how long a pending record of Helm's must stay unchanged before a
+    /// release with `spec.adopt: true` marks it failed and goes on.
+    pub take_pending_after: std::time::Duration,
 }
 
 /// The ServiceAccount `sr` acts as, in the release's own namespace (the pure rule:

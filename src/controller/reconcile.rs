@@ -185,6 +185,7 @@ impl<'a> Reconcile<'a> {
             accounts: ctx.options.tenancy.accounts(),
             target: target.usable,
             expressions: ctx.expressions(&sr).into(),
+            pending_bound: ctx.options.take_pending_after,
             ..Facts::new(sr.clone(), lock, now)
         };
         facts.observed.outages = rollout::outages::Outages::new(outages);
@@ -385,6 +386,15 @@ impl<'a> Reconcile<'a> {
                         .map(Arc::new)
                 };
                 self.facts.records.insert(revision, record);
+            }
+            Need::HelmRecord(revision) => {
+                let record = ctx
+                    .records
+                    .helm_record(&self.key, &self.me, revision, &self.cluster)
+                    .await?;
+                self.facts
+                    .helm_records
+                    .insert(revision, record.map(Arc::new));
             }
             Need::StoredPlan(revision) => {
                 let stored = ctx.records.stored(&self.key, &self.me, revision).await?;

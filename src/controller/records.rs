@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
@@ -15,14 +15,20 @@ use serde_json::{Value, json};
 
 use super::{Error, kube_error};
 use crate::api::{
-    DRIVER_ANNOTATION, FIELD_MANAGER, Identity, MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION,
-    RECORD_KEY, SequencedRelease, record_name,
+    DRIVER_ANNOTATION, DRIVER_HELM, FIELD_MANAGER, Identity, MANAGED_BY, MANAGED_BY_LABEL,
+    OWNER_ANNOTATION, ObjectKey, RECORD_KEY, SequencedRelease, helm_records_selector, record_name,
 };
-use crate::history::helm::{HELM_RECORD_KEY, HELM_RECORD_TYPE, HelmRelease, helm_record_name};
-use crate::history::{HelmStatus, Record, RecordError};
+use crate::cluster::{Cluster, ClusterError};
+use crate::history::helm::{
+    HELM_RECORD_KEY, HELM_RECORD_TYPE, HelmRelease, helm_record_name, restatus,
+};
+use crate::history::{
+    Content, HelmStatus, Info, Inventory, Record, RecordError, RecordSummary, Sightings,
+};
 use crate::rollout::Deployable;
 use crate::rollout::RecordUpdate;
 use crate::rollout::lifecycle::Revisions;
+use crate::rollout::takeover::{Pending, Seen};
 
 type Release = ObjectRef<SequencedRelease>;
 /// What records stored, ready to apply, by release and revision.
@@ -46,6 +52,8 @@ pub struct Records {
     listed: Mutex<HashSet<Release>>,
     /// Who writes the records, when it is not the operator ([`crate::api::DRIVER_ANNOTATION`]).
     driver: Option<&'static str>,
+    /// How long each record under a release's name has stayed unchanged, as seen here.
+    sightings: Mutex<HashMap<Release, Sightings>>,
 }
 
 /// What [`Records::put`] did.
@@ -86,13 +94,29 @@ fn holder(secret: &Secret) -> String {
     }
 }
 
+/// Whether this release wrote the record (a record of Helm's it took over is still Helm's).
 fn is_ours(secret: &Secret, me: &Identity) -> bool {
-    secret
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(OWNER_ANNOTATION))
-        == Some(&me.owner)
+    let annotations = secret.metadata.annotations.as_ref();
+    annotations.and_then(|a| a.get(OWNER_ANNOTATION)) == Some(&me.owner)
+        && annotations
+            .and_then(|a| a.get(DRIVER_ANNOTATION))
+            .map(String::as_str)
+            != Some(DRIVER_HELM)
+}
+
+/// Whether the record is Helm's (no owner annotation), or one of Helm's this release took over.
+fn is_helms_for(secret: &Secret, me: &Identity) -> bool {
+    let annotations = secret.metadata.annotations.as_ref();
+    match annotations.and_then(|a| a.get(OWNER_ANNOTATION)) {
+        None => true,
+        Some(owner) => {
+            *owner == me.owner
+                && annotations
+                    .and_then(|a| a.get(DRIVER_ANNOTATION))
+                    .map(String::as_str)
+                    == Some(DRIVER_HELM)
+        }
+    }
 }
 
 impl Records {
@@ -105,6 +129,7 @@ impl Records {
             assumed: Mutex::new(HashSet::new()),
             listed: Mutex::new(HashSet::new()),
             driver: None,
+            sightings: Mutex::new(HashMap::new()),
         }
     }
 
@@ -151,6 +176,9 @@ impl Records {
             if let Ok(mut set) = set.lock() {
                 set.remove(release);
             }
+        }
+        if let Ok(mut sightings) = self.sightings.lock() {
+            sightings.remove(release);
         }
     }
 
@@ -276,26 +304,19 @@ impl Records {
         Ok(deployable)
     }
 
-    /// The revisions of this release's records in Helm's format, and who else uses its release
-    /// name in the namespace. A release that never had a revision (`fresh`) is taken to have
-    /// none without a list: its first record is created, never replaced, so a name someone
-    /// else's records (or an uninstall that kept its history) use is found then
-    /// ([`Put::Taken`]), and listed from then on.
+    /// The revisions of this release's records in Helm's format, and every record under its
+    /// release name in the namespace with how long each stayed unchanged as seen here (what
+    /// [`crate::rollout::takeover::decide`] judges). Listed also for a release that never had a
+    /// revision: a Helm release of the name may have records (not all of them: Helm's
+    /// `--history-max` drops the first ones); Helm's records kept as ConfigMaps are looked for
+    /// then too.
     pub async fn revisions(
         &self,
         release: &Release,
         me: &Identity,
-        fresh: bool,
+        _fresh: bool,
     ) -> Result<Revisions, Error> {
-        let listed = self.listed.lock().is_ok_and(|l| l.contains(release));
-        if fresh
-            && !listed
-            && let Ok(mut assumed) = self.assumed.lock()
-        {
-            assumed.insert(release.clone());
-            return Ok(Revisions::default());
-        }
-        let selector = format!("owner=helm,name={}", me.release_name);
+        let selector = helm_records_selector(&me.release_name);
         let list = self
             .secrets(release)
             .list(&ListParams::default().labels(&selector))
@@ -305,21 +326,265 @@ impl Records {
                 me.release_name,
                 namespace(release)
             )))?;
+        let now = std::time::Instant::now();
         let mut revisions = Revisions::default();
+        let mut owners: HashMap<String, bool> = HashMap::new();
         for secret in &list.items {
-            if !is_ours(secret, me) {
-                revisions.taken_by.get_or_insert_with(|| holder(secret));
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            let empty = Default::default();
+            let Some(summary) = RecordSummary::of(
+                &name,
+                secret.metadata.labels.as_ref().unwrap_or(&empty),
+                secret.metadata.annotations.as_ref().unwrap_or(&empty),
+                secret
+                    .metadata
+                    .resource_version
+                    .as_deref()
+                    .unwrap_or_default(),
+            ) else {
                 continue;
+            };
+            if is_ours(secret, me) {
+                revisions.ours.insert(summary.revision);
             }
-            let version = secret
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("version"))
-                .and_then(|v| v.parse::<i64>().ok());
-            revisions.ours.extend(version);
+            let owner_gone = match summary.owner.as_deref() {
+                Some(owner) if owner != me.owner => match owners.get(owner) {
+                    Some(gone) => *gone,
+                    None => {
+                        let gone = self.release_gone(owner).await?;
+                        owners.insert(owner.to_string(), gone);
+                        gone
+                    }
+                },
+                _ => false,
+            };
+            let unchanged_for = self
+                .sightings
+                .lock()
+                .map(|mut all| all.entry(release.clone()).or_default().saw(&summary, now))
+                .unwrap_or_default();
+            revisions.seen.push(Seen {
+                summary,
+                unchanged_for,
+                owner_gone,
+            });
+        }
+        if let Ok(mut all) = self.sightings.lock() {
+            all.entry(release.clone())
+                .or_default()
+                .keep_only(revisions.seen.iter().map(|s| s.summary.name.as_str()));
+        }
+        if revisions.ours.is_empty() {
+            let maps: Api<ConfigMap> =
+                Api::namespaced(self.secrets(release).into_client(), namespace(release));
+            let found = maps
+                .list_metadata(&ListParams::default().labels(&selector).limit(1))
+                .await
+                .map_err(kube_error(format!(
+                    "looking for Helm's ConfigMap records of {} in {}",
+                    me.release_name,
+                    namespace(release)
+                )))?;
+            if !found.items.is_empty() {
+                revisions.other_driver = Some("ConfigMap".to_string());
+            }
         }
         Ok(revisions)
+    }
+
+    /// Whether the SequencedRelease `owner` (`namespace/name`) no longer exists.
+    async fn release_gone(&self, owner: &str) -> Result<bool, Error> {
+        let Some((ns, name)) = owner.split_once('/') else {
+            return Ok(true);
+        };
+        let api: Api<SequencedRelease> = Api::namespaced(self.client.clone(), ns);
+        let found = api
+            .get_metadata_opt(name)
+            .await
+            .map_err(kube_error(format!("reading SequencedRelease {owner}")))?;
+        Ok(found.is_none())
+    }
+
+    /// Marks the pending record of Helm's `pending` failed ([`crate::rollout::takeover::TAKEN_OVER`]),
+    /// only while it is at the resourceVersion it was seen unchanged at; false when it changed
+    /// meanwhile (a helm process finished it after all) or is gone.
+    pub async fn take_pending(
+        &self,
+        release: &Release,
+        me: &Identity,
+        pending: &Pending,
+    ) -> Result<bool, Error> {
+        let what = format!(
+            "taking over the pending release record {}/{}",
+            namespace(release),
+            pending.record
+        );
+        let secrets = self.secrets(release);
+        let Some(secret) = secrets
+            .get_opt(&pending.record)
+            .await
+            .map_err(kube_error(what.clone()))?
+        else {
+            return Ok(false);
+        };
+        if secret.metadata.resource_version.as_deref() != Some(pending.resource_version.as_str()) {
+            return Ok(false);
+        }
+        let description = crate::rollout::takeover::TAKEN_OVER;
+        match self
+            .restatus(release, me, secret, HelmStatus::Failed, Some(description))
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(Error::Kube {
+                source: kube::Error::Api(s),
+                ..
+            }) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes record Secret `secret` of Helm's with `status` and `description` (the rest as Helm
+    /// wrote it), noting that this release took it over; a replace with the resourceVersion it
+    /// was read at.
+    async fn restatus(
+        &self,
+        release: &Release,
+        me: &Identity,
+        mut secret: Secret,
+        status: HelmStatus,
+        description: Option<&str>,
+    ) -> Result<(), Error> {
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        let what = format!("writing release record {}/{name}", namespace(release));
+        let (encoded, _) = restatus(
+            &name,
+            data_of(&secret, HELM_RECORD_KEY),
+            status,
+            description,
+        )
+        .map_err(|e| Error::Internal(format!("{what}: {e}")))?;
+        secret.data.get_or_insert_with(Default::default).insert(
+            HELM_RECORD_KEY.to_string(),
+            ByteString(encoded.into_bytes()),
+        );
+        secret
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("status".to_string(), status.as_str().to_string());
+        let annotations = secret
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        annotations.insert(OWNER_ANNOTATION.to_string(), me.owner.clone());
+        annotations.insert(DRIVER_ANNOTATION.to_string(), DRIVER_HELM.to_string());
+        self.secrets(release)
+            .replace(&name, &PostParams::default(), &secret)
+            .await
+            .map_err(kube_error(what))?;
+        Ok(())
+    }
+
+    /// The record of `revision` that Helm wrote, as what the revision that goes on from it
+    /// prunes against: its manifest's objects, each with its namespace as `cluster` scopes its
+    /// kind (objects of a kind the cluster does not serve are gone already). None when it is
+    /// missing or cannot be read (logged).
+    pub async fn helm_record(
+        &self,
+        release: &Release,
+        me: &Identity,
+        revision: i64,
+        cluster: &Cluster,
+    ) -> Result<Option<Record>, Error> {
+        let name = helm_record_name(&me.release_name, revision);
+        let what = format!("reading release record {}/{name}", namespace(release));
+        let Some(secret) = self
+            .secrets(release)
+            .get_opt(&name)
+            .await
+            .map_err(kube_error(what))?
+        else {
+            return Ok(None);
+        };
+        let helm = match HelmRelease::decode(&name, data_of(&secret, HELM_RECORD_KEY)) {
+            Ok(helm) => helm,
+            Err(RecordError { name, message }) => {
+                tracing::warn!(record = %name, %message, "ignoring an unreadable Helm release record");
+                return Ok(None);
+            }
+        };
+        let documents = match crate::yaml::parse_documents(&helm.manifest) {
+            Ok(documents) => documents,
+            Err(e) => {
+                tracing::warn!(record = %name, error = %e, "ignoring the manifest of a Helm release record that does not parse");
+                Vec::new()
+            }
+        };
+        let mut objects = Vec::new();
+        for document in documents {
+            let text = |pointer: &str| document.pointer(pointer).and_then(Value::as_str);
+            let (Some(api_version), Some(kind), Some(object_name)) =
+                (text("/apiVersion"), text("/kind"), text("/metadata/name"))
+            else {
+                continue;
+            };
+            let namespaced = match cluster.kind(api_version, kind).await {
+                Ok(kind) => kind.namespaced,
+                Err(ClusterError::UnknownKind { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            objects.push(ObjectKey {
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+                namespace: namespaced.then(|| {
+                    text("/metadata/namespace")
+                        .unwrap_or(&me.target_namespace)
+                        .to_string()
+                }),
+                name: object_name.to_string(),
+            });
+        }
+        let chart = helm
+            .chart
+            .metadata
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or(&me.release_name)
+            .to_string();
+        Ok(Some(Record {
+            revision,
+            digest: String::new(),
+            chart_version: helm
+                .chart
+                .metadata
+                .get("version")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            sequenced: false,
+            inventory: Inventory::of_helm(&chart, objects),
+            chart,
+            prune: Vec::new(),
+            hooks: Vec::new(),
+            upgrade: Some(revision > 1),
+            crds: None,
+            plan: None,
+            rollback_to: None,
+            went_on_from: None,
+            chart_artifact: None,
+            tests: Vec::new(),
+            content: Content {
+                chart_metadata: helm.chart.metadata,
+                values: helm.config,
+                manifest: helm.manifest,
+            },
+            info: Info {
+                status: helm.info.status,
+                description: helm.info.description,
+                first_deployed: helm.info.first_deployed,
+                last_deployed: helm.info.last_deployed,
+            },
+        }))
     }
 
     /// The Secret of `record`, in Helm's format. A record too large for a Secret is written
@@ -444,7 +709,7 @@ impl Records {
         update: &RecordUpdate,
     ) -> Result<(), Error> {
         let Some(record) = self.get(release, me, update.revision).await? else {
-            return Ok(());
+            return self.update_helms(release, me, update).await;
         };
         let status = record.info.status;
         let applies = update
@@ -481,6 +746,43 @@ impl Records {
             self.remember(release, changed, Some(data_of(&secret, HELM_RECORD_KEY)));
         }
         Ok(())
+    }
+
+    /// Changes the status of a record of Helm's that this release went on from (the deployed one
+    /// its first revision upgraded becomes `superseded`); nothing when the record is not Helm's.
+    async fn update_helms(
+        &self,
+        release: &Release,
+        me: &Identity,
+        update: &RecordUpdate,
+    ) -> Result<(), Error> {
+        let name = helm_record_name(&me.release_name, update.revision);
+        let what = format!("reading release record {}/{name}", namespace(release));
+        let Some(secret) = self
+            .secrets(release)
+            .get_opt(&name)
+            .await
+            .map_err(kube_error(what))?
+        else {
+            return Ok(());
+        };
+        if !is_helms_for(&secret, me) {
+            return Ok(());
+        }
+        let status = secret
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("status"))
+            .map_or(HelmStatus::Unknown, |s| HelmStatus::parse(s));
+        if update.only_from.is_some_and(|from| from != status) || status == update.status {
+            return Ok(());
+        }
+        // Helm leaves a superseded record's description as it was.
+        let description =
+            (update.status != HelmStatus::Superseded).then_some(update.description.as_str());
+        self.restatus(release, me, secret, update.status, description)
+            .await
     }
 
     /// Deletes the record of `revision`: in Helm's format when it is one of `ours`, else in the

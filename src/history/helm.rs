@@ -85,18 +85,30 @@ impl HelmStatus {
     }
 }
 
+/// A field Helm (Go) writes as `null` when it is empty (a release installed without values has
+/// `"config": null`, a chart without files `"files": null`): read as the empty value.
+fn or_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
 /// `info` of a Helm release.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HelmInfo {
     /// RFC 3339 times, as Helm writes them.
+    #[serde(default, deserialize_with = "or_default")]
     pub first_deployed: String,
+    #[serde(default, deserialize_with = "or_default")]
     pub last_deployed: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     pub deleted: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     pub description: String,
     pub status: HelmStatus,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     pub notes: String,
 }
 
@@ -104,12 +116,13 @@ pub struct HelmInfo {
 /// files are left empty: nothing that reads a record needs them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HelmChart {
+    #[serde(default, deserialize_with = "or_default")]
     pub metadata: Map<String, Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     pub values: Map<String, Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     pub templates: Vec<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     pub files: Vec<Value>,
 }
 
@@ -122,12 +135,12 @@ pub struct HelmRelease {
     pub info: HelmInfo,
     pub chart: HelmChart,
     /// The user's values (`helm get values`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     pub config: Map<String, Value>,
     /// The rendered resources (`helm get manifest`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     pub manifest: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "or_default")]
     pub hooks: Vec<Value>,
     /// What sequenced keeps beyond Helm's fields; Helm ignores it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -168,6 +181,46 @@ impl HelmRelease {
         };
         serde_json::from_slice(&json).map_err(|e| error(format!("not a Helm release: {e}")))
     }
+}
+
+/// The `release` data of a record Helm wrote (`data`, as the Secret holds it) with its status
+/// and description changed, everything else kept as Helm wrote it (the chart's templates, the
+/// hooks, fields this crate does not know): what sequenced writes when it takes a pending record
+/// over (`failed`) or supersedes the deployed one it upgraded (whose description, as Helm leaves
+/// it, stays: `description` None). Also returns the record's `info.status` before the change.
+pub fn restatus(
+    name: &str,
+    data: &[u8],
+    status: HelmStatus,
+    description: Option<&str>,
+) -> Result<(String, HelmStatus), RecordError> {
+    let error = |message: String| RecordError {
+        name: name.to_string(),
+        message,
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|e| error(format!("not base64: {e}")))?;
+    let json = if bytes.starts_with(&[0x1f, 0x8b]) {
+        super::gunzip(&bytes).map_err(|e| error(format!("not gzip: {e}")))?
+    } else {
+        bytes
+    };
+    let mut release: Value =
+        serde_json::from_slice(&json).map_err(|e| error(format!("not a Helm release: {e}")))?;
+    let Some(info) = release.get_mut("info").and_then(Value::as_object_mut) else {
+        return Err(error("not a Helm release: it has no info".to_string()));
+    };
+    let before = info
+        .get("status")
+        .and_then(Value::as_str)
+        .map_or(HelmStatus::Unknown, HelmStatus::parse);
+    info.insert("status".into(), Value::from(status.as_str()));
+    if let Some(description) = description {
+        info.insert("description".into(), Value::from(description));
+    }
+    let encoded = base64::engine::general_purpose::STANDARD.encode(super::gzip_json(&release));
+    Ok((encoded, before))
 }
 
 #[cfg(test)]

@@ -94,6 +94,22 @@ impl Inventory {
 }
 
 impl Inventory {
+    /// What a release Helm wrote deployed (the objects of its manifest, each with its
+    /// namespace resolved): one step, in Helm's uninstall order of kinds, the objects of one kind
+    /// in the manifest's order. What the first revision that goes on from it prunes against.
+    pub fn of_helm(chart: &str, mut objects: Vec<ObjectKey>) -> Inventory {
+        use crate::plan::kind_order::{Direction, compare};
+        objects.sort_by(|a, b| compare(&a.kind, &b.kind, Direction::Uninstall));
+        Inventory {
+            steps: vec![InventoryStep {
+                chart: chart.to_string(),
+                name: "(helm)".to_string(),
+                objects,
+                after: Vec::new(),
+            }],
+        }
+    }
+
     /// The objects outside `namespace` (cluster-scoped, or in another namespace), in uninstall
     /// order with their layers: what `status.inventory` keeps.
     pub fn outside(&self, namespace: &str) -> Vec<InventoryEntry> {
@@ -298,6 +314,11 @@ pub struct Record {
     /// For a rollback, the revision whose plan it applies again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_to: Option<i64>,
+    /// The first revision that went on from a history sequenced did not write (a Helm
+    /// release's): the record of that history it upgrades (`deployed` until this one is, then
+    /// `superseded`), and the revision that history ended at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub went_on_from: Option<WentOnFrom>,
     /// The last run of the revision's Helm tests: what `helm status` prints of its test hooks
     /// (`TEST SUITE`, `Last Started`, `Last Completed`, `Phase`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -307,6 +328,23 @@ pub struct Record {
     pub content: Content,
     #[serde(skip)]
     pub info: Info,
+}
+
+/// Where a first revision of sequenced's went on from ([`Record::went_on_from`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WentOnFrom {
+    /// Whose history it was: `helm`, or the SequencedRelease (`namespace/name`) that wrote it
+    /// and no longer exists.
+    pub origin: String,
+    /// The newest revision of that history.
+    pub last: i64,
+    /// The record it upgrades (its manifest is what it prunes against), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<i64>,
+    /// A pending record it took over (marked `failed`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took_pending: Option<i64>,
 }
 
 /// A record that cannot be read back.
@@ -538,6 +576,7 @@ mod tests {
             crds: Some(CrdPolicy::CreateReplace),
             plan: None,
             rollback_to: None,
+            went_on_from: None,
             tests: Vec::new(),
             content: Content::default(),
             info: Info::default(),

@@ -20,7 +20,9 @@ use super::drift::{self, DriftReport};
 use super::ignore::IgnoreRules;
 use super::install::{self, InstallStep};
 use super::recovery::{self, Cause, Requests, RollbackRequest};
+use super::status::pending as pending_status;
 use super::status::{holds_lock, pending, retry_due, set_condition_to, stalled};
+use super::takeover::{self, Continuation, Origin, Pending, Seen, Standing};
 use super::uninstall::{self, Uninstall, UninstallStep, uninstall_step};
 use super::{
     Deployable, Expressions, Note, Observations, Outcome, RecordUpdate, Revision, Settings, Wanted,
@@ -31,7 +33,7 @@ use crate::api::{
     SequencedRelease, SequencedReleaseStatus, TEST_EVENT, TEST_SUCCESS, hook_stage,
 };
 use crate::digest::Digests;
-use crate::history::{HelmStatus, Info, Inventory, Record};
+use crate::history::{HelmStatus, Info, Inventory, Record, WentOnFrom};
 use crate::readiness::HealthChecks;
 use crate::readiness::cel::NO_HEALTH_CHECKS;
 
@@ -105,6 +107,12 @@ pub struct Facts {
     pub stored: BTreeMap<i64, Option<Arc<Deployable>>>,
     /// The revisions that have a record.
     pub revisions: Option<Revisions>,
+    /// Records of the release name that sequenced did not write (Helm's), by revision, read
+    /// as what the revision that goes on from them prunes against; `None` when unreadable.
+    pub helm_records: BTreeMap<i64, Option<Arc<Record>>>,
+    /// How long a pending record of Helm's must stay unchanged before it is taken over
+    /// (`--take-pending-after`).
+    pub pending_bound: Duration,
     pub observed: Observations,
     /// When this controller first saw the operation in progress (install, upgrade, rollback,
     /// uninstall): `spec.timeout` is measured from it, not from a time another replica wrote.
@@ -150,6 +158,8 @@ impl Facts {
             records: BTreeMap::new(),
             stored: BTreeMap::new(),
             revisions: None,
+            helm_records: BTreeMap::new(),
+            pending_bound: takeover::DEFAULT_PENDING_BOUND,
             observed: Observations::default(),
             operation_since: None,
             namespace_terminating: None,
@@ -221,9 +231,11 @@ impl Facts {
 pub struct Revisions {
     /// The revisions of this release's records.
     pub ours: BTreeSet<i64>,
-    /// Who else has records under the same release name (a Helm release, another
-    /// SequencedRelease), naming one of the Secrets.
-    pub taken_by: Option<String>,
+    /// Every record under the release name (this release's too), as seen: what
+    /// [`takeover::decide`] judges.
+    pub seen: Vec<Seen>,
+    /// Helm's records of the name kept by another storage driver (`ConfigMap`), when seen.
+    pub other_driver: Option<String>,
 }
 
 /// A fact the decision needs and the controller has not gathered.
@@ -238,6 +250,8 @@ pub enum Need {
     Plan { digest: String, is_upgrade: bool },
     /// The release record of this revision.
     Record(i64),
+    /// The record of this revision that Helm wrote (the one a takeover upgrades).
+    HelmRecord(i64),
     /// The plan the record of this revision stored, ready to apply.
     StoredPlan(i64),
     /// Which revisions have a record.
@@ -257,6 +271,9 @@ pub enum Need {
 /// stepping from `status`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Begin {
+    /// A pending record of Helm's to mark `failed` first, only while it is still at the
+    /// resourceVersion it was seen unchanged at.
+    pub take_pending: Option<Pending>,
     pub record: Record,
     pub records: Vec<RecordUpdate>,
     pub drop_records: Vec<i64>,
@@ -610,6 +627,10 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
             }
         }
     }
+    // A history sequenced did not write that the new revision goes on from (a Helm release's).
+    let mut took: Option<(Continuation, Option<Pending>)> = None;
+    // The record of ours the revision goes on under (begun before the status said so).
+    let mut begun: Option<Arc<Record>> = None;
     let number = if new_revision {
         // After every record of the release, also those an uninstall kept (as `helm install
         // --replace` numbers).
@@ -617,10 +638,25 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
             Ok(revisions) => revisions,
             Err(next) => return *next,
         };
+        match standing(facts, &settings, revisions) {
+            Standing::Ours { .. } => {}
+            Standing::Refuse { reason, message } => {
+                return stall(facts, reason, &message, &settings);
+            }
+            Standing::WaitPending(pending) => return wait_pending(facts, &pending),
+            Standing::Continue(then) => took = Some((then, None)),
+            Standing::TakePending { pending, then } => took = Some((then, Some(pending))),
+        }
         let last = revisions.ours.last().copied().unwrap_or(0);
         match begun_unknown(facts, last, source) {
-            Ok(true) => last,
-            Ok(false) => status.revision.unwrap_or(0).max(last) + 1,
+            Ok(true) => {
+                begun = facts.records.get(&last).cloned().flatten();
+                last
+            }
+            Ok(false) => {
+                let theirs = took.as_ref().map_or(0, |(then, _)| then.last);
+                status.revision.unwrap_or(0).max(last).max(theirs) + 1
+            }
             Err(next) => return *next,
         }
     } else {
@@ -630,13 +666,26 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
         return step_revision(facts, number, source, &settings);
     }
     // Whether this revision is an upgrade: decided when it begins, and kept in its record.
-    let previous = match previous_record(facts) {
-        Ok(previous) => previous,
-        Err(next) => return *next,
+    // Going on from Helm's history, the record it upgrades is Helm's.
+    let previous = match (&took, previous_record(facts)) {
+        (Some((then, _)), _) => match then.base {
+            None => None,
+            Some(base) => match facts.helm_records.get(&base) {
+                None => return Next::Need(Need::HelmRecord(base)),
+                Some(record) => record.clone(),
+            },
+        },
+        (None, Ok(previous)) => previous,
+        (None, Err(next)) => return *next,
     };
-    let is_upgrade = (earlier_ready(status, number)
-        || previous.as_ref().is_some_and(|p| p.is_upgrade()))
-        && !recovery::uninstalled(status);
+    let is_upgrade = match (&begun, &took) {
+        (Some(record), _) => record.is_upgrade(),
+        (None, Some((then, _))) => then.upgrade,
+        (None, None) => {
+            (earlier_ready(status, number) || previous.as_ref().is_some_and(|p| p.is_upgrade()))
+                && !recovery::uninstalled(status)
+        }
+    };
     let deployable = match rendered(facts, source, is_upgrade, &settings) {
         Ok(deployable) => deployable,
         Err(next) => return *next,
@@ -658,15 +707,32 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
         chart_artifact: source.artifact.clone(),
         sequenced: settings.sequenced,
         inventory: deployable.inventory.clone(),
-        prune: previous
-            .as_ref()
-            .map(|p| p.inventory.removed_in(&deployable.inventory))
-            .unwrap_or_default(),
+        prune: match &begun {
+            // What it pruned when it began (from a record of Helm's, perhaps).
+            Some(record) if record.went_on_from.is_some() => record.prune.clone(),
+            _ => previous
+                .as_ref()
+                .map(|p| p.inventory.removed_in(&deployable.inventory))
+                .unwrap_or_default(),
+        },
         hooks: deployable.hooks.clone(),
         upgrade: Some(is_upgrade),
         crds: Some(settings.crd_policy(is_upgrade)),
         plan: Some(deployable.stored()),
         rollback_to: None,
+        went_on_from: match (&begun, &took) {
+            (Some(record), _) => record.went_on_from.clone(),
+            (None, Some((then, pending))) => Some(WentOnFrom {
+                origin: match &then.origin {
+                    Origin::Helm => "helm".to_string(),
+                    Origin::Orphan(owner) => owner.clone(),
+                },
+                last: then.last,
+                base: then.base,
+                took_pending: pending.as_ref().map(|p| p.revision),
+            }),
+            (None, None) => None,
+        },
         tests: Vec::new(),
         content: deployable.content.clone(),
         info: Info {
@@ -705,13 +771,93 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
     install::with_artifact(&mut status, source.artifact.as_ref());
     status.rollback = None;
     status.inventory = kept_inventory(facts, &record);
+    let mut events = Vec::new();
+    let mut take_pending = None;
+    if let Some((then, pending)) = took {
+        let mut told = Vec::new();
+        if let Some(pending) = pending {
+            let message = pending.taken_message();
+            events.push(Note::normal(
+                EventReason::HelmRecordTakenOver,
+                message.clone(),
+            ));
+            told.push(message);
+            take_pending = Some(pending);
+        }
+        let message = then.message(&me.release_name, number);
+        events.push(Note::normal(
+            EventReason::HelmReleaseAdopted,
+            message.clone(),
+        ));
+        told.insert(0, message);
+        if let Some(progress) = &status.message {
+            told.push(progress.clone());
+        }
+        status.message = Some(told.join("; "));
+    }
     Next::Begin(Box::new(Begin {
         records: superseded(&facts.status, number),
         drop_records: past_history(revisions, &facts.status, number, &settings),
-        events: Vec::new(),
+        events,
+        take_pending,
         record,
         status,
         create_namespace: sr.spec.create_namespace,
+    }))
+}
+
+/// Where the release name's history stands for this release ([`takeover::decide`]).
+fn standing(facts: &Facts, settings: &Settings, revisions: &Revisions) -> Standing {
+    let me = facts.identity();
+    let namespace = facts
+        .release
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or("default");
+    takeover::decide(&takeover::Question {
+        me: &me.owner,
+        release_name: &me.release_name,
+        namespace,
+        records: &revisions.seen,
+        other_driver: revisions.other_driver.as_deref(),
+        opted_in: settings.adopt,
+        opt_in: "spec.adopt: true",
+        bound: facts.pending_bound,
+    })
+}
+
+/// The newest record of the release name is a pending one of Helm's, not yet unchanged for the
+/// bound: the release waits (Pending, `HelmOperationPending`), saying until when, and is looked
+/// at again then.
+fn wait_pending(facts: &Facts, pending: &Pending) -> Next {
+    let me = facts.identity();
+    let remaining = Duration::from_secs(pending.remaining.as_secs_f64().ceil() as u64);
+    let at = k8s_openapi::jiff::SignedDuration::try_from(remaining)
+        .ok()
+        .and_then(|d| facts.now.0.checked_add(d).ok())
+        .map_or_else(|| "a later time".to_string(), |t| t.to_string());
+    let mut message = pending.waiting_message(&me.release_name, &at);
+    // The same wait, told once: the time it ends is not told again a second off.
+    let unchanged = |m: &str| m.rsplit_once(" at ").map(|(head, _)| head.to_string());
+    if let Some(told) = facts.status.message.as_deref()
+        && facts.status.phase == Some(ReleasePhase::Pending)
+        && unchanged(told) == unchanged(&message)
+    {
+        message = told.to_string();
+    }
+    let status = pending_status(
+        &facts.status,
+        facts.release.metadata.generation,
+        Reason::HelmOperationPending,
+        &message,
+        &facts.now,
+    );
+    Next::Write(Box::new(Write {
+        records: Vec::new(),
+        status,
+        events: Vec::new(),
+        requeue: Requeue::After(remaining + LOCK_SLACK),
     }))
 }
 
@@ -785,33 +931,11 @@ fn superseded(status: &SequencedReleaseStatus, number: i64) -> Vec<RecordUpdate>
         .collect()
 }
 
-/// The revisions that have records, before a new one is written; a release name someone else's
-/// records use stalls the release.
-fn revisions<'a>(facts: &'a Facts, settings: &Settings) -> Result<&'a Revisions, Box<Next>> {
+/// The revisions that have records, before a new one is written (whose the release name is,
+/// [`standing`] judges).
+fn revisions<'a>(facts: &'a Facts, _settings: &Settings) -> Result<&'a Revisions, Box<Next>> {
     match &facts.revisions {
         None => Err(Box::new(Next::Need(Need::Revisions))),
-        Some(Revisions {
-            taken_by: Some(other),
-            ..
-        }) => {
-            let me = facts.identity();
-            let message = format!(
-                "release name {} is taken in namespace {}: {other}; set spec.releaseName to another name",
-                me.release_name,
-                facts
-                    .release
-                    .metadata
-                    .namespace
-                    .as_deref()
-                    .unwrap_or("default"),
-            );
-            Err(Box::new(stall(
-                facts,
-                Reason::OwnershipConflict,
-                &message,
-                settings,
-            )))
-        }
         Some(revisions) => Ok(revisions),
     }
 }
@@ -1237,6 +1361,7 @@ fn begin_rollback(
         records: superseded(&facts.status, number),
         drop_records: past_history(revisions, &facts.status, number, settings),
         events: vec![note],
+        take_pending: None,
         record,
         status,
         create_namespace: false,

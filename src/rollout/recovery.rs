@@ -146,6 +146,7 @@ pub fn rollback_record(target: &Record, from: Option<&Record>, number: i64, now:
         // As `helm rollback`: the CRDs are left as they are.
         crds: Some(CrdPolicy::Skip),
         rollback_to: Some(target.revision),
+        went_on_from: None,
         tests: Vec::new(),
         info: Info {
             status: HelmStatus::PendingRollback,
@@ -275,7 +276,11 @@ pub fn finish(
                     format!("{operation} complete"),
                 )
             }];
-            if let Some(previous) = last_ready_before(after, number) {
+            // The first revision that went on from Helm's history supersedes its deployed
+            // record, as `helm upgrade` does.
+            let previous = last_ready_before(after, number)
+                .or_else(|| record.went_on_from.as_ref().and_then(|w| w.base));
+            if let Some(previous) = previous {
                 updates.push(RecordUpdate {
                     only_from: Some(HelmStatus::Deployed),
                     ..RecordUpdate::new(

@@ -31,7 +31,7 @@ const STATUS_MANAGER: &str = "sequenced-cli";
 pub struct Loaded {
     /// Every record Secret of the name, by revision.
     pub records: Vec<(RecordSummary, BTreeMap<String, String>)>,
-    /// The status kept in the newest record that has one.
+    /// The status kept in the newest record, when it has one (the command line wrote it).
     pub status: Option<SequencedReleaseStatus>,
 }
 
@@ -57,7 +57,9 @@ pub async fn load(client: &kube::Client, namespace: &str, name: &str) -> Result<
         }
     }
     records.sort_by_key(|(summary, _)| summary.revision);
-    let status = records.iter().rev().find_map(|(summary, annotations)| {
+    // Only the newest record's: a status kept on an older one is behind what Helm (or
+    // anyone) wrote since.
+    let status = records.last().and_then(|(summary, annotations)| {
         let text = annotations.get(CLI_STATUS_ANNOTATION)?;
         match serde_json::from_str(text) {
             Ok(status) => Some(status),

@@ -315,6 +315,9 @@ async fn deploy(args: &DeployArgs, mode: Mode) -> Result<u8, Failure> {
         metrics: Arc::new(crate::metrics::Metrics::new()?),
         tenancy: Default::default(),
         sharding: Default::default(),
+        // A pending record of Helm's (a `helm upgrade` killed) is judged as the operator
+        // judges it: held by a live helm until it stayed unchanged for Helm's 5m and a margin.
+        take_pending_after: crate::rollout::takeover::DEFAULT_PENDING_BOUND,
     };
     let driver = Driver::new(config, options)?;
     let client = driver.client();
@@ -358,7 +361,13 @@ async fn deploy(args: &DeployArgs, mode: Mode) -> Result<u8, Failure> {
     // makes one; one in the middle of an operation (a command killed) goes on with it.
     let token = (!in_progress && status.is_some())
         .then(|| format!("{:.9}", k8s_openapi::jiff::Timestamp::now()));
-    let release = release_object(args, &namespace, values, status, token.as_deref())?;
+    let mut release = release_object(args, &namespace, values, status, token.as_deref())?;
+    // `sequenced upgrade` of a release `helm install` made goes on from its history at its
+    // next revision, as `helm upgrade` would (the operator's opt-in, given by the command).
+    release.spec.adopt = loaded
+        .records
+        .iter()
+        .any(|(summary, _)| summary.writer == Writer::Helm);
     let json = args.output == OutputFormat::Json;
     let output = Arc::new(Output::new(std::io::stdout().is_terminal(), json));
     let home = RecordHome::new(client, release, Arc::clone(&output));

@@ -36,6 +36,16 @@ impl Reconcile<'_> {
             self.objects().create_namespace().await?;
         }
         self.lock().await?;
+        if let Some(pending) = &begin.take_pending
+            && !self
+                .ctx
+                .records
+                .take_pending(&self.key, &self.me, pending)
+                .await?
+        {
+            // The pending record changed (its helm process finished it after all): decide again.
+            return Err(Halt::Restart(Box::new(self.sr().clone())).into());
+        }
         let put = self
             .ctx
             .records
