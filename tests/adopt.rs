@@ -199,3 +199,214 @@ async fn a_helm_release_goes_on_under_a_sequenced_release_at_its_next_revision_w
     op.stop().await;
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
+
+/// A controller whose `--take-pending-after` is `bound`, on a fresh server with the CRD.
+async fn operator_with_bound(bound: Duration) -> Operator {
+    let mut op = Operator::without_controller().await;
+    let controller = support::operator::Controller::start_configured(
+        op.server.config_as("test-controller"),
+        "test-controller",
+        2,
+        |options| options.take_pending_after = bound,
+    );
+    op.adopt(controller);
+    op
+}
+
+/// The `status` label of record `name`.
+async fn record_status(op: &Operator, name: &str) -> Option<String> {
+    let secrets: Api<Secret> = Api::namespaced(op.client.clone(), NAMESPACE);
+    secrets
+        .get_opt(name)
+        .await
+        .unwrap()
+        .and_then(|s| s.metadata.labels?.get("status").cloned())
+}
+
+/// A chart `db` with a Deployment that is Ready only when the test plays the Deployment
+/// controller ([`Operator::kubelet`]), and a ConfigMap saying the level.
+fn db() -> TempDir {
+    support::charts::chart(
+        "db",
+        &[
+            ("values.yaml", "level: 1\n"),
+            (
+                "templates/settings.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: db-settings\ndata:\n  level: \"{{ .Values.level }}\"\n",
+            ),
+            (
+                "templates/db.yaml",
+                &support::charts::deployment("db", "werf.io/weight: \"0\""),
+            ),
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helm_upgrade_killed_while_it_waits_is_taken_over_after_the_bound_and_not_before() {
+    let bound = Duration::from_secs(4);
+    let op = operator_with_bound(bound).await;
+    let dir = TempDir::new().unwrap();
+    let kubeconfig = support::kubeconfig(&dir, &op.server.url(), NAMESPACE);
+    let chart = db();
+    let path = chart.path().join("db");
+    let path_text = path.display().to_string();
+    helm(&kubeconfig, &["install", "db", &path_text]).await;
+    // `helm upgrade --wait` waits for the Deployment, which nothing makes ready: killed with
+    // SIGKILL while it waits, it leaves its record pending-upgrade.
+    let mut upgrade = std::process::Command::new(support::helm())
+        .args(["upgrade", "db", &path_text, "--set", "level=2", "--wait"])
+        .args(["--timeout", "5m", "--namespace", NAMESPACE, "--kubeconfig"])
+        .arg(&kubeconfig)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("helm upgrade");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while record_status(&op, "sh.helm.release.v1.db.v2")
+        .await
+        .as_deref()
+        != Some("pending-upgrade")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pending-upgrade record"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    upgrade.kill().expect("SIGKILL helm");
+    upgrade.wait().expect("helm is gone");
+    // Every helm refuses now.
+    let refused = std::process::Command::new(support::helm())
+        .args([
+            "upgrade",
+            "db",
+            &path_text,
+            "--namespace",
+            NAMESPACE,
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("another operation"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    // A SequencedRelease going on from it waits first: the record is recent.
+    let values = json!({"adopt": true, "values": {"level": 3}});
+    op.create(NAMESPACE, release("db", &path, values)).await;
+    let waiting = op
+        .wait_release(NAMESPACE, "db", "Pending HelmOperationPending", |sr| {
+            condition(sr, "Reconciling").is_some_and(|(_, r, _)| r == "HelmOperationPending")
+        })
+        .await;
+    let told = message(&waiting);
+    assert!(
+        told.contains(
+            "its last record (revision 2, Secret sh.helm.release.v1.db.v2) is pending-upgrade"
+        ) && told.contains("it is taken over at"),
+        "{told}"
+    );
+    assert_eq!(
+        record_status(&op, "sh.helm.release.v1.db.v2")
+            .await
+            .as_deref(),
+        Some("pending-upgrade"),
+        "a recent pending record is waited for, not taken"
+    );
+
+    // After the bound: revision 2 marked failed, revision 3 deployed, no manual step.
+    let _kubelet = op.kubelet();
+    let ready = op.wait_release(NAMESPACE, "db", "Ready", is_ready).await;
+    assert_eq!(ready.status.as_ref().unwrap().revision, Some(3));
+    let taken = op.wait_event(NAMESPACE, "db", "HelmRecordTakenOver").await;
+    assert!(
+        taken.starts_with("took over a pending-upgrade record of revision 2"),
+        "{taken}"
+    );
+    let rows = history(&kubeconfig, "db").await;
+    let statuses: Vec<(i64, &str)> = rows.iter().map(|(r, s, _)| (*r, s.as_str())).collect();
+    assert_eq!(
+        statuses,
+        [(1, "superseded"), (2, "failed"), (3, "deployed")],
+        "{rows:?}"
+    );
+    assert_eq!(
+        rows[1].2,
+        "not finished by the helm process that began it; taken over by sequenced"
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(op.client.clone(), NAMESPACE);
+    assert_eq!(
+        maps.get("db-settings").await.unwrap().data.unwrap()["level"],
+        "3"
+    );
+    // And helm goes on from it again.
+    helm(&kubeconfig, &["status", "db"]).await;
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_install_helm_failed_is_installed_again_at_revision_two() {
+    let op = Operator::start(2).await;
+    let _jobs = op.server.job_controller(Duration::from_millis(50));
+    let dir = TempDir::new().unwrap();
+    let kubeconfig = support::kubeconfig(&dir, &op.server.url(), NAMESPACE);
+    // A pre-install hook Job that fails while `.Values.outcome` is `fail`.
+    let chart = support::charts::chart(
+        "migrated",
+        &[
+            ("values.yaml", "outcome: fail\n"),
+            (
+                "templates/migrate.yaml",
+                "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: migrate\n  labels:\n    sequenced.test/outcome: \"{{ .Values.outcome }}\"\n  annotations:\n    helm.sh/hook: pre-install\n    helm.sh/hook-delete-policy: before-hook-creation\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: migrate\n          image: busybox:1.36\n          command: [\"sh\", \"-c\", \"exit 0\"]\n",
+            ),
+            (
+                "templates/settings.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: migrated-settings\ndata:\n  a: b\n",
+            ),
+        ],
+    );
+    let path = chart.path().join("migrated");
+    let path_text = path.display().to_string();
+    let failed = std::process::Command::new(support::helm())
+        .args([
+            "install",
+            "migrated",
+            &path_text,
+            "--wait",
+            "--timeout",
+            "60s",
+        ])
+        .args(["--namespace", NAMESPACE, "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    assert!(!failed.status.success(), "the hook fails the install");
+    let rows = history(&kubeconfig, "migrated").await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].1, "failed", "{rows:?}");
+
+    let values = json!({"adopt": true, "values": {"outcome": "succeed"}});
+    op.create(NAMESPACE, release("migrated", &path, values))
+        .await;
+    let ready = op
+        .wait_release(NAMESPACE, "migrated", "Ready", is_ready)
+        .await;
+    assert_eq!(ready.status.as_ref().unwrap().revision, Some(2));
+    let adopted = op
+        .wait_event(NAMESPACE, "migrated", "HelmReleaseAdopted")
+        .await;
+    assert!(
+        adopted.contains("its revision 1 was failed; this one installs again"),
+        "{adopted}"
+    );
+    let rows = history(&kubeconfig, "migrated").await;
+    let statuses: Vec<(i64, &str)> = rows.iter().map(|(r, s, _)| (*r, s.as_str())).collect();
+    assert_eq!(statuses, [(1, "failed"), (2, "deployed")], "{rows:?}");
+    assert_eq!(rows[1].2, "Install complete");
+    op.stop().await;
+}

@@ -307,12 +307,23 @@ async fn a_release_is_installed_corrected_upgraded_rolled_back_and_uninstalled_o
         );
         assert!(records_on(&op.server, "default").is_empty());
 
+        // The kubeconfig Secret is kept while the release needs it (a namespace deleted while no
+        // controller runs must not take it first), and let go once its uninstall is over.
+        let finalizers = |op: &Operator| {
+            op.server
+                .object("v1", "Secret", Some("default"), "fleet-a")
+                .and_then(|s| s["metadata"]["finalizers"].as_array().cloned())
+                .unwrap_or_default()
+        };
+        assert_eq!(finalizers(&op), [json!("sequenced.dev/kubeconfig-in-use")]);
+
         // Uninstalled there: the objects and the records go, then the release.
         op.releases("default")
             .delete("shop", &DeleteParams::default())
             .await
             .unwrap();
         op.wait_deleted("default", "shop").await;
+        assert_eq!(finalizers(&op), Vec::<Value>::new());
         assert!(remote_objects.get_opt("settings").await.unwrap().is_none());
         assert!(remote_objects.get_opt("app").await.unwrap().is_none());
         assert!(records_on(&remote, "default").is_empty());
@@ -637,6 +648,205 @@ async fn hooks_run_on_the_remote_cluster_and_their_logs_are_read_there() {
         assert!(op.server.object("batch/v1", "Job", Some("default"), "migrate").is_none());
         assert!(message(&sr).contains("no table fleet"), "{}", message(&sr));
         op.stop().await;
+    })
+    .await;
+}
+
+/// Deletes namespace `name` of the management cluster.
+async fn delete_namespace(op: &Operator, name: &str) {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(op.client.clone());
+    namespaces
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// Waits until namespace `name` of the management cluster is gone; `why` names what holds it.
+async fn wait_namespace_gone(op: &Operator, name: &str, within: Duration) {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(op.client.clone());
+    let deadline = std::time::Instant::now() + within;
+    while namespaces.get_opt(name).await.unwrap().is_some() {
+        let status = op
+            .releases(name)
+            .get_opt("shop")
+            .await
+            .unwrap()
+            .and_then(|sr| sr.status);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "namespace {name} stays Terminating; the release's status: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A release `shop` in namespace `apps` deployed on `remote`, Ready; then its namespace on the
+/// management cluster is deleted while no controller runs, and the namespace controller deletes
+/// everything it can there (the Lease included) before the controller starts again.
+async fn remote_release_in_a_namespace_deleted_while_no_controller_ran(
+    remote: &TestApiServer,
+) -> (Operator, TempDir) {
+    let mut op = operator().await;
+    op.namespace("apps").await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(remote.client());
+    namespaces
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "apps"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    kubeconfig_secret(&op, "apps", "fleet-a", "value", &kubeconfig_of(remote)).await;
+    let dir = fleet();
+    op.create("apps", remote_release("shop", &dir, json!({})))
+        .await;
+    ready_at(&op, "apps", "shop", 1).await;
+    assert_eq!(records_on(remote, "apps"), ["sh.helm.release.v1.shop.v1"]);
+    op.take_controller().stop().await;
+
+    delete_namespace(&op, "apps").await;
+    // The namespace controller deletes what it can: the release's Lease goes; the release
+    // stays (its finalizer), and so does the kubeconfig Secret (the finalizer the controller
+    // put on it while a release used it).
+    let leases = || {
+        op.server
+            .objects("coordination.k8s.io/v1", "Lease", Some("apps"))
+            .len()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while leases() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the namespace controller never deleted the Lease"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let secret = op
+        .server
+        .object("v1", "Secret", Some("apps"), "fleet-a")
+        .expect("the kubeconfig Secret is kept while the release needs it");
+    assert!(secret["metadata"]["deletionTimestamp"].is_string());
+    let sr = op.releases("apps").get("shop").await.unwrap();
+    assert!(sr.metadata.deletion_timestamp.is_some());
+    (op, dir)
+}
+
+/// A controller run as the operator chart's ServiceAccount, started again.
+fn controller_back(op: &Operator) -> support::operator::Controller {
+    support::operator::Controller::start_configured(
+        op.server
+            .config_as_user("controller-back", tenants::OPERATOR_ACCOUNT, &[]),
+        "controller-back",
+        4,
+        |_| {},
+    )
+}
+
+/// The creates in namespace `namespace` of `server` from request `from` on: none may be asked
+/// of a namespace being deleted.
+fn creates_in(server: &TestApiServer, namespace: &str, from: usize) -> Vec<String> {
+    server
+        .requests()
+        .iter()
+        .skip(from)
+        .filter(|r| {
+            r.namespace.as_deref() == Some(namespace)
+                && (r.verb == "create" || (r.verb == "apply" && r.status == 403))
+        })
+        .map(|r| format!("{} {:?} {:?} -> {}", r.verb, r.kind, r.name, r.status))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_release_whose_namespace_was_deleted_while_no_controller_ran_is_uninstalled_there()
+{
+    within(async {
+        let remote = TestApiServer::start().await;
+        let (op, _dir) =
+            remote_release_in_a_namespace_deleted_while_no_controller_ran(&remote).await;
+        let from = op.server.requests().len();
+        let remote_from = remote.requests().len();
+
+        let back = controller_back(&op);
+        wait_namespace_gone(&op, "apps", Duration::from_secs(60)).await;
+        // Its objects and records on the remote cluster are gone, the objects in reverse layer
+        // order, then its record.
+        assert!(
+            remote
+                .object("v1", "ConfigMap", Some("apps"), "settings")
+                .is_none()
+        );
+        assert!(
+            remote
+                .object("v1", "ConfigMap", Some("apps"), "app")
+                .is_none()
+        );
+        assert!(records_on(&remote, "apps").is_empty());
+        let deleted: Vec<String> = remote
+            .requests()
+            .iter()
+            .skip(remote_from)
+            .filter(|r| r.verb == "delete" && r.status < 300)
+            .filter_map(|r| r.name.clone())
+            .collect();
+        assert_eq!(
+            deleted,
+            ["app", "settings", "sh.helm.release.v1.shop.v1"],
+            "the deletions on the remote cluster"
+        );
+        // Nothing was asked to be created in the terminating namespace: no Lease, no Event, no
+        // record.
+        assert_eq!(creates_in(&op.server, "apps", from), Vec::<String>::new());
+        back.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_cluster_unreachable_while_its_namespace_is_deleted_holds_the_namespace_and_says_so()
+ {
+    within(async {
+        let remote = TestApiServer::start().await;
+        let (op, _dir) =
+            remote_release_in_a_namespace_deleted_while_no_controller_ran(&remote).await;
+        let from = op.server.requests().len();
+        remote.set_down(true);
+
+        let back = controller_back(&op);
+        // The status says why the uninstall does not go on, though no event can be recorded
+        // in the namespace.
+        let sr = op
+            .wait_release("apps", "shop", "RemoteClusterUnreachable", |sr| {
+                condition(sr, "Reconciling")
+                    .is_some_and(|(s, r, _)| s == "True" && r == "RemoteClusterUnreachable")
+            })
+            .await;
+        let (_, _, text) = condition(&sr, "Reconciling").unwrap();
+        assert!(
+            text.contains(&format!("the remote cluster {}", remote.url()))
+                && text.contains("spec.kubeConfig: Secret apps/fleet-a"),
+            "{text}"
+        );
+        // The namespace waits for it: its objects are still there.
+        assert!(
+            remote
+                .object("v1", "ConfigMap", Some("apps"), "app")
+                .is_some()
+        );
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(op.client.clone());
+        assert!(namespaces.get_opt("apps").await.unwrap().is_some());
+
+        // Back: the uninstall goes on by itself and the namespace goes.
+        remote.set_down(false);
+        wait_namespace_gone(&op, "apps", Duration::from_secs(90)).await;
+        assert!(
+            remote
+                .object("v1", "ConfigMap", Some("apps"), "app")
+                .is_none()
+        );
+        assert!(records_on(&remote, "apps").is_empty());
+        assert_eq!(creates_in(&op.server, "apps", from), Vec::<String>::new());
+        back.stop().await;
     })
     .await;
 }

@@ -14,7 +14,8 @@
 //! - [`source`]: the spec's inputs (chart source, `valuesFrom`), resolved, and their digest;
 //! - [`dependencies`]: what `dependsOn` names (releases, any object), read and watched;
 //! - [`plans`]: the plan cache, rendering through the chart pipeline;
-//! - [`records`]: the release records in the cluster;
+//! - [`records`]: the release records in the cluster; `kubeconfigs`: the kubeconfig Secrets of
+//!   remote releases kept (a finalizer) while a release needs them;
 //! - [`objects`]: applying, deleting and observing the release's objects;
 //! - [`watches`]: what wakes a release besides its own object; [`stats`]: CPU time;
 //! - [`events`]: the Events recorded on a release, one per distinct note;
@@ -27,6 +28,7 @@ pub mod drive;
 mod events;
 mod home;
 mod inputs;
+mod kubeconfigs;
 mod leftovers;
 mod objects;
 mod outage;

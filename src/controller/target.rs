@@ -90,7 +90,10 @@ pub(super) async fn of(
 ) -> Result<Target, Error> {
     let key = ObjectRef::from_obj(sr);
     let Some(reference) = &sr.spec.kube_config else {
-        settle(ctx, &key, None);
+        if settle(ctx, &key, None) {
+            // It no longer needs the kubeconfig Secret it named.
+            keep_kubeconfigs(ctx, sr).await;
+        }
         return Ok(Target::local(ctx, local));
     };
     // Read as `valuesFrom` is: in multi-tenant mode as the release's account.
@@ -115,7 +118,12 @@ pub(super) async fn of(
     let remote = match ctx.remotes.known(&key, &read_from, version) {
         Some(remote) => remote,
         None => match read(ctx, sr, &reader).await? {
-            Ok(remote) => remote,
+            Ok(remote) => {
+                // Read anew (a first reconcile, a changed Secret or spec): the Secret is kept
+                // while the release needs it.
+                keep_kubeconfigs(ctx, sr).await;
+                remote
+            }
             Err(refusal) => {
                 return Ok(Target {
                     usable: Err(refusal),
@@ -206,6 +214,16 @@ async fn read(
     Ok(Ok(remote))
 }
 
+/// Keeps the kubeconfig Secrets of the namespace of `sr` its releases need; a failure is
+/// logged (the release goes on: the Secret is only at risk should its namespace be deleted while
+/// no controller runs) and tried again at the next read of a kubeconfig.
+async fn keep_kubeconfigs(ctx: &Context, sr: &SequencedRelease) {
+    let namespace = sr.namespace().unwrap_or_else(|| "default".to_string());
+    if let Err(e) = super::kubeconfigs::settle(ctx, &namespace, None).await {
+        tracing::warn!(error = %e, "keeping the kubeconfig Secrets of namespace {namespace}");
+    }
+}
+
 /// `release` targets `remote` from now on: the watches of remote clusters no release targets
 /// any more stop, and a release whose target changed forgets its cached plan and records (they
 /// were of the other cluster), its records kept from then on on the new one.
@@ -213,7 +231,7 @@ fn settle(
     ctx: &Context,
     release: &ObjectRef<SequencedRelease>,
     remote: Option<(&Arc<Remote>, &str, Option<u64>)>,
-) {
+) -> bool {
     let (unused, changed) = ctx.remotes.target(release, remote);
     for id in &unused {
         ctx.watches.forget_remote(id);
@@ -226,4 +244,5 @@ fn settle(
         release,
         remote.map(|(remote, _, _)| remote.cluster.client().clone()),
     );
+    changed
 }

@@ -1534,10 +1534,14 @@ fn uninstall(facts: &Facts) -> Next {
     let settings = Settings::of(&sr.spec);
     let keep_history = sr.spec.uninstall.as_ref().is_some_and(|u| u.keep_history);
     // In a namespace being deleted nothing new can be created there (no lease, no hook, no
-    // record), and the namespace controller deletes the records itself.
+    // record), and the namespace controller deletes the records itself. A remote release's
+    // records and hooks are on its remote cluster, whose namespace is not being deleted: they
+    // are uninstalled there as ever (its lease and events, in the namespace being deleted, are
+    // left out by the controller).
     let Some(terminating) = facts.namespace_terminating else {
         return Next::Need(Need::Namespace);
     };
+    let terminating = terminating && sr.spec.kube_config.is_none();
     let record = match status.revision {
         None => None,
         Some(n) => match facts.records.get(&n) {

@@ -277,6 +277,12 @@ impl Reconcile<'_> {
     pub(super) async fn finish_uninstall(&mut self, records: &[i64]) -> Result<Action, Stop> {
         self.lock().await?;
         self.delete_records(records).await?;
+        if self.sr().spec.kube_config.is_some() {
+            // Its kubeconfig Secret is let go unless another release there needs it.
+            let namespace = self.key.namespace.as_deref().unwrap_or("default");
+            crate::controller::kubeconfigs::settle(self.ctx, namespace, Some(&self.key.name))
+                .await?;
+        }
         self.ctx.forget(&self.key);
         let finalizers: Vec<String> = self
             .sr()

@@ -230,7 +230,14 @@ impl Reconcile<'_> {
             return Ok(());
         }
         // A release whose namespace is being deleted is uninstalled without a lease: none can
-        // be created there any more, and the deletions it does are idempotent.
+        // be created there any more, and the deletions it does are idempotent. A release being
+        // deleted asks before its first write (a status that tells a failure included), whatever
+        // step it is at: a namespace deleted while no controller ran has lost the lease already.
+        if self.facts.namespace_terminating.is_none()
+            && self.sr().metadata.deletion_timestamp.is_some()
+        {
+            self.facts.namespace_terminating = Some(self.namespace_terminating().await?);
+        }
         if self.facts.namespace_terminating == Some(true) {
             self.locked = true;
             return Ok(());

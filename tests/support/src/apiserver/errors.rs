@@ -129,14 +129,18 @@ impl ApiError {
         )
     }
 
+    /// As apimachinery's `NewForbidden`: the name is left out of the message when there is
+    /// none (a create by `generateName`, refused by admission before a name is generated).
     pub fn forbidden(group: &str, resource: &str, name: &str, why: &str) -> Self {
+        let what = if name.is_empty() {
+            qualified(group, resource)
+        } else {
+            format!("{} \"{name}\"", qualified(group, resource))
+        };
         Self::new(
             403,
             "Forbidden",
-            format!(
-                "{} \"{name}\" is forbidden: {why}",
-                qualified(group, resource)
-            ),
+            format!("{what} is forbidden: {why}"),
             Some(details(name, group, resource)),
         )
     }

@@ -1222,11 +1222,9 @@ impl State {
             ));
         }
         self.check_definition(w.rt)?;
-        // Admission sees the name asked for: a generated one comes after it.
-        let asked = if name.is_empty() { &generate } else { &name };
-        if !asked.is_empty() {
-            self.check_namespace(w.rt, w.namespace, asked)?;
-        }
+        // Admission sees the name asked for: a generated one comes after it. NamespaceLifecycle
+        // refuses every create in a namespace being deleted, one without a name too.
+        self.check_namespace(w.rt, w.namespace, &name)?;
         self.admit(w, &body)?;
         if name.is_empty() && !generate.is_empty() {
             name = format!("{generate}{}", util::random_suffix());
