@@ -410,3 +410,103 @@ async fn a_first_install_helm_failed_is_installed_again_at_revision_two() {
     assert_eq!(rows[1].2, "Install complete");
     op.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_handed_back_to_helm_goes_on_with_helm_upgrade_and_helm_uninstall_removes_it() {
+    let op = Operator::start(2).await;
+    let dir = TempDir::new().unwrap();
+    let kubeconfig = support::kubeconfig(&dir, &op.server.url(), NAMESPACE);
+    let chart = shop();
+    let path = chart_path(&chart);
+    let path_text = path.display().to_string();
+    helm(&kubeconfig, &["install", "shop", &path_text]).await;
+    let values = json!({"adopt": true, "deletionPolicy": "Orphan", "values": {"level": 2}});
+    op.create(NAMESPACE, release("shop", &path, values)).await;
+    let ready = op.wait_release(NAMESPACE, "shop", "Ready", is_ready).await;
+    assert_eq!(ready.status.as_ref().unwrap().revision, Some(2));
+
+    // Deleted with the Orphan policy: nothing is uninstalled.
+    op.releases(NAMESPACE)
+        .delete("shop", &Default::default())
+        .await
+        .unwrap();
+    op.wait_deleted(NAMESPACE, "shop").await;
+    let told = op.wait_event(NAMESPACE, "shop", "HandedBackToHelm").await;
+    assert!(
+        told.starts_with("handed release shop back to Helm at revision 2"),
+        "{told}"
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(op.client.clone(), NAMESPACE);
+    assert_eq!(
+        maps.get("settings").await.unwrap().data.unwrap()["level"],
+        "2"
+    );
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(op.client.clone(), NAMESPACE);
+    let left: Vec<String> = leases
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|l| l.metadata.name)
+        .filter(|n| n.contains("shop"))
+        .collect();
+    assert!(left.is_empty(), "the release's Lease is gone: {left:?}");
+    let statuses: Vec<(i64, String)> = history(&kubeconfig, "shop")
+        .await
+        .into_iter()
+        .map(|(r, s, _)| (r, s))
+        .collect();
+    assert_eq!(
+        statuses,
+        [(1, "superseded".to_string()), (2, "deployed".to_string())]
+    );
+
+    // helm goes on at the next revision.
+    helm(
+        &kubeconfig,
+        &["upgrade", "shop", &path_text, "--set", "level=4"],
+    )
+    .await;
+    assert_eq!(
+        maps.get("settings").await.unwrap().data.unwrap()["level"],
+        "4"
+    );
+    let statuses: Vec<(i64, String)> = history(&kubeconfig, "shop")
+        .await
+        .into_iter()
+        .map(|(r, s, _)| (r, s))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            (1, "superseded".to_string()),
+            (2, "superseded".to_string()),
+            (3, "deployed".to_string())
+        ]
+    );
+
+    // And `helm uninstall` removes every object and record.
+    helm(&kubeconfig, &["uninstall", "shop"]).await;
+    for name in ["settings", "app", "old"] {
+        assert!(
+            maps.get_opt(name).await.unwrap().is_none(),
+            "{name} is left"
+        );
+    }
+    let roles: Api<ClusterRole> = Api::all(op.client.clone());
+    assert!(roles.get_opt("shop-reader").await.unwrap().is_none());
+    let secrets: Api<Secret> = Api::namespaced(op.client.clone(), NAMESPACE);
+    let records: Vec<String> = secrets
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .filter(|n| n.starts_with("sh.helm.release.v1.shop."))
+        .collect();
+    assert!(records.is_empty(), "{records:?}");
+    op.stop().await;
+}

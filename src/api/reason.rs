@@ -265,6 +265,9 @@ pub enum EventReason {
     /// A pending record of Helm's (`pending-upgrade`, ...) that stayed unchanged for the bound
     /// was marked `failed` before the next revision began.
     HelmRecordTakenOver,
+    /// The SequencedRelease was deleted with `spec.deletionPolicy: Orphan`: its objects and
+    /// records were left for Helm.
+    HandedBackToHelm,
 }
 
 impl EventReason {
@@ -298,6 +301,7 @@ impl EventReason {
             EventReason::RecordMissing => "RecordMissing",
             EventReason::HelmReleaseAdopted => "HelmReleaseAdopted",
             EventReason::HelmRecordTakenOver => "HelmRecordTakenOver",
+            EventReason::HandedBackToHelm => "HandedBackToHelm",
         }
     }
 }

@@ -205,10 +205,18 @@ pub struct SequencedReleaseSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crds: Option<CrdPolicy>,
 
-    /// Take over existing objects that no release owns. Objects owned by another release are never
-    /// taken over.
+    /// Take over existing objects that no release owns, and go on from the Helm release of the
+    /// release name (its next revision, as `helm upgrade`; see the book's "Moving from Helm").
+    /// Objects owned by another release are never taken over.
     #[serde(default)]
     pub adopt: bool,
+
+    /// What deleting the SequencedRelease does, with Flux's names: `Delete` (the default)
+    /// uninstalls the chart; `Orphan` leaves its objects and its release records as they are and
+    /// only lets go of them (finalizer and Lease), handing the release back to Helm: `helm
+    /// upgrade` goes on at the next revision and `helm uninstall` removes it all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<DeletionPolicy>,
 
     /// What happens when the release's objects no longer match what it applied (deleted, or a
     /// field it manages changed by someone else): `enabled` re-applies the affected layers in
@@ -606,6 +614,16 @@ fn default_values_key() -> String {
 pub enum ValuesKind {
     ConfigMap,
     Secret,
+}
+
+/// What deleting a SequencedRelease does to what it deployed (`spec.deletionPolicy`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeletionPolicy {
+    /// Uninstall: hooks, objects, records (as `spec.uninstall` says).
+    #[default]
+    Delete,
+    /// Leave the objects and the records to Helm; delete nothing.
+    Orphan,
 }
 
 /// Whether the chart is applied layer by layer.

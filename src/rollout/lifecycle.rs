@@ -1533,6 +1533,26 @@ fn uninstall(facts: &Facts) -> Next {
     let status = &facts.status;
     let settings = Settings::of(&sr.spec);
     let keep_history = sr.spec.uninstall.as_ref().is_some_and(|u| u.keep_history);
+    // Handed back to Helm: nothing of the release is touched, only let go of.
+    if sr.spec.deletion_policy == Some(crate::api::DeletionPolicy::Orphan) {
+        let me = facts.identity();
+        let told = match status.revision {
+            Some(n) => format!(
+                "handed release {} back to Helm at revision {n} (spec.deletionPolicy: Orphan): its objects and records are left as they are; helm upgrade goes on at revision {}, helm uninstall removes them",
+                me.release_name,
+                n + 1
+            ),
+            None => format!(
+                "let go of release {} (spec.deletionPolicy: Orphan): it never deployed a revision",
+                me.release_name
+            ),
+        };
+        return Next::FinishUninstall {
+            events: vec![Note::normal(EventReason::HandedBackToHelm, told)],
+            records: Vec::new(),
+            delete: Vec::new(),
+        };
+    }
     // In a namespace being deleted nothing new can be created there (no lease, no hook, no
     // record), and the namespace controller deletes the records itself. A remote release's
     // records and hooks are on its remote cluster, whose namespace is not being deleted: they
