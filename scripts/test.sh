@@ -11,6 +11,8 @@ export SEQUENCED_HELM
 # kubectl's built-in kustomize runs spec.postRenderers (and is their tests' oracle).
 SEQUENCED_KUBECTL="$(scripts/install-kubectl.sh)"
 export SEQUENCED_KUBECTL
+# gpg makes the test keys of chart verification (helm package --sign).
+scripts/install-gnupg.sh >/dev/null
 
 echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check

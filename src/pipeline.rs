@@ -27,6 +27,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::api::{ChartArtifact, PostRenderer, Reason};
 use crate::chart::source::{ChartCache, ChartReference, Credentials, SourceError};
+use crate::chart::verify::Verification;
 use crate::chart::{ChartError, ChartTree};
 use crate::helm::{Helm, HelmError};
 use crate::kubectl::Kubectl;
@@ -331,6 +332,13 @@ pub enum Error {
     Io { what: String, message: String },
     #[error("{0}")]
     PostRender(#[from] PostRenderError),
+    /// The chart did not verify (`spec.chart.verify`, `--verify`).
+    #[error("{chart}: not verified (provider {provider}): {message}")]
+    Verification {
+        chart: String,
+        provider: &'static str,
+        message: String,
+    },
 }
 
 impl Error {
@@ -350,6 +358,7 @@ impl Error {
             Error::Render(_) => Reason::RenderFailed,
             Error::Plan(_) => Reason::PlanFailed,
             Error::PostRender(_) => Reason::PostRenderFailed,
+            Error::Verification { .. } => Reason::VerificationFailed,
         }
     }
 
@@ -361,7 +370,11 @@ impl Error {
             Error::Io { .. } => true,
             Error::Render(RenderError::Helm { source, .. }) => source.is_transient(),
             Error::PostRender(e) => e.is_transient(),
-            Error::Values { .. } | Error::Chart(_) | Error::Render(_) | Error::Plan(_) => false,
+            Error::Values { .. }
+            | Error::Chart(_)
+            | Error::Render(_)
+            | Error::Plan(_)
+            | Error::Verification { .. } => false,
         }
     }
 
@@ -389,6 +402,7 @@ impl Error {
             Error::Plan(e) => e.category(),
             Error::Io { .. } => "io",
             Error::PostRender(e) => e.category(),
+            Error::Verification { .. } => "verification_failed",
         }
     }
 }
@@ -400,13 +414,68 @@ pub async fn resolve(
     source: &ChartSource,
     credentials: Option<&Credentials>,
 ) -> Result<Resolved, Error> {
+    resolve_verified(helm, cache, source, credentials, None).await
+}
+
+/// [`resolve`], then the chart verified as `verification` says before anything reads it: the
+/// verified fact is in [`Resolved::artifact`]. A chart that does not verify is
+/// [`Error::Verification`].
+pub async fn resolve_verified(
+    helm: &Helm,
+    cache: &ChartCache,
+    source: &ChartSource,
+    credentials: Option<&Credentials>,
+    verification: Option<&Verification>,
+) -> Result<Resolved, Error> {
+    let mut resolved = resolve_unverified(helm, cache, source, credentials, verification).await?;
+    let Some(verification) = verification else {
+        return Ok(resolved);
+    };
+    let (archive, check) = (resolved.path.clone(), verification.clone());
+    let verified = blocking(move || Ok(crate::chart::verify::verify(&archive, &check))).await?;
+    let version = resolved.version.as_deref().unwrap_or("(none)");
+    let chart = match source {
+        ChartSource::Reference(ChartReference::Repository { url, name, .. }) => {
+            format!("chart {name} version {version} from {url}")
+        }
+        ChartSource::Reference(ChartReference::Oci { reference, .. }) => {
+            format!("chart {reference} version {version}")
+        }
+        ChartSource::Reference(reference) => reference.to_string(),
+        ChartSource::Packaged { origin, .. } => origin.clone(),
+    };
+    match verified {
+        Ok(fact) => {
+            if let Some(artifact) = resolved.artifact.as_mut() {
+                artifact.verified = Some(fact);
+            }
+            Ok(resolved)
+        }
+        Err(failed) => Err(Error::Verification {
+            chart,
+            provider: verification.provider(),
+            message: failed.0,
+        }),
+    }
+}
+
+async fn resolve_unverified(
+    helm: &Helm,
+    cache: &ChartCache,
+    source: &ChartSource,
+    credentials: Option<&Credentials>,
+    verification: Option<&Verification>,
+) -> Result<Resolved, Error> {
     match source {
         ChartSource::Reference(ChartReference::Path(path)) => {
             let path = path.clone();
             blocking(move || local_chart(path)).await
         }
         ChartSource::Reference(reference) => {
-            let fetched = cache.fetch(helm, reference, credentials).await?;
+            let provenance = verification.is_some_and(Verification::needs_provenance);
+            let fetched = cache
+                .fetch_with(helm, reference, credentials, provenance)
+                .await?;
             let mut identity = match (reference, &fetched.version) {
                 (ChartReference::Repository { url, name, .. }, Some(version)) => {
                     format!("repository {url} {name} {version}")
@@ -428,6 +497,7 @@ pub async fn resolve(
                 version: fetched.version.clone(),
                 digest,
                 oci_digest: fetched.oci_digest,
+                verified: None,
             });
             Ok(Resolved {
                 path: fetched.path,
@@ -500,6 +570,7 @@ fn packaged_chart(dir: &Path, origin: &str, bytes: &[u8]) -> Result<Resolved, Er
             version: None,
             digest: format!("sha256:{digest}"),
             oci_digest: None,
+            verified: None,
         }),
     })
 }

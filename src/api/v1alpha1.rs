@@ -436,6 +436,7 @@ fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 #[x_kube(validation = Rule::new("!has(self.version) || has(self.repository) || has(self.oci)").message("chart.version applies only to repository and oci charts"))]
 #[x_kube(validation = Rule::new("!has(self.plainHttp) || has(self.oci)").message("chart.plainHttp applies only to oci charts"))]
 #[x_kube(validation = Rule::new("!has(self.credentialsSecretRef) || has(self.repository) || has(self.oci)").message("chart.credentialsSecretRef applies only to repository and oci charts"))]
+#[x_kube(validation = Rule::new("!has(self.verify) || has(self.repository) || has(self.oci)").message("chart.verify applies only to repository and oci charts"))]
 pub struct ChartSource {
     /// URL of a Helm chart repository that serves index.yaml (http:// or https://).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -495,6 +496,33 @@ pub struct ChartSource {
     /// Talk plain HTTP to the OCI registry (a registry without TLS), like `helm pull --plain-http`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plain_http: Option<bool>,
+
+    /// Verify the chart after it is fetched and before anything reads it, in Flux's shape: a
+    /// chart that does not verify is Stalled `VerificationFailed` and nothing of it is rendered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<ChartVerify>,
+}
+
+/// `spec.chart.verify`: how the chart is verified.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.secretRef)").message("chart.verify.secretRef is needed: the Secret that holds the public keys"))]
+pub struct ChartVerify {
+    /// `helm`: the chart's provenance file (`.prov`, made by `helm package --sign`) checked
+    /// against the keyring in `secretRef`, as `helm pull --verify --keyring` checks it.
+    pub provider: VerifyProvider,
+    /// A Secret in the release's namespace holding the public keys: for `helm`, every key of
+    /// it whose name ends in `.gpg` (binary) or `.asc` (ASCII-armored) is an OpenPGP keyring.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<LocalReference>,
+}
+
+/// Who verifies a chart.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyProvider {
+    /// Helm's provenance file against an OpenPGP keyring.
+    Helm,
 }
 
 /// [`ChartSource::name`]'s pattern: a chart name as Helm allows it, never a path.
@@ -1228,6 +1256,27 @@ pub struct ChartArtifact {
     /// For an OCI chart, the manifest digest the registry served (what `@sha256:` pins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oci_digest: Option<String>,
+    /// What verified it (`spec.chart.verify`); absent when it was not verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<ChartVerified>,
+}
+
+/// What verified a chart.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartVerified {
+    /// `helm` (the provenance file) or `cosign`.
+    pub provider: String,
+    /// The fingerprint of the key whose signature verified (OpenPGP, upper-case hexadecimal),
+    /// or the name of the public key in the Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Who the key names (its first user id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
+    /// For a keyless signature, the certificate's issuer and subject.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 /// One revision of the release.

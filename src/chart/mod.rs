@@ -13,6 +13,7 @@ pub mod metadata;
 pub mod pin;
 pub mod source;
 mod tree;
+pub mod verify;
 
 pub use load::{
     Gathered, Limit, Limits, gather, gather_archive, load, load_archive, load_archive_with,

@@ -234,6 +234,19 @@ impl ChartCache {
         reference: &ChartReference,
         credentials: Option<&Credentials>,
     ) -> Result<FetchedChart, SourceError> {
+        self.fetch_with(helm, reference, credentials, false).await
+    }
+
+    /// [`ChartCache::fetch`]; with `provenance`, the chart's provenance file too (`helm pull
+    /// --prov`), kept beside the archive (`.tgz.prov`) when the source serves one. A cached
+    /// archive without one is pulled again.
+    pub async fn fetch_with(
+        &self,
+        helm: &Helm,
+        reference: &ChartReference,
+        credentials: Option<&Credentials>,
+        provenance: bool,
+    ) -> Result<FetchedChart, SourceError> {
         let (key, name, source_name, url) = match reference {
             ChartReference::Path(path) => return Ok(FetchedChart::local(path)),
             ChartReference::Repository { url, name, .. } => {
@@ -297,7 +310,9 @@ impl ChartCache {
             (Some(exact), _) => Some(self.source_dir(&key).join(archive_name(&name, exact))),
             (None, _) => None,
         };
-        if let Some(path) = cached.filter(|p| p.is_file())
+        if let Some(path) = cached
+            .filter(|p| p.is_file())
+            .filter(|p| !provenance || super::verify::provenance::file_of(p).is_file())
             && let Ok(digest) = super::pin::archive_digest(&path)
             && (oci || pinned.digest.as_ref().is_none_or(|pin| *pin == digest))
         {
@@ -364,6 +379,9 @@ impl ChartCache {
             }
             ChartReference::Path(path) => return Ok(FetchedChart::local(path)),
         };
+        if provenance {
+            args.push("--prov".into());
+        }
         if let Some(version) = version {
             args.push("--version".into());
             args.push(version.into());
@@ -483,6 +501,7 @@ impl ChartCache {
             }
             if std::fs::remove_file(&path).is_ok() {
                 let _ = std::fs::remove_file(sidecar_of(&path));
+                let _ = std::fs::remove_file(super::verify::provenance::file_of(&path));
                 total = total.saturating_sub(size);
                 evicted.removed += 1;
                 evicted.freed += size;
@@ -630,6 +649,14 @@ impl ChartCache {
         let target = dir.join(file);
         std::fs::rename(&pulled, &target).map_err(|e| cache_error(&target, e))?;
         touch(&target);
+        // The provenance file pulled with it, or none: never one of other bytes.
+        let prov = super::verify::provenance::file_of(&target);
+        let pulled_prov = super::verify::provenance::file_of(&pulled);
+        if pulled_prov.is_file() {
+            std::fs::rename(&pulled_prov, &prov).map_err(|e| cache_error(&prov, e))?;
+        } else {
+            let _ = std::fs::remove_file(&prov);
+        }
         let sidecar = sidecar_of(&target);
         let _ = std::fs::remove_file(&sidecar);
         if let Some(oci_digest) = &oci_digest {

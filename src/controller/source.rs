@@ -17,8 +17,10 @@ use super::{Error, Tenancy};
 use crate::api::ObjectKey;
 use crate::api::{
     CommonMetadata, KeyReference, PostRenderer, Reason, SequencedRelease, ValuesKind,
+    VerifyProvider,
 };
 use crate::chart::source::{ChartCache, ChartReference, Credentials};
+use crate::chart::verify::{Keyring, Verification};
 use crate::cluster::{Cluster, ClusterError};
 use crate::digest::{Asked, Digests};
 use crate::helm::Helm;
@@ -61,7 +63,11 @@ struct Inputs {
     source: ChartSource,
     credentials: Option<Credentials>,
     values: Vec<ValuesEntry>,
+    verification: Option<Verification>,
 }
+
+/// A chart source with how it is verified: what a resolution is kept for.
+type Checked = (ChartSource, Option<Verification>);
 
 /// Values files merged for a digest: `(digest, files)`.
 type Merged = (String, Vec<ValuesFile>);
@@ -70,7 +76,7 @@ type Merged = (String, Vec<ValuesFile>);
 /// `interval` has passed, or when the chart reference changes.
 #[derive(Default)]
 pub struct Sources {
-    resolved: Mutex<HashMap<ObjectRef<SequencedRelease>, (ChartSource, Resolved, Instant)>>,
+    resolved: Mutex<HashMap<ObjectRef<SequencedRelease>, (Checked, Resolved, Instant)>>,
     /// The chart on disk each release uses now: kept when the cache evicts.
     in_use: Mutex<HashMap<ObjectRef<SequencedRelease>, PathBuf>>,
     /// `helm pull` timeouts in a row, by release.
@@ -127,7 +133,11 @@ impl Sources {
         let known = self.resolved.lock().ok().and_then(|resolved| {
             resolved
                 .get(&key)
-                .filter(|(source, _, at)| *source == inputs.source && at.elapsed() < interval)
+                .filter(|((source, verification), _, at)| {
+                    *source == inputs.source
+                        && *verification == inputs.verification
+                        && at.elapsed() < interval
+                })
                 // An archive the cache removed (it was not in use then) is fetched again.
                 .filter(|(_, resolved, _)| resolved.path.exists())
                 .map(|(_, resolved, _)| resolved.clone())
@@ -142,11 +152,12 @@ impl Sources {
                 if let Some(refusal) = self.timeouts.stalled(&key, &streak, "helm pull") {
                     return Ok(Err(refusal));
                 }
-                let resolved = match pipeline::resolve(
+                let resolved = match pipeline::resolve_verified(
                     helm,
                     cache,
                     &inputs.source,
                     inputs.credentials.as_ref(),
+                    inputs.verification.as_ref(),
                 )
                 .await
                 {
@@ -176,7 +187,11 @@ impl Sources {
                 if remote && let Ok(mut known) = self.resolved.lock() {
                     known.insert(
                         key.clone(),
-                        (inputs.source.clone(), resolved.clone(), Instant::now()),
+                        (
+                            (inputs.source.clone(), inputs.verification.clone()),
+                            resolved.clone(),
+                            Instant::now(),
+                        ),
                     );
                 }
                 resolved
@@ -264,6 +279,11 @@ pub(super) fn inputs_of(sr: &SequencedRelease) -> HashSet<Input> {
         spec.chart
             .credentials_secret_ref
             .as_ref()
+            .map(|r| (InputKind::Secret, r.name.clone())),
+        spec.chart
+            .verify
+            .as_ref()
+            .and_then(|v| v.secret_ref.as_ref())
             .map(|r| (InputKind::Secret, r.name.clone())),
         spec.kube_config
             .as_ref()
@@ -429,10 +449,32 @@ async fn read_inputs(
             }
         }
     };
+    let verification = match chart.verify.as_ref().map(|v| (v.provider, &v.secret_ref)) {
+        None => None,
+        Some((VerifyProvider::Helm, reference)) => {
+            let field = "spec.chart.verify.secretRef";
+            let Some(name) = reference.as_ref().map(|r| &r.name) else {
+                return Ok(Err(refusal(
+                    field,
+                    "is needed: the Secret of the public keys",
+                )));
+            };
+            let what = format!("Secret {namespace}/{name}");
+            let Some(secret) = get_object::<Secret>(reader, &namespace, name, &what).await? else {
+                return Ok(Err(refusal(field, format!("{what} not found"))));
+            };
+            let data = secret.data.unwrap_or_default().into_iter();
+            match Keyring::of_secret(what, data.map(|(k, v)| (k, v.0))) {
+                Ok(keyring) => Some(Verification::Helm(keyring)),
+                Err(missing) => return Ok(Err(refusal(field, missing))),
+            }
+        }
+    };
     Ok(Ok(Inputs {
         source,
         credentials,
         values,
+        verification,
     }))
 }
 

@@ -57,6 +57,7 @@ pub mod demo;
 pub mod http;
 pub mod operator;
 pub mod process;
+pub mod signing;
 pub mod tenants;
 pub mod workloads;
 
