@@ -26,7 +26,7 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use crate::api::{ChartArtifact, PostRenderer, Reason};
-use crate::chart::source::{ChartCache, ChartReference, Credentials, SourceError};
+use crate::chart::source::{ChartCache, ChartReference, Credentials, FetchOptions, SourceError};
 use crate::chart::verify::Verification;
 use crate::chart::{ChartError, ChartTree};
 use crate::helm::{Helm, HelmError};
@@ -427,7 +427,24 @@ pub async fn resolve_verified(
     credentials: Option<&Credentials>,
     verification: Option<&Verification>,
 ) -> Result<Resolved, Error> {
-    let mut resolved = resolve_unverified(helm, cache, source, credentials, verification).await?;
+    resolve_with(helm, cache, source, credentials, verification, false).await
+}
+
+/// [`resolve_verified`]; with `refresh`, an exact version is fetched again even when it is
+/// cached, so that bytes its source now serves under it are seen.
+pub async fn resolve_with(
+    helm: &Helm,
+    cache: &ChartCache,
+    source: &ChartSource,
+    credentials: Option<&Credentials>,
+    verification: Option<&Verification>,
+    refresh: bool,
+) -> Result<Resolved, Error> {
+    let options = FetchOptions {
+        provenance: verification.is_some_and(Verification::needs_provenance),
+        refresh,
+    };
+    let mut resolved = resolve_unverified(helm, cache, source, credentials, options).await?;
     let Some(verification) = verification else {
         return Ok(resolved);
     };
@@ -464,7 +481,7 @@ async fn resolve_unverified(
     cache: &ChartCache,
     source: &ChartSource,
     credentials: Option<&Credentials>,
-    verification: Option<&Verification>,
+    options: FetchOptions,
 ) -> Result<Resolved, Error> {
     match source {
         ChartSource::Reference(ChartReference::Path(path)) => {
@@ -472,9 +489,8 @@ async fn resolve_unverified(
             blocking(move || local_chart(path)).await
         }
         ChartSource::Reference(reference) => {
-            let provenance = verification.is_some_and(Verification::needs_provenance);
             let fetched = cache
-                .fetch_with(helm, reference, credentials, provenance)
+                .fetch_with(helm, reference, credentials, options)
                 .await?;
             let mut identity = match (reference, &fetched.version) {
                 (ChartReference::Repository { url, name, .. }, Some(version)) => {

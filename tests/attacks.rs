@@ -70,6 +70,7 @@ fn controller(op: &Operator, charts: &[&Path], configure: impl FnOnce(&mut Optio
                 no_cross_namespace_refs: true,
                 multi_tenant: true,
                 allow_local_charts: allowed,
+                require_verified_charts: false,
             };
             options.cache =
                 options

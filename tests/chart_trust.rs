@@ -376,3 +376,186 @@ fn provenance_is_verified_as_helm_verify_does_with_binary_or_armored_keys() {
         "{err}"
     );
 }
+
+/// Runs the `sequenced` binary with `args`: (success, stdout, stderr).
+fn sequenced(args: &[&std::ffi::OsStr]) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sequenced"))
+        .args(args)
+        .env("SEQUENCED_HELM", support::helm())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn sequenced_template_verify_checks_the_provenance_file_against_the_keyring() {
+    let publisher = Signer::new("Chart Publisher <charts@example.com>");
+    let stranger = Signer::new("Someone Else <else@example.com>");
+    let repository = TempDir::new().unwrap();
+    publish_chart(repository.path(), "3.0.0", Some(&publisher), "b");
+    let server = serve(repository.path());
+    let keys = TempDir::new().unwrap();
+    let good = keys.path().join("publisher.asc");
+    std::fs::write(&good, publisher.public_key_armored()).unwrap();
+    let other = keys.path().join("other.gpg");
+    std::fs::write(&other, stranger.public_key()).unwrap();
+    let cache = TempDir::new().unwrap();
+    let url = server.url();
+    let run = |keyring: &Path| {
+        sequenced(&[
+            "template".as_ref(),
+            "demo".as_ref(),
+            "--repo".as_ref(),
+            url.as_ref(),
+            "--version".as_ref(),
+            "3.0.0".as_ref(),
+            "--cache-dir".as_ref(),
+            cache.path().as_os_str(),
+            "--verify".as_ref(),
+            "--keyring".as_ref(),
+            keyring.as_os_str(),
+        ])
+    };
+    let (ok, stdout, stderr) = run(&good);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("kind: ConfigMap"), "{stdout}");
+    let (ok, _, stderr) = run(&other);
+    assert!(!ok);
+    assert!(
+        stderr.contains(&format!(
+            "chart demo version 3.0.0 from {url}: not verified (provider helm): the provenance file is not signed by a key of keyring {} (signed by {}; tried other.gpg: {})",
+            other.display(),
+            publisher.fingerprint,
+            stranger.fingerprint
+        )),
+        "{stderr}"
+    );
+    // Without --verify the same chart renders: verification is asked for, never assumed.
+    let (ok, _, stderr) = sequenced(&[
+        "template".as_ref(),
+        "demo".as_ref(),
+        "--repo".as_ref(),
+        url.as_ref(),
+        "--version".as_ref(),
+        "3.0.0".as_ref(),
+        "--cache-dir".as_ref(),
+        cache.path().as_os_str(),
+    ]);
+    assert!(ok, "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_require_verified_charts_a_release_without_verify_is_refused() {
+    within(async {
+        let repository = TempDir::new().unwrap();
+        publish(repository.path(), "1.0.0", "first");
+        let server = serve(repository.path());
+        let mut op = Operator::without_controller().await;
+        let controller = support::operator::Controller::start_with(
+            &op.server,
+            "strict",
+            4,
+            sequenced::controller::Tenancy {
+                require_verified_charts: true,
+                ..Default::default()
+            },
+        );
+        op.adopt(controller);
+        let chart = json!({"repository": server.url(), "name": "demo", "version": "1.0.0"});
+        op.create(
+            "default",
+            release("demo", Path::new("/unused"), json!({"chart": chart})),
+        )
+        .await;
+        let sr = op.wait_release("default", "demo", "Stalled", is_stalled).await;
+        let (_, reason, message) = condition(&sr, "Stalled").unwrap();
+        assert_eq!(reason, "VerificationFailed");
+        assert_eq!(
+            message,
+            "spec.chart.verify: this controller runs with --require-verified-charts and deploys only charts verified by a signature: set spec.chart.verify (a repository or OCI chart)"
+        );
+        assert!(op.server.object("v1", "ConfigMap", Some("default"), "demo").is_none());
+        op.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_pushed_again_with_other_bytes_is_noticed_and_deployed_only_on_request() {
+    within(async {
+        let repository = TempDir::new().unwrap();
+        let first = publish(repository.path(), "1.0.0", "first");
+        let server = serve(repository.path());
+        let op = Operator::start(4).await;
+        let chart = json!({"repository": server.url(), "name": "demo", "version": "1.0.0"});
+        op.create(
+            "default",
+            release(
+                "demo",
+                Path::new("/unused"),
+                json!({"chart": chart, "interval": "1s"}),
+            ),
+        )
+        .await;
+        op.wait_release("default", "demo", "Ready", is_ready).await;
+
+        // The same version, other bytes.
+        let second = publish(repository.path(), "1.0.0", "second");
+        assert_ne!(first, second);
+        let sr = op
+            .wait_release("default", "demo", "ChartChanged", |sr| {
+                condition(sr, "ChartChanged").is_some_and(|c| c.0 == "True")
+            })
+            .await;
+        let (_, reason, message) = condition(&sr, "ChartChanged").unwrap();
+        assert_eq!(reason, "ChartChanged");
+        assert_eq!(
+            message,
+            format!(
+                "chart version 1.0.0 changed at its source: its archive is now {second} (revision 1 deployed {first}); no revision is started for it: pin the digest you trust (version: 1.0.0@sha256:…), or request a reconcile (sequenced reconcile) to deploy what the source serves now"
+            )
+        );
+        let event = op.wait_event("default", "demo", "ChartChanged").await;
+        assert!(event.contains(&second), "{event}");
+        // Still Ready on what it deployed: no revision started by itself.
+        assert!(is_ready(&sr));
+        assert_eq!(revision(&sr), Some(1));
+        assert_eq!(status(&sr).chart.as_ref().unwrap().digest, first);
+        let cm = op
+            .server
+            .object("v1", "ConfigMap", Some("default"), "demo")
+            .unwrap();
+        assert_eq!(cm["data"]["data"], "first");
+
+        // A reconcile request deploys what the source serves now.
+        let patch =
+            json!({"metadata": {"annotations": {sequenced::api::RECONCILE_REQUEST_ANNOTATION: "now"}}});
+        op.releases("default")
+            .patch(
+                "demo",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
+        let sr = op
+            .wait_release("default", "demo", "revision 2 Ready", |sr| {
+                is_ready(sr) && revision(sr) == Some(2)
+            })
+            .await;
+        assert_eq!(status(&sr).chart.as_ref().unwrap().digest, second);
+        assert_eq!(status(&sr).history[1].chart_digest.as_deref(), Some(first.as_str()));
+        assert!(condition(&sr, "ChartChanged").is_none());
+        let cm = op
+            .server
+            .object("v1", "ConfigMap", Some("default"), "demo")
+            .unwrap();
+        assert_eq!(cm["data"]["data"], "second");
+        op.stop().await;
+    })
+    .await;
+}

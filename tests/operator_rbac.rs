@@ -72,6 +72,7 @@ async fn install_operator(op: &Operator, args: &[&str], namespaces: &[&str]) -> 
         no_cross_namespace_refs: run.no_cross_namespace_refs,
         multi_tenant: run.multi_tenant,
         allow_local_charts: run.allow_local_charts.clone(),
+        require_verified_charts: run.require_verified_charts,
     };
     // The shard Leases in the operator's namespace (POD_NAMESPACE), as in the pod.
     let sharding = sequenced::lock::Sharding {

@@ -482,6 +482,7 @@ async fn in_multi_tenant_mode_the_kubeconfig_secret_is_read_as_the_releases_acco
             o.tenancy = Tenancy {
                 multi_tenant: true,
                 allow_local_charts: vec![allowed],
+                require_verified_charts: false,
                 ..Tenancy::default()
             };
         })

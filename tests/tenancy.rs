@@ -256,6 +256,7 @@ async fn the_default_service_account_is_used_in_each_release_namespace() {
         let op = operator(Tenancy {
             default_service_account: Some("deployer".into()),
             allow_local_charts: vec![std::env::temp_dir()],
+            require_verified_charts: false,
             ..Tenancy::default()
         })
         .await;
@@ -444,6 +445,7 @@ async fn the_multi_tenant_chart_grants_the_controller_all_it_needs_to_deploy_as_
                 default_service_account: Some("deployer".into()),
                 no_cross_namespace_refs: true,
                 allow_local_charts: vec![std::env::temp_dir()],
+                require_verified_charts: false,
                 ..Tenancy::default()
             },
         );

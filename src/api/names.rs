@@ -75,6 +75,9 @@ pub const RECONCILING: &str = "Reconciling";
 pub const STALLED: &str = "Stalled";
 /// The condition `spec.driftDetection: warn` sets while objects differ from what was applied.
 pub const DRIFTED: &str = "Drifted";
+/// The condition set while the chart's source serves other bytes under the version the current
+/// revision deployed (a version pushed again).
+pub const CHART_CHANGED: &str = "ChartChanged";
 
 /// The condition of the last Helm test run, as Flux names it: True when every test passed,
 /// False when one failed, Unknown while they run.

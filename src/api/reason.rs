@@ -34,6 +34,9 @@ pub enum Reason {
     /// Objects of the release were changed or deleted by someone else
     /// (`spec.driftDetection`): being corrected, or reported only (`warn`).
     Drifted,
+    /// The chart's source serves other bytes under the version the current revision deployed
+    /// (condition `ChartChanged`): no revision is started for it.
+    ChartChanged,
 
     // Failures that only a change of the spec (or chart) can fix: never retried.
     /// The spec cannot be used: a missing chart path, a missing `valuesFrom` object or key.
@@ -133,6 +136,7 @@ impl Reason {
             Reason::RollingBack => "RollingBack",
             Reason::RolledBack => "RolledBack",
             Reason::Drifted => "Drifted",
+            Reason::ChartChanged => "ChartChanged",
             Reason::TestSucceeded => "TestSucceeded",
             Reason::TestFailed => "TestFailed",
             Reason::Timeout => "Timeout",
@@ -174,7 +178,7 @@ impl Reason {
     }
 
     /// Every reason.
-    pub const ALL: [Reason; 39] = [
+    pub const ALL: [Reason; 40] = [
         Reason::Progressing,
         Reason::Succeeded,
         Reason::DependencyNotReady,
@@ -214,6 +218,7 @@ impl Reason {
         Reason::HelmOperationPending,
         Reason::HelmStorageUnsupported,
         Reason::VerificationFailed,
+        Reason::ChartChanged,
     ];
 }
 
@@ -268,6 +273,8 @@ pub enum EventReason {
     /// The SequencedRelease was deleted with `spec.deletionPolicy: Orphan`: its objects and
     /// records were left for Helm.
     HandedBackToHelm,
+    /// The chart's source serves other bytes under the version the current revision deployed.
+    ChartChanged,
 }
 
 impl EventReason {
@@ -299,6 +306,7 @@ impl EventReason {
             EventReason::TestRefused => "TestRefused",
             EventReason::RemoteClusterUnreachable => "RemoteClusterUnreachable",
             EventReason::RecordMissing => "RecordMissing",
+            EventReason::ChartChanged => "ChartChanged",
             EventReason::HelmReleaseAdopted => "HelmReleaseAdopted",
             EventReason::HelmRecordTakenOver => "HelmRecordTakenOver",
             EventReason::HandedBackToHelm => "HandedBackToHelm",

@@ -82,6 +82,15 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+/// How [`ChartCache::fetch_with`] fetches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FetchOptions {
+    /// Bring the provenance file too.
+    pub provenance: bool,
+    /// Pull an exact version again, even when it is cached.
+    pub refresh: bool,
+}
+
 /// A chart on disk, ready to load and render.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchedChart {
@@ -234,19 +243,26 @@ impl ChartCache {
         reference: &ChartReference,
         credentials: Option<&Credentials>,
     ) -> Result<FetchedChart, SourceError> {
-        self.fetch_with(helm, reference, credentials, false).await
+        self.fetch_with(helm, reference, credentials, FetchOptions::default())
+            .await
     }
 
-    /// [`ChartCache::fetch`]; with `provenance`, the chart's provenance file too (`helm pull
-    /// --prov`), kept beside the archive (`.tgz.prov`) when the source serves one. A cached
-    /// archive without one is pulled again.
+    /// [`ChartCache::fetch`] as `options` say: with `provenance`, the chart's provenance file
+    /// too (`helm pull --prov`), kept beside the archive (`.tgz.prov`) when the source serves
+    /// one (a cached archive without one is pulled again); with `refresh`, an exact version is
+    /// pulled again even when it is cached (a pinned OCI chart never is: its digest names its
+    /// bytes).
     pub async fn fetch_with(
         &self,
         helm: &Helm,
         reference: &ChartReference,
         credentials: Option<&Credentials>,
-        provenance: bool,
+        options: FetchOptions,
     ) -> Result<FetchedChart, SourceError> {
+        let FetchOptions {
+            provenance,
+            refresh,
+        } = options;
         let (key, name, source_name, url) = match reference {
             ChartReference::Path(path) => return Ok(FetchedChart::local(path)),
             ChartReference::Repository { url, name, .. } => {
@@ -307,6 +323,7 @@ impl ChartCache {
         // one pinned.
         let cached = match (version.filter(|v| is_exact(v)), &pinned.digest) {
             (_, Some(pin)) if oci => cached_pinned(&self.source_dir(&key), pin),
+            _ if refresh => None,
             (Some(exact), _) => Some(self.source_dir(&key).join(archive_name(&name, exact))),
             (None, _) => None,
         };

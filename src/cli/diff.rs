@@ -242,6 +242,11 @@ async fn preview(args: &DiffArgs) -> Result<Report, DiffError> {
                 message,
             };
             let mut prepared = Sources::default()
+                .verifying_with(
+                    args.verify
+                        .verification()
+                        .map_err(|e| DiffError::Usage(e.to_string()))?,
+                )
                 .prepare(
                     &cluster,
                     &crate::controller::Tenancy::default(),

@@ -263,6 +263,11 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub allow_local_charts: Vec<PathBuf>,
+    /// Refuse every release whose spec.chart has no verify (Stalled, reason
+    /// VerificationFailed): only charts verified by a signature are deployed. For clusters
+    /// shared by teams that must all run signed charts.
+    #[arg(long, env = "SEQUENCED_REQUIRE_VERIFIED_CHARTS")]
+    pub require_verified_charts: bool,
     /// Hosts (charts.example.com, *.example.com) or CIDRs (10.20.0.0/16) that charts may be
     /// fetched from (repeatable, or comma-separated). Set: only these. Unset: any host, except,
     /// in multi-tenant mode, hosts whose addresses are not public (loopback, link-local,
@@ -367,6 +372,53 @@ fn service_account_name(name: &str) -> Result<String, String> {
     }
 }
 
+/// Chart verification on the command line, as Helm's `--verify --keyring`: the commands that
+/// fetch a chart flatten it (`template`, `graph`, `lint`, `diff`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct VerifyFlags {
+    /// Verify the chart's provenance file (.prov, from `helm package --sign`) before anything
+    /// reads the chart, as `helm pull --verify` does; a chart that does not verify is refused.
+    #[arg(long)]
+    pub verify: bool,
+    /// The public keys to verify with: binary or ASCII-armored OpenPGP keys
+    /// [default: ~/.gnupg/pubring.gpg, as helm's].
+    #[arg(long, value_name = "FILE", requires = "verify")]
+    pub keyring: Option<PathBuf>,
+}
+
+impl VerifyFlags {
+    /// The verification the flags ask for: None without `--verify`; Err when the keyring file
+    /// cannot be read.
+    pub fn verification(
+        &self,
+    ) -> Result<Option<crate::chart::verify::Verification>, crate::pipeline::Error> {
+        if !self.verify {
+            return Ok(None);
+        }
+        let path = match &self.keyring {
+            Some(path) => path.clone(),
+            None => std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default()
+                .join(".gnupg/pubring.gpg"),
+        };
+        let bytes = std::fs::read(&path).map_err(|e| crate::pipeline::Error::Io {
+            what: format!("keyring {}", path.display()),
+            message: crate::chart::io_message(&e),
+        })?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(Some(crate::chart::verify::Verification::Helm(
+            crate::chart::verify::Keyring {
+                origin: format!("keyring {}", path.display()),
+                keys: vec![(name, bytes)],
+            },
+        )))
+    }
+}
+
 /// Where the chart comes from and how it is rendered: the flags `template`, `graph` and `lint` share.
 #[derive(Debug, Args)]
 pub struct ChartArgs {
@@ -418,6 +470,8 @@ pub struct ChartArgs {
     /// Directory of the chart download cache.
     #[arg(long, value_name = "DIR", env = "SEQUENCED_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub verify: VerifyFlags,
 }
 
 impl ChartArgs {
@@ -575,6 +629,10 @@ pub struct DiffArgs {
     /// Directory of the chart download cache.
     #[arg(long, value_name = "DIR", env = "SEQUENCED_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// With --verify, the chart is verified with this keyring instead of the release's
+    /// spec.chart.verify Secret.
+    #[command(flatten)]
+    pub verify: VerifyFlags,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

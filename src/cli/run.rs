@@ -56,6 +56,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
             no_cross_namespace_refs: args.no_cross_namespace_refs,
             multi_tenant: args.multi_tenant,
             allow_local_charts: args.allow_local_charts.clone(),
+            require_verified_charts: args.require_verified_charts,
         },
         sharding: crate::lock::Sharding {
             shards: args.shards,

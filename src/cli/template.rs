@@ -57,7 +57,15 @@ async fn load(
 ) -> Result<LoadedChart, CommandError> {
     let source = ChartSource::Reference(args.reference());
     let credentials = args.credentials();
-    let resolved = pipeline::resolve(helm, &args.cache(), &source, credentials.as_ref()).await?;
+    let verification = args.verify.verification()?;
+    let resolved = pipeline::resolve_verified(
+        helm,
+        &args.cache(),
+        &source,
+        credentials.as_ref(),
+        verification.as_ref(),
+    )
+    .await?;
     let loaded = pipeline::load(&resolved).await?;
     // The release is named after the chart unless told otherwise. A chart whose Chart.yaml
     // cannot be read is left for helm to report.

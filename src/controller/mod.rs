@@ -112,6 +112,8 @@ pub struct Tenancy {
     /// `--allow-local-charts`: the directories `spec.chart.path` may be under in multi-tenant
     /// mode.
     pub allow_local_charts: Vec<std::path::PathBuf>,
+    /// `--require-verified-charts`: a release without `spec.chart.verify` is refused.
+    pub require_verified_charts: bool,
 }
 
 impl Tenancy {

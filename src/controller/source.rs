@@ -84,9 +84,19 @@ pub struct Sources {
     /// Values merged with `targetPath` entries (helm sets each path), by release, with the
     /// digest they were merged for.
     merged: Mutex<HashMap<ObjectRef<SequencedRelease>, Merged>>,
+    /// A verification given on the command line (`sequenced diff --verify --keyring`): used
+    /// instead of `spec.chart.verify`'s.
+    verification: Option<Verification>,
 }
 
 impl Sources {
+    /// The same sources, verifying every chart as `verification` says (when Some) instead of
+    /// as the release's `spec.chart.verify` says.
+    pub fn verifying_with(mut self, verification: Option<Verification>) -> Self {
+        self.verification = verification;
+        self
+    }
+
     pub fn forget(&self, release: &ObjectRef<SequencedRelease>) {
         if let Ok(mut resolved) = self.resolved.lock() {
             resolved.remove(release);
@@ -121,15 +131,26 @@ impl Sources {
         sr: &SequencedRelease,
         interval: Duration,
     ) -> Result<Result<Prepared, Refusal>, Error> {
-        let inputs = match read_inputs(reader, tenancy, sr).await? {
+        let mut inputs = match read_inputs(reader, tenancy, sr).await? {
             Ok(inputs) => inputs,
             Err(refusal) => return Ok(Err(refusal)),
         };
+        if let Some(verification) = &self.verification {
+            inputs.verification = Some(verification.clone());
+        }
         let key = ObjectRef::from_obj(sr);
         let remote = matches!(
             inputs.source,
             ChartSource::Reference(ChartReference::Repository { .. } | ChartReference::Oci { .. })
         );
+        // Resolved before for this source: its interval has passed (or its archive was
+        // evicted), so an exact version is pulled again, and bytes pushed again under it seen.
+        let refresh = remote
+            && self.resolved.lock().ok().is_some_and(|resolved| {
+                resolved
+                    .get(&key)
+                    .is_some_and(|((source, _), _, _)| *source == inputs.source)
+            });
         let known = self.resolved.lock().ok().and_then(|resolved| {
             resolved
                 .get(&key)
@@ -152,12 +173,13 @@ impl Sources {
                 if let Some(refusal) = self.timeouts.stalled(&key, &streak, "helm pull") {
                     return Ok(Err(refusal));
                 }
-                let resolved = match pipeline::resolve_verified(
+                let resolved = match pipeline::resolve_with(
                     helm,
                     cache,
                     &inputs.source,
                     inputs.credentials.as_ref(),
                     inputs.verification.as_ref(),
+                    refresh,
                 )
                 .await
                 {
@@ -450,6 +472,15 @@ async fn read_inputs(
         }
     };
     let verification = match chart.verify.as_ref().map(|v| (v.provider, &v.secret_ref)) {
+        None if tenancy.require_verified_charts => {
+            return Ok(Err(Refusal {
+                reason: Reason::VerificationFailed,
+                message: "spec.chart.verify: this controller runs with \
+                          --require-verified-charts and deploys only charts verified by a \
+                          signature: set spec.chart.verify (a repository or OCI chart)"
+                    .to_string(),
+            }));
+        }
         None => None,
         Some((VerifyProvider::Helm, reference)) => {
             let field = "spec.chart.verify.secretRef";

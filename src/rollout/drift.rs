@@ -12,7 +12,8 @@ use super::install;
 use super::status::set_condition;
 use super::{Note, Revision};
 use crate::api::{
-    DRIFTED, DriftCorrection, DriftDetection, EventReason, Reason, SequencedReleaseStatus,
+    CHART_CHANGED, ChartArtifact, DRIFTED, DriftCorrection, DriftDetection, EventReason, Reason,
+    SequencedReleaseStatus,
 };
 
 /// How one object drifted.
@@ -61,6 +62,64 @@ pub fn describe(revision: &Revision, drifted: &Drifted) -> String {
             format!("{object} changed: {named}")
         }
     }
+}
+
+/// The deployed chart and the one its source serves now, when they differ under one version.
+pub fn chart_changed<'a>(
+    status: &'a SequencedReleaseStatus,
+    fetched: Option<&'a ChartArtifact>,
+) -> Option<(&'a ChartArtifact, &'a ChartArtifact)> {
+    let deployed = status.chart.as_ref()?;
+    let fetched = fetched?;
+    (deployed.version.is_some()
+        && deployed.version == fetched.version
+        && deployed.digest != fetched.digest)
+        .then_some((deployed, fetched))
+}
+
+/// What a Ready release does when its chart's source serves other bytes under the version the
+/// current revision deployed (a version pushed again): the condition `ChartChanged` says so, and
+/// an event once. No revision starts for it (what the spec asks for did not change, see
+/// `crate::digest`); a reconcile request starts one. The condition goes when the bytes are
+/// the deployed ones again, or a revision deploys them. None when nothing changes.
+pub fn judge_chart(
+    status: &SequencedReleaseStatus,
+    fetched: Option<&ChartArtifact>,
+    now: &Time,
+) -> Option<(SequencedReleaseStatus, Vec<Note>)> {
+    let flagged = status.conditions.iter().any(|c| c.type_ == CHART_CHANGED);
+    let Some((deployed, fetched)) = chart_changed(status, fetched) else {
+        let mut st = status.clone();
+        st.conditions.retain(|c| c.type_ != CHART_CHANGED);
+        return flagged.then_some((st, Vec::new()));
+    };
+    let number = status.revision.unwrap_or(0);
+    let version = fetched.version.as_deref().unwrap_or_default();
+    let message = format!(
+        "chart version {version} changed at its source: its archive is now {} (revision {number} \
+         deployed {}); no revision is started for it: pin the digest you trust (version: \
+         {version}@sha256:…), or request a reconcile (sequenced reconcile) to deploy what the \
+         source serves now",
+        fetched.digest, deployed.digest
+    );
+    if status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == CHART_CHANGED && c.message == message)
+    {
+        return None;
+    }
+    let mut st = status.clone();
+    set_condition(
+        &mut st.conditions,
+        CHART_CHANGED,
+        true,
+        Reason::ChartChanged,
+        &message,
+        st.observed_generation,
+        now,
+    );
+    Some((st, vec![Note::warning(EventReason::ChartChanged, message)]))
 }
 
 /// What a Ready release does about `report`: a status to write and the events to publish, or

@@ -179,6 +179,10 @@ fn slot_of(revision: &Revision, action: &InstallAction) -> usize {
 /// `status.chart` and its history entry. A chart directory has none.
 pub fn with_artifact(status: &mut SequencedReleaseStatus, artifact: Option<&ChartArtifact>) {
     status.chart = artifact.cloned();
+    // What the source serves now is what this revision deploys.
+    status
+        .conditions
+        .retain(|c| c.type_ != crate::api::CHART_CHANGED);
     if let Some(entry) = status.history.first_mut() {
         entry.chart_digest = artifact.map(|a| a.digest.clone());
     }

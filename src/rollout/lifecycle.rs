@@ -575,7 +575,9 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
     let retry_requested = requests.reconcile.is_some()
         && (requests.force
             || status.phase == Some(ReleasePhase::Failed)
-            || (pinned && !holds_lock(status.phase)));
+            || (pinned && !holds_lock(status.phase))
+            || (status.phase == Some(ReleasePhase::Ready)
+                && drift::chart_changed(status, source.artifact.as_ref()).is_some()));
     let new_revision = (changed && !pinned) || retry_now || retry_requested;
     if !new_revision {
         if recovery::remediation_due(&settings, status) {
@@ -1015,6 +1017,16 @@ fn step_revision(facts: &Facts, number: i64, source: &Source, settings: &Setting
         facts.health(),
     );
     let revision = with_tests(revision, deployable, &facts.release.spec, Some(status));
+    if status.phase == Some(ReleasePhase::Ready)
+        && let Some((status, events)) = drift::judge_chart(status, source.artifact.as_ref(), now)
+    {
+        return Next::Write(Box::new(Write {
+            records: Vec::new(),
+            requeue: requeue(settings, &status, None, now),
+            status,
+            events,
+        }));
+    }
     if status.phase == Some(ReleasePhase::Ready) && settings.drift != DriftDetection::Disabled {
         let Some(report) = &facts.drift else {
             return Next::Need(Need::Drift);
