@@ -135,8 +135,8 @@ impl Context {
         }
     }
 
-    /// The context of a command-line driver (`drive::Driver`): as [`Context::new`],
-    /// with the records saying that the command line wrote them.
+    /// The context of a command-line driver (`drive::Driver`): as [`Context::new`] (the
+    /// command's home marks the records it writes `sequenced.dev/driver: cli`).
     #[allow(clippy::too_many_arguments)]
     pub fn for_command_line(
         client: Client,
@@ -149,12 +149,9 @@ impl Context {
         locks: Arc<Locks>,
         shards: Arc<Shards>,
     ) -> Context {
-        let records = Records::new(client.clone()).with_driver(crate::api::DRIVER_CLI);
-        let mut context = Context::new(
+        Context::new(
             client, config, health, options, store, watches, events, locks, shards,
-        );
-        context.records = records;
-        context
+        )
     }
 
     /// The release's CEL, compiled: from the cache when its spec's generation has not

@@ -50,8 +50,6 @@ pub struct Records {
     assumed: Mutex<HashSet<Release>>,
     /// Releases for which that turned out wrong: their records are listed from now on.
     listed: Mutex<HashSet<Release>>,
-    /// Who writes the records, when it is not the operator ([`crate::api::DRIVER_ANNOTATION`]).
-    driver: Option<&'static str>,
     /// How long each record under a release's name has stayed unchanged, as seen here.
     sightings: Mutex<HashMap<Release, Sightings>>,
 }
@@ -128,16 +126,8 @@ impl Records {
             stored: Mutex::new(HashMap::new()),
             assumed: Mutex::new(HashSet::new()),
             listed: Mutex::new(HashSet::new()),
-            driver: None,
             sightings: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// The records a driver other than the operator writes: each says so in
-    /// [`crate::api::DRIVER_ANNOTATION`] (`cli` for the command line).
-    pub fn with_driver(mut self, driver: &'static str) -> Records {
-        self.driver = Some(driver);
-        self
     }
 
     fn secrets(&self, release: &Release) -> Api<Secret> {
@@ -616,11 +606,6 @@ impl Records {
             labels.insert(k, Value::String(v));
         }
         labels.insert(MANAGED_BY_LABEL.to_string(), Value::from(MANAGED_BY));
-        let mut annotations = serde_json::Map::new();
-        annotations.insert(OWNER_ANNOTATION.to_string(), Value::from(me.owner.clone()));
-        if let Some(driver) = self.driver {
-            annotations.insert(DRIVER_ANNOTATION.to_string(), Value::from(driver));
-        }
         let body = json!({
             "apiVersion": "v1",
             "kind": "Secret",
@@ -628,7 +613,7 @@ impl Records {
                 "name": name,
                 "namespace": namespace(release),
                 "labels": labels,
-                "annotations": annotations,
+                "annotations": { OWNER_ANNOTATION: me.owner },
             },
             "type": HELM_RECORD_TYPE,
             "data": { HELM_RECORD_KEY: ByteString(encoded.into_bytes()) },

@@ -123,7 +123,10 @@ impl RecordHome {
         let name = helm_record_name(&self.release_name, revision);
         let text = serde_json::to_string(status)
             .map_err(|e| Error::Internal(format!("encoding the status of {name}: {e}")))?;
-        let patch = json!({"metadata": {"annotations": {CLI_STATUS_ANNOTATION: text}}});
+        let patch = json!({"metadata": {"annotations": {
+            CLI_STATUS_ANNOTATION: text,
+            crate::api::DRIVER_ANNOTATION: crate::api::DRIVER_CLI,
+        }}});
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
         let params = PatchParams {
             field_manager: Some(STATUS_MANAGER.to_string()),
