@@ -50,6 +50,12 @@ pub const DRIVER_CLI: &str = "cli";
 /// The value of [`DRIVER_ANNOTATION`] on a record Helm wrote that sequenced took over.
 pub const DRIVER_HELM: &str = "helm";
 
+/// The annotation on a release record the command line wrote, holding the status of the
+/// release as of that revision (JSON of `SequencedReleaseStatus`: layer progress, the revision
+/// being deployed, the history): what the operator keeps in a SequencedRelease's status, so
+/// that another command, on another machine, goes on from it.
+pub const CLI_STATUS_ANNOTATION: &str = "sequenced.dev/status";
+
 /// The label selector of Helm's records of release `name` (Secrets, or ConfigMaps of Helm's
 /// ConfigMap driver): as Helm's storage drivers label them.
 pub fn helm_records_selector(name: &str) -> String {

@@ -5,6 +5,7 @@ mod graph;
 mod lint;
 mod ready;
 pub mod reference;
+pub mod release;
 mod request;
 mod run;
 pub mod status;
@@ -147,6 +148,30 @@ pub enum Command {
                       2 when something would change; 1 on an error."
     )]
     Diff(DiffArgs),
+    /// Install a chart as a release, layer by layer, without an operator (as `helm install`).
+    #[command(
+        long_about = "Install CHART as release NAME from this terminal or CI job, as `helm install` \
+                      does but in dependency order: CRDs, hooks, then each layer once the layers it \
+                      depends on are ready, with the operator's pipeline, lifecycle and steps and no \
+                      operator or CRD in the cluster. The release is written in Helm's format (`helm \
+                      list|history|status|get` read it; `helm upgrade|rollback|uninstall` go on from \
+                      it) and is locked by its Lease (holder cli:USER@HOST/SESSION, lasting \
+                      --timeout, renewed) while the command runs. A failed first install is retried \
+                      by the same command. Exit code 0 when deployed, 1 when it failed, 130/143 on \
+                      SIGINT/SIGTERM (the revision marked failed, `interrupted`, the lock released)."
+    )]
+    Install(release::args::DeployArgs),
+    /// Upgrade a release, layer by layer, without an operator (as `helm upgrade`).
+    #[command(
+        long_about = "Upgrade release NAME to CHART from this terminal or CI job, as `helm upgrade` \
+                      does but in dependency order; with --install, install it when it does not \
+                      exist. Goes on from a release this command, the operator's records or `helm \
+                      install` made, at the next revision. A command killed in the middle (kill -9) is \
+                      continued by running it again: it names who holds the lock and until when, \
+                      waits for it within --timeout, and goes on from where the killed one stopped. \
+                      Exit code 0 when deployed, 1 when it failed, 130/143 on SIGINT/SIGTERM."
+    )]
+    Upgrade(release::args::UpgradeArgs),
     /// Print the help of every command as Markdown (the book's docs/src/reference/cli.md).
     #[command(hide = true)]
     CliReference,
@@ -632,6 +657,17 @@ pub fn main() -> ExitCode {
             let _ = e.print();
             return ExitCode::from(diff::EXIT_ERROR);
         }
+        // The commands named after Helm's exit as Helm does on a usage error.
+        Err(e)
+            if e.use_stderr()
+                && matches!(
+                    std::env::args().nth(1).as_deref(),
+                    Some("install" | "upgrade")
+                ) =>
+        {
+            let _ = e.print();
+            return ExitCode::from(release::EXIT_FAILED);
+        }
         Err(e) => e.exit(),
     };
     run(cli)
@@ -700,6 +736,13 @@ pub fn run(cli: Cli) -> ExitCode {
             },
         ),
         Command::Test(args) => request::run(&args, request::Request::Test),
+        Command::Install(args) => release::run(&args, release::Mode::Install),
+        Command::Upgrade(args) => release::run(
+            &args.deploy,
+            release::Mode::Upgrade {
+                install: args.install,
+            },
+        ),
     }
 }
 

@@ -135,6 +135,25 @@ impl Context {
         }
     }
 
+    /// The context of a command-line driver (`drive::Driver`): as [`Context::new`] (the
+    /// command's home marks the records it writes `sequenced.dev/driver: cli`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn for_command_line(
+        client: Client,
+        config: kube::Config,
+        health: Arc<Health>,
+        options: Options,
+        store: Store<SequencedRelease>,
+        watches: Watches,
+        events: Events,
+        locks: Arc<Locks>,
+        shards: Arc<Shards>,
+    ) -> Context {
+        Context::new(
+            client, config, health, options, store, watches, events, locks, shards,
+        )
+    }
+
     /// The release's CEL, compiled: from the cache when its spec's generation has not
     /// changed since, else compiled now and kept.
     pub fn expressions(&self, sr: &SequencedRelease) -> Arc<Result<rollout::Expressions, String>> {

@@ -24,6 +24,7 @@
 
 mod context;
 mod dependencies;
+pub mod drive;
 mod events;
 mod home;
 mod inputs;
@@ -50,6 +51,8 @@ use crate::cluster::ClusterError;
 use crate::helm::Helm;
 use crate::lock::LockError;
 
+pub(crate) use context::Context;
+pub(crate) use home::{Home, Written};
 pub use objects::as_applied;
 pub use run::{backoff, run};
 

@@ -212,6 +212,10 @@ pub struct Locks {
     /// Release Leases held by earlier sessions of this controller's own identity (a process
     /// killed and started again under the same name, as a restarted container), found at start.
     earlier: Mutex<HashMap<Release, Lease>>,
+    /// Whether a session of this identity that this process does not hold is over (an
+    /// operator's identity is one process at a time). Not for the command line: two commands
+    /// of one user on one host share an identity and each is alive until its Lease expires.
+    own_sessions_over: bool,
 }
 
 impl Drop for Locks {
@@ -255,7 +259,22 @@ impl Locks {
             waiting: Mutex::new(HashSet::new()),
             watch: Mutex::new(None),
             earlier: Mutex::new(HashMap::new()),
+            own_sessions_over: true,
         }
+    }
+
+    /// The locks of a command-line session (`sequenced upgrade`): as [`Locks::new`], except
+    /// that a Lease held by another session of the same identity (another command of the same
+    /// user on the same host, or one killed) is waited for until it expires, as any other
+    /// holder's.
+    pub fn for_command_line(
+        client: Client,
+        identity: String,
+        shards: std::sync::Arc<Shards>,
+    ) -> Locks {
+        let mut locks = Locks::new(client, identity, shards);
+        locks.own_sessions_over = false;
+        locks
     }
 
     /// Finds the release Leases that earlier sessions of this controller's identity hold (a
@@ -391,7 +410,8 @@ impl Locks {
     /// replaced under the same name).
     fn dead(&self, holder: &str, sighting: &Sighting) -> bool {
         let (identity, _) = split_holder(holder);
-        identity == self.identity || self.shards.is_dead(identity, sighting.sharded)
+        (self.own_sessions_over && identity == self.identity)
+            || self.shards.is_dead(identity, sighting.sharded)
     }
 
     /// Whether this controller holds the release's lock.

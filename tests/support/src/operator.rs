@@ -509,7 +509,7 @@ impl TestApiServer {
 
 /// Writes the status the Deployment controller writes once all of a Deployment's Pods are
 /// available; false when the Deployment does not exist.
-fn mark_deployment_ready(server: &TestApiServer, namespace: &str, name: &str) -> bool {
+pub fn mark_deployment_ready(server: &TestApiServer, namespace: &str, name: &str) -> bool {
     let Some(object) = server.object("apps/v1", "Deployment", Some(namespace), name) else {
         return false;
     };
