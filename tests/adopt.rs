@@ -510,3 +510,156 @@ async fn a_release_handed_back_to_helm_goes_on_with_helm_upgrade_and_helm_uninst
     assert!(records.is_empty(), "{records:?}");
     op.stop().await;
 }
+
+/// A chart `widgets` with a CRD among its templates and a ConfigMap, both under
+/// `helm.sh/resource-policy: keep` (kept by an uninstall, as argo-cd's CRDs are).
+fn widgets() -> TempDir {
+    support::charts::chart(
+        "widgets",
+        &[
+            (
+                "templates/crd.yaml",
+                "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.example.com\n  annotations:\n    helm.sh/resource-policy: keep\nspec:\n  group: example.com\n  scope: Namespaced\n  names:\n    plural: widgets\n    singular: widget\n    kind: Widget\n  versions:\n    - name: v1\n      served: true\n      storage: true\n      schema:\n        openAPIV3Schema:\n          type: object\n          x-kubernetes-preserve-unknown-fields: true\n",
+            ),
+            (
+                "templates/kept.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: kept\n  annotations:\n    helm.sh/resource-policy: keep\ndata:\n  a: b\n",
+            ),
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_of_a_release_that_no_longer_exists_are_orphans_not_conflicts() {
+    let op = Operator::start(2).await;
+    op.namespace("other").await;
+    let chart = widgets();
+    let path = chart.path().join("widgets");
+    op.create(NAMESPACE, release("first", &path, json!({})))
+        .await;
+    op.wait_release(NAMESPACE, "first", "Ready", is_ready).await;
+    op.releases(NAMESPACE)
+        .delete("first", &Default::default())
+        .await
+        .unwrap();
+    op.wait_deleted(NAMESPACE, "first").await;
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(op.client.clone());
+    let owner = |crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| {
+        crd.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("sequenced.dev/owner").cloned())
+    };
+    let kept = crds.get("widgets.example.com").await.unwrap();
+    assert_eq!(
+        owner(&kept).as_deref(),
+        Some("default/first"),
+        "kept by the uninstall"
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(op.client.clone(), NAMESPACE);
+    assert!(maps.get_opt("kept").await.unwrap().is_some());
+
+    // Installed again by a new release in another namespace: its CRD is taken over, no adopt.
+    op.create("other", release("second", &path, json!({})))
+        .await;
+    op.wait_release("other", "second", "Ready", is_ready).await;
+    let taken = crds.get("widgets.example.com").await.unwrap();
+    assert_eq!(owner(&taken).as_deref(), Some("other/second"));
+
+    // Any other orphan is taken only with adopt: true, and the refusal says why.
+    let config = support::charts::chart(
+        "config",
+        &[(
+            "templates/kept.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: kept\ndata:\n  a: c\n",
+        )],
+    );
+    let config_path = config.path().join("config");
+    op.create(NAMESPACE, release("heir", &config_path, json!({})))
+        .await;
+    let stalled = op
+        .wait_release(NAMESPACE, "heir", "Stalled", |sr| {
+            condition(sr, "Stalled").is_some_and(|(s, _, _)| s == "True")
+                || sr.status.as_ref().and_then(|s| s.phase)
+                    == Some(sequenced::api::ReleasePhase::Failed)
+        })
+        .await;
+    let said = message(&stalled);
+    assert!(
+        said.contains("ConfigMap default/kept")
+            && said.contains("belongs to SequencedRelease default/first, which no longer exists")
+            && said.contains("spec.adopt: true"),
+        "{said}"
+    );
+    assert_eq!(maps.get("kept").await.unwrap().data.unwrap()["a"], "b");
+    op.patch_spec("heir", json!({"adopt": true})).await;
+    op.wait_release(NAMESPACE, "heir", "Ready", is_ready).await;
+    assert_eq!(maps.get("kept").await.unwrap().data.unwrap()["a"], "c");
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_helm_releases_object_and_a_configmap_driver_release_are_refused() {
+    let op = Operator::start(2).await;
+    let dir = TempDir::new().unwrap();
+    let kubeconfig = support::kubeconfig(&dir, &op.server.url(), NAMESPACE);
+    let chart = support::charts::chart(
+        "shared",
+        &[(
+            "templates/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shared\ndata:\n  a: b\n",
+        )],
+    );
+    let path = chart.path().join("shared");
+    let path_text = path.display().to_string();
+    helm(&kubeconfig, &["install", "theirs", &path_text]).await;
+    // Another Helm release's object: not ours to take, adopt or not.
+    op.create(NAMESPACE, release("mine", &path, json!({"adopt": true})))
+        .await;
+    let refused = op
+        .wait_release(NAMESPACE, "mine", "refused", |sr| {
+            condition(sr, "Ready").is_some_and(|(_, r, _)| r == "OwnershipConflict")
+        })
+        .await;
+    let said = message(&refused);
+    assert!(
+        said.contains("belongs to Helm release theirs in namespace default"),
+        "{said}"
+    );
+
+    // A Helm release kept by the ConfigMap driver: refused, naming the driver.
+    let other = support::charts::chart(
+        "cmdriven",
+        &[(
+            "templates/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cmdriven\ndata:\n  a: b\n",
+        )],
+    );
+    let other_path = other.path().join("cmdriven");
+    // What `HELM_DRIVER=configmap helm install cmdriven` stores: a ConfigMap record, labelled
+    // as Helm's ConfigMap driver labels it. (The test API server cannot take the protobuf body
+    // helm's ConfigMap driver sends, so the record is written as it would be.)
+    let record: ConfigMap = serde_json::from_value(json!({
+        "metadata": {
+            "name": "sh.helm.release.v1.cmdriven.v1",
+            "labels": {"owner": "helm", "name": "cmdriven", "status": "deployed", "version": "1"}
+        },
+        "data": {"release": "H4sIAAAAAAAA/wEAAP//AAAAAAAAAAA="}
+    }))
+    .unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(op.client.clone(), NAMESPACE);
+    maps.create(&Default::default(), &record).await.unwrap();
+    op.create(
+        NAMESPACE,
+        release("cmdriven", &other_path, json!({"adopt": true})),
+    )
+    .await;
+    let stalled = op
+        .wait_release(NAMESPACE, "cmdriven", "Stalled", is_stalled)
+        .await;
+    let (_, reason, text) = condition(&stalled, "Stalled").unwrap();
+    assert_eq!(reason, "HelmStorageUnsupported");
+    assert!(text.contains("ConfigMap storage driver"), "{text}");
+    op.stop().await;
+}

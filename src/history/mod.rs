@@ -48,7 +48,9 @@ pub struct Inventory {
 }
 
 impl Inventory {
-    /// The plan's uninstall steps, with each resource's namespace as `namespace_of` resolves it.
+    /// The plan's uninstall steps, with each resource's namespace as `namespace_of` resolves it;
+    /// a resource annotated `helm.sh/resource-policy: keep` is left out (never pruned nor
+    /// uninstalled, as Helm keeps it).
     pub fn from_plan(plan: &Plan, namespace_of: impl Fn(usize) -> Option<String>) -> Inventory {
         let steps = plan
             .uninstall
@@ -61,6 +63,15 @@ impl Inventory {
                     .iter()
                     .filter_map(|&i| {
                         let r = plan.resources.get(i)?;
+                        // `helm.sh/resource-policy: keep`: Helm neither prunes nor uninstalls it.
+                        let keep = r
+                            .object
+                            .pointer("/metadata/annotations/helm.sh~1resource-policy")
+                            .and_then(serde_json::Value::as_str)
+                            == Some("keep");
+                        if keep {
+                            return None;
+                        }
                         Some(ObjectKey {
                             api_version: r.api_version.clone(),
                             kind: r.kind.clone(),

@@ -1201,6 +1201,8 @@ fn crd_refusal(revision: &Revision, observed: &Observations) -> Option<String> {
         let object = observed.crds.get(&i)?.as_ref()?;
         match Claim::of(object).judge(revision.me) {
             Owner::Us | Owner::Nobody => None,
+            // An owner that no longer exists holds it: a CRD kept after an uninstall is taken.
+            Owner::Other(other) if observed.gone.contains(&other) => None,
             Owner::Other(other) => Some(format!(
                 "CustomResourceDefinition {} (chart {}, {}) belongs to {other}; it is left alone (spec.crds: CreateReplace updates only CRDs of this release or of none)",
                 crd.name, crd.chart, crd.template
@@ -1228,6 +1230,16 @@ fn refusal(
                 Owner::Us => return None,
                 Owner::Nobody if revision.settings.adopt => return None,
                 Owner::Nobody => "exists and belongs to no release; it is left alone (set spec.adopt: true to take it over)".to_string(),
+                // Its owner is gone (an orphan): a CRD the chart carries is taken over, as Helm
+                // and Flux treat `crds/`; any other object with the opt-in.
+                Owner::Other(other) if observed.gone.contains(&other) => {
+                    if resource.kind == "CustomResourceDefinition" || revision.settings.adopt {
+                        return None;
+                    }
+                    format!(
+                        "belongs to {other}, which no longer exists; it is left alone (set spec.adopt: true to take it over)"
+                    )
+                }
                 Owner::Other(other) => format!("belongs to {other}; it is left alone"),
             };
             Some((

@@ -402,6 +402,11 @@ pub struct Observations {
     /// When the API servers the release uses did not answer or were starting: not counted
     /// against `spec.timeout` and the readiness timeouts.
     pub outages: outages::Outages,
+    /// Owners named by observed objects (as [`crate::api::Owner::Other`] names them) that no
+    /// longer exist: no SequencedRelease, no Helm record of the name. Their objects are orphans.
+    pub gone: BTreeSet<String>,
+    /// Owners named by observed objects that were looked for and exist.
+    pub alive: BTreeSet<String>,
 }
 
 /// The last lines of a hook's pod's log.
@@ -510,6 +515,8 @@ impl Observations {
         self.hook_external.extend(more.hook_external);
         self.hook_logs.extend(more.hook_logs);
         self.present.extend(more.present);
+        self.gone.extend(more.gone);
+        self.alive.extend(more.alive);
         if !more.outages.is_empty() {
             self.outages = more.outages;
         }
