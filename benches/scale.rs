@@ -206,21 +206,45 @@ async fn upgrade(client: &kube::Client) {
 /// the server for everyone).
 async fn wait_ready(server: &TestApiServer, releases: usize, revision: i64) {
     let started = Instant::now();
+    let mut last = (0, Instant::now());
+    let mut told = Instant::now();
     loop {
-        let ready = server
-            .objects("sequenced.dev/v1alpha1", "SequencedRelease", None)
-            .iter()
-            .filter(|sr| {
-                let ready = sr["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True");
-                ready && sr["status"]["revision"].as_i64().unwrap_or(0) >= revision
-            })
-            .count();
+        let all = server.objects("sequenced.dev/v1alpha1", "SequencedRelease", None);
+        let is_ready = |sr: &serde_json::Value| {
+            let ready = sr["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            ready && sr["status"]["revision"].as_i64().unwrap_or(0) >= revision
+        };
+        let ready = all.iter().filter(|sr| is_ready(sr)).count();
         if ready == releases {
             return;
+        }
+        if ready != last.0 {
+            last = (ready, Instant::now());
+        }
+        // Progress on stderr, and the releases still waiting once nothing moved for a minute
+        // (a stalled release shows there with its status message).
+        if told.elapsed() >= Duration::from_secs(30) {
+            told = Instant::now();
+            eprintln!(
+                "  {:.0} s: {ready} of {releases} Ready at revision {revision}",
+                started.elapsed().as_secs_f64()
+            );
+            if last.1.elapsed() >= Duration::from_secs(60) {
+                for sr in all.iter().filter(|sr| !is_ready(sr)).take(10) {
+                    eprintln!(
+                        "    waiting: {}/{} phase {} revision {}: {}",
+                        sr["metadata"]["namespace"].as_str().unwrap_or(""),
+                        sr["metadata"]["name"].as_str().unwrap_or(""),
+                        sr["status"]["phase"],
+                        sr["status"]["revision"],
+                        sr["status"]["message"].as_str().unwrap_or("")
+                    );
+                }
+            }
         }
         assert!(
             started.elapsed() < Duration::from_secs(3600),

@@ -15,7 +15,7 @@ use sequenced::api::ReleasePhase;
 use sequenced::api::v1alpha1::SequencedRelease;
 use serde_json::{Value, json};
 use support::charts::{chart, condition, config_map, deployment, is_ready, message, release};
-use support::operator::{Operator, is_dry_run, is_write};
+use support::operator::{Operator, is_dry_run, is_shard_keeping, is_write};
 use tempfile::TempDir;
 
 async fn within<F: Future<Output = ()>>(test: F) {
@@ -146,17 +146,16 @@ async fn a_deleted_object_is_recreated_at_once_and_the_layers_after_it_are_only_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_field_changed_by_an_edit_is_taken_back_at_the_interval() {
+async fn a_field_changed_by_an_edit_is_taken_back_within_seconds_without_waiting_for_the_interval()
+{
     within(async {
         let op = Operator::start(4).await;
         let _kubelet = op.kubelet();
         let dir = shop();
-        op.create(
-            "default",
-            release("shop", &dir.path().join("shop"), json!({"interval": "1s"})),
-        )
-        .await;
+        // An interval of an hour: the edit's watch event is what finds it.
+        create(&op, &dir, "shop").await;
         ready_at(&op, "default", "shop", 1).await;
+        let edited_at = std::time::Instant::now();
         // What `kubectl edit` does: an update by another field manager.
         let edit = PatchParams {
             field_manager: Some("kubectl-edit".to_string()),
@@ -171,6 +170,11 @@ async fn a_field_changed_by_an_edit_is_taken_back_at_the_interval() {
             note,
             "correcting drift of revision 1: ConfigMap default/extra changed: .data.a; applying layer config again"
         );
+        assert!(
+            edited_at.elapsed() < Duration::from_secs(5),
+            "corrected {:?} after the edit",
+            edited_at.elapsed()
+        );
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         loop {
             let cm = config_maps(&op, "default").get("extra").await.unwrap();
@@ -181,6 +185,70 @@ async fn a_field_changed_by_an_edit_is_taken_back_at_the_interval() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         ready_at(&op, "default", "shop", 1).await;
+        op.stop().await;
+    })
+    .await;
+}
+
+/// The controller's requests from request `from` on, but the shard keeping's (Lease list and
+/// member renewal) and the watches' long-running requests.
+fn controller_requests_since(op: &Operator, from: usize) -> Vec<String> {
+    op.server
+        .requests()
+        .iter()
+        .skip(from)
+        .filter(|r| r.client.is_some() && r.verb != "watch" && !is_shard_keeping(r))
+        .map(|r| format!("{} {}?{} {}", r.verb, r.path, r.query, r.status))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ready_release_sends_no_request_at_its_interval_when_nothing_changed() {
+    within(async {
+        let op = Operator::start(4).await;
+        let _kubelet = op.kubelet();
+        let _dir = ready_shop(&op, json!({"interval": "1s"})).await;
+        // Let the writes that end the install settle (the lease's release, the last event).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let before = op.server.requests().len();
+        let reconciles = op.metrics.reconciles.with_label_values(&["success"]).get();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        // Woken at every interval (five times), and not one request: no drift check reads the
+        // objects when no watch event said one changed.
+        let woken = op.metrics.reconciles.with_label_values(&["success"]).get() - reconciles;
+        assert!(woken >= 3, "woken {woken} times in 5 s at interval 1s");
+        let sent = controller_requests_since(&op, before);
+        assert!(sent.is_empty(), "an idle Ready release sent {sent:#?}");
+        // An edit of a label (no new generation of a Deployment, only metadata) is still found.
+        let deployments: Api<Deployment> = Api::namespaced(op.client.clone(), "default");
+        let edit = PatchParams {
+            field_manager: Some("kubectl-label".to_string()),
+            ..PatchParams::default()
+        };
+        deployments
+            .patch(
+                "app",
+                &edit,
+                &Patch::Merge(json!({"metadata": {"labels": {"example.com/team": "x"}}})),
+            )
+            .await
+            .unwrap();
+        // The label is not the chart's: not drift, and nothing corrected, but the objects were
+        // compared in full once (a GET and a dry run each), then nothing again.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let after_edit = op.server.requests().len();
+        let compared = op
+            .server
+            .requests()
+            .iter()
+            .skip(before)
+            .filter(|r| r.client.is_some() && r.query.contains("dryRun"))
+            .count();
+        assert_eq!(compared, 3, "one dry run per object after the edit");
+        assert_eq!(op.metrics.drift_corrections.get(), 0);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let sent = controller_requests_since(&op, after_edit);
+        assert!(sent.is_empty(), "sent after the comparison: {sent:#?}");
         op.stop().await;
     })
     .await;

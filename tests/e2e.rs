@@ -207,6 +207,7 @@ impl Running {
                 lease_duration: std::time::Duration::from_secs(3),
                 ..Default::default()
             },
+            drift_full_check_interval: sequenced::controller::DRIFT_FULL_CHECK_INTERVAL,
             take_pending_after: sequenced::rollout::takeover::DEFAULT_PENDING_BOUND,
         };
         let (stop, stopped) = oneshot::channel::<()>();

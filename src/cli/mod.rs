@@ -307,12 +307,26 @@ pub struct RunArgs {
     /// shards of a replica that died wait before others take them.
     #[arg(long, value_name = "DURATION", default_value = "15s", env = "SEQUENCED_SHARD_LEASE_DURATION", value_parser = lease_duration)]
     pub shard_lease_duration: std::time::Duration,
+    /// How often a Ready release's objects are compared in full with what it applied (a GET
+    /// and a dry-run apply each) when no watch event said one of them changed; also at first
+    /// sight. Edits and deletions are found from the watches' events within seconds.
+    #[arg(long, value_name = "DURATION", default_value = "24h", env = "SEQUENCED_DRIFT_FULL_CHECK_INTERVAL", value_parser = full_check_interval)]
+    pub drift_full_check_interval: std::time::Duration,
     /// How long the last record of a Helm release must stay `pending-install`, `pending-upgrade`
     /// or `pending-rollback` unchanged (as this replica sees it) before a SequencedRelease with
     /// `spec.adopt: true` marks it failed and goes on: Helm's default `--timeout` (5m) and a
     /// minute more.
     #[arg(long, value_name = "DURATION", default_value = "6m", env = "SEQUENCED_TAKE_PENDING_AFTER", value_parser = go_duration)]
     pub take_pending_after: std::time::Duration,
+}
+
+/// A `--drift-full-check-interval`: a Go duration of at least 1s.
+fn full_check_interval(text: &str) -> Result<std::time::Duration, String> {
+    match crate::readiness::duration::parse_duration(text) {
+        Ok(d) if d >= std::time::Duration::from_secs(1) => Ok(d),
+        Ok(_) => Err("at least 1s".to_string()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// A Go duration (`6m`, `90s`).

@@ -68,6 +68,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
             }),
             lease_duration: args.shard_lease_duration,
         },
+        drift_full_check_interval: args.drift_full_check_interval,
         take_pending_after: args.take_pending_after,
     };
     let runtime = match tokio::runtime::Runtime::new() {

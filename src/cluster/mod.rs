@@ -944,30 +944,43 @@ impl Cluster {
             Err(e) => return Err(e),
         };
         let api = self.api(&kind, key.namespace.as_deref());
-        let live = match api.get_opt(&key.name).await {
-            Ok(Some(live)) => serde_json::to_value(live).unwrap_or(Value::Null),
-            Ok(None) => return Ok(Some(Drift::Deleted)),
-            Err(e) => return Err(self.error("reading", key, e)),
-        };
-        let mut object = object.clone();
-        ignore::keep_live(&mut object, &live, ignored);
-        let mut params = PatchParams::apply(FIELD_MANAGER);
-        params.dry_run = true;
-        let applied = match api.patch(&key.name, &params, &Patch::Apply(&object)).await {
-            Ok(applied) => serde_json::to_value(applied).unwrap_or(Value::Null),
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                let Some(conflicts) = conflicts_of(&status) else {
-                    return Err(self.error("checking", key, kube::Error::Api(status)));
-                };
-                let fields: Vec<String> = conflicts
-                    .into_iter()
-                    .filter(|c| !c.subresource)
-                    .map(|c| c.field)
-                    .collect();
-                return Ok((!fields.is_empty()).then_some(Drift::Changed(fields)));
+        // The read and the dry run compare one version of the object: when it changed between
+        // the two (an edit in the middle of a burst of them, which is when a watch event makes
+        // a release compare its objects), both are asked again.
+        let mut attempts = 0;
+        let (live, applied) = loop {
+            attempts += 1;
+            let live = match api.get_opt(&key.name).await {
+                Ok(Some(live)) => serde_json::to_value(live).unwrap_or(Value::Null),
+                Ok(None) => return Ok(Some(Drift::Deleted)),
+                Err(e) => return Err(self.error("reading", key, e)),
+            };
+            let mut object = object.clone();
+            ignore::keep_live(&mut object, &live, ignored);
+            let mut params = PatchParams::apply(FIELD_MANAGER);
+            params.dry_run = true;
+            let applied = match api.patch(&key.name, &params, &Patch::Apply(&object)).await {
+                Ok(applied) => serde_json::to_value(applied).unwrap_or(Value::Null),
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    let Some(conflicts) = conflicts_of(&status) else {
+                        return Err(self.error("checking", key, kube::Error::Api(status)));
+                    };
+                    let fields: Vec<String> = conflicts
+                        .into_iter()
+                        .filter(|c| !c.subresource)
+                        .map(|c| c.field)
+                        .collect();
+                    return Ok((!fields.is_empty()).then_some(Drift::Changed(fields)));
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => {
+                    return Ok(Some(Drift::Deleted));
+                }
+                Err(e) => return Err(self.error("checking", key, e)),
+            };
+            let version = |o: &Value| o.pointer("/metadata/resourceVersion").cloned();
+            if version(&live) == version(&applied) || attempts >= 3 {
+                break (live, applied);
             }
-            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Some(Drift::Deleted)),
-            Err(e) => return Err(self.error("checking", key, e)),
         };
         let (mut live, mut applied) = (comparable(&live), comparable(&applied));
         ignore::strip(&mut live, ignored);

@@ -306,6 +306,7 @@ impl Context {
         }
         self.sources.forget(release);
         self.watches.forget_reads(release);
+        self.watches.forget_changed(release);
         self.plans.forget(release);
         self.records.forget(release);
         self.operations.forget(release);
@@ -324,8 +325,10 @@ impl Context {
         }
     }
 
-    /// Whether the release's objects are due for a full comparison with what it applied: once
-    /// every `interval`, and once when this controller first sees the release Ready.
+    /// Whether the release's objects are due for a full comparison with what it applied without
+    /// a watch event that says one changed: once every `interval`
+    /// (`--drift-full-check-interval`), and once when this controller first sees the release
+    /// Ready.
     pub fn drift_check_due(
         &self,
         release: &ObjectRef<SequencedRelease>,

@@ -73,10 +73,16 @@ pub struct Options {
     pub tenancy: Tenancy,
     /// How releases are divided among replicas.
     pub sharding: crate::lock::Sharding,
+    /// How often a Ready release's objects are compared in full with what it applied when no
+    /// watch event said one changed (`--drift-full-check-interval`, 24 h by default).
+    pub drift_full_check_interval: Duration,
     /// `--take-pending-after`: how long a pending record of Helm's must stay unchanged before a
     /// release with `spec.adopt: true` marks it failed and goes on.
     pub take_pending_after: std::time::Duration,
 }
+
+/// The default of `--drift-full-check-interval`.
+pub const DRIFT_FULL_CHECK_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 
 /// The ServiceAccount `sr` acts as, in the release's own namespace (the pure rule:
 /// [`crate::rollout::lifecycle::account_name`]); Ok(None) for the controller's own identity,

@@ -407,7 +407,12 @@ impl<'a> Reconcile<'a> {
                 self.facts.revisions = Some(revisions);
             }
             Need::Drift => {
-                let full = ctx.drift_check_due(&self.key, self.settings.interval);
+                // In full when a watch event said one of its objects changed (or went), else
+                // only at `--drift-full-check-interval` and at first sight: an idle release
+                // sends nothing (deletions are looked up in the watches' index).
+                let changed = ctx.watches.take_changed(&self.key);
+                let full = changed
+                    || ctx.drift_check_due(&self.key, ctx.options.drift_full_check_interval);
                 if full {
                     // The objects are compared with what applying them would make.
                     self.make_whole().await?;

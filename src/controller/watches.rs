@@ -69,11 +69,29 @@ struct Present {
 /// What the index keeps of an object: the annotations that say whose it is and, while it is
 /// being deleted, its deletionTimestamp and finalizers. Enough for [`crate::api::Claim::of`],
 /// and for the readiness of kinds that are ready once they exist; kept small, as it is kept
-/// for every object of every kind the controller writes.
+/// for every object of every kind the controller writes. `mark` is a hash of what an edit of the
+/// object changes ([`mark`]): a watch event whose mark differs from the one before is someone's
+/// edit (or this controller's apply), and the owning release compares its objects in full.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Seen {
     annotations: Vec<(&'static str, Box<str>)>,
     deleting: Option<(Box<str>, Box<[String]>)>,
+    mark: u64,
+}
+
+/// A hash of what an edit of an object changes, from its metadata alone: its generation (which
+/// the API server moves on every change of its spec, not of its status) or, for kinds without
+/// one (ConfigMaps, Secrets), its resourceVersion; and its labels and annotations.
+fn mark(meta: &ObjectMeta) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    match meta.generation {
+        Some(generation) => generation.hash(&mut hasher),
+        None => meta.resource_version.hash(&mut hasher),
+    }
+    meta.labels.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl Seen {
@@ -109,6 +127,7 @@ impl Seen {
         Seen {
             annotations,
             deleting,
+            mark: mark(meta),
         }
     }
 
@@ -177,6 +196,9 @@ pub struct Watches {
     present: Arc<Mutex<HashMap<IndexKey, Present>>>,
     /// This replica's shards: the managed watches ask for their objects.
     shards: Arc<Shards>,
+    /// The releases one of whose objects changed (its [`Seen::mark`]) or went since they last
+    /// compared them in full ([`Watches::take_changed`]).
+    changed: Arc<Mutex<HashSet<ObjectRef<SequencedRelease>>>>,
     external: Arc<Mutex<HashMap<ExternalKey, HashSet<ObjectRef<SequencedRelease>>>>>,
     /// The ConfigMaps and Secrets releases read.
     inputs: Inputs,
@@ -207,6 +229,7 @@ impl Watches {
             shards,
             kinds: Mutex::new(HashSet::new()),
             present: Arc::new(Mutex::new(HashMap::new())),
+            changed: Arc::new(Mutex::new(HashSet::new())),
             external: Arc::new(Mutex::new(HashMap::new())),
             tasks: Mutex::new(Vec::new()),
         }
@@ -313,6 +336,7 @@ impl Watches {
     ) -> tokio::task::JoinHandle<()> {
         let trigger = self.trigger.clone();
         let present = Arc::clone(&self.present);
+        let changed = Arc::clone(&self.changed);
         tokio::spawn(async move {
             tracing::debug!(kind = %what, part = ?key.1, "watching managed objects");
             let mut events = events;
@@ -320,9 +344,17 @@ impl Watches {
             let mut listing: HashMap<ObjectName, Seen> = HashMap::new();
             while let Some(event) = events.next().await {
                 let name = |o: &PartialObjectMeta<DynamicObject>| (o.namespace(), o.name_any());
-                let index = |update: &dyn Fn(&mut Present)| {
-                    if let Ok(mut present) = present.lock() {
-                        update(present.entry(key.clone()).or_default());
+                // Whether the object differs from what the index had of it (an edit, or this
+                // controller's apply not yet learnt from its answer), or went.
+                let differs = |n: &ObjectName, seen: Option<&Seen>| {
+                    let Ok(present) = present.lock() else {
+                        return false;
+                    };
+                    let before = present.get(&key).and_then(|p| p.objects.get(n));
+                    match (before, seen) {
+                        (Some(before), Some(seen)) => before.mark != seen.mark,
+                        (Some(_), None) => true,
+                        (None, _) => false,
                     }
                 };
                 let object = match event {
@@ -341,36 +373,65 @@ impl Watches {
                         continue;
                     }
                     Ok(Event::InitApply(o)) => {
-                        listing.insert(name(&o), Seen::of(&o));
-                        o
+                        // A relist after the watch was away: what changed meanwhile.
+                        let (n, seen) = (name(&o), Seen::of(&o));
+                        let edited = differs(&n, Some(&seen));
+                        listing.insert(n, seen);
+                        (o, edited)
                     }
                     Ok(Event::Apply(o)) => {
-                        let n = name(&o);
-                        let seen = Seen::of(&o);
-                        index(&|p| {
-                            p.objects.insert(n.clone(), seen.clone());
-                        });
-                        o
+                        let (n, seen) = (name(&o), Seen::of(&o));
+                        let edited = differs(&n, Some(&seen));
+                        if let Ok(mut present) = present.lock() {
+                            present
+                                .entry(key.clone())
+                                .or_default()
+                                .objects
+                                .insert(n, seen);
+                        }
+                        (o, edited)
                     }
                     Ok(Event::Delete(o)) => {
                         let n = name(&o);
-                        index(&|p| {
-                            p.objects.remove(&n);
-                        });
-                        o
+                        if let Ok(mut present) = present.lock() {
+                            present.entry(key.clone()).or_default().objects.remove(&n);
+                        }
+                        (o, true)
                     }
                     Err(e) => {
                         tracing::debug!(kind = %what, error = %e, "watch error");
                         continue;
                     }
                 };
-                if let Some(owner) = owner_of(object.annotations())
-                    && trigger.unbounded_send(owner).is_err()
-                {
+                let (object, edited) = object;
+                let Some(owner) = owner_of(object.annotations()) else {
+                    continue;
+                };
+                if edited && let Ok(mut changed) = changed.lock() {
+                    changed.insert(owner.clone());
+                }
+                if trigger.unbounded_send(owner).is_err() {
                     return;
                 }
             }
         })
+    }
+
+    /// Whether one of the release's objects changed or went, as the managed watches saw it,
+    /// since the last call (which forgets it): its objects are then compared in full with what
+    /// it applied. A release none of whose objects changed sends nothing to find drift.
+    pub fn take_changed(&self, release: &ObjectRef<SequencedRelease>) -> bool {
+        self.changed
+            .lock()
+            .map(|mut changed| changed.remove(release))
+            .unwrap_or(true)
+    }
+
+    /// Forgets a release that is gone.
+    pub fn forget_changed(&self, release: &ObjectRef<SequencedRelease>) {
+        if let Ok(mut changed) = self.changed.lock() {
+            changed.remove(release);
+        }
     }
 
     /// Whether an object of this group and kind exists, as the watch of `cluster`'s account

@@ -103,6 +103,7 @@ impl Controller {
                 lease_duration: Duration::from_secs(3),
                 ..sequenced::lock::Sharding::default()
             },
+            drift_full_check_interval: sequenced::controller::DRIFT_FULL_CHECK_INTERVAL,
             take_pending_after: sequenced::rollout::takeover::DEFAULT_PENDING_BOUND,
         };
         configure(&mut options);
