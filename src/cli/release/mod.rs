@@ -318,6 +318,8 @@ async fn deploy(args: &DeployArgs, mode: Mode) -> Result<u8, Failure> {
         // A pending record of Helm's (a `helm upgrade` killed) is judged as the operator
         // judges it: held by a live helm until it stayed unchanged for Helm's 5m and a margin.
         take_pending_after: crate::rollout::takeover::DEFAULT_PENDING_BOUND,
+        // One command deploys and ends: no interval of a Ready release comes.
+        drift_full_check_interval: crate::controller::DRIFT_FULL_CHECK_INTERVAL,
     };
     let driver = Driver::new(config, options)?;
     let client = driver.client();
