@@ -58,7 +58,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("verify");
     group.measurement_time(Duration::from_secs(5));
     for (name, archive) in [("small chart", &small), ("4 MiB archive", &large)] {
-        println!(
+        eprintln!(
             "{name}: {} bytes",
             std::fs::metadata(archive).map(|m| m.len()).unwrap_or(0)
         );
