@@ -138,21 +138,7 @@ async fn set_path(
         what: format!("{origin}: a chart to set the values path with"),
         message: crate::chart::io_message(&e),
     };
-    let chart = tempfile::Builder::new()
-        .prefix("sequenced-set-")
-        .tempdir()
-        .map_err(io)?;
-    std::fs::write(
-        chart.path().join("Chart.yaml"),
-        "apiVersion: v2\nname: values\nversion: 0.0.0\n",
-    )
-    .map_err(io)?;
-    std::fs::create_dir(chart.path().join("templates")).map_err(io)?;
-    std::fs::write(
-        chart.path().join("templates").join("values.yaml"),
-        "{{ toJson .Values }}\n",
-    )
-    .map_err(io)?;
+    let chart = values_chart("sequenced-set-").map_err(io)?;
     let current = values_file(&ValuesFile {
         origin: origin.to_string(),
         text: Value::Object(values).to_string(),
@@ -823,4 +809,20 @@ async fn blocking<T: Send + 'static>(
             message: format!("stopped: {e}"),
         })
     })
+}
+
+/// A temporary chart whose one template prints its values as JSON: `helm template` of it merges
+/// values files and `--set` flags exactly as Helm merges them for a real chart.
+pub(crate) fn values_chart(prefix: &str) -> std::io::Result<tempfile::TempDir> {
+    let chart = tempfile::Builder::new().prefix(prefix).tempdir()?;
+    std::fs::write(
+        chart.path().join("Chart.yaml"),
+        "apiVersion: v2\nname: values\nversion: 0.0.0\n",
+    )?;
+    std::fs::create_dir(chart.path().join("templates"))?;
+    std::fs::write(
+        chart.path().join("templates").join("values.yaml"),
+        "{{ toJson .Values }}\n",
+    )?;
+    Ok(chart)
 }

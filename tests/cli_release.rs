@@ -432,3 +432,31 @@ async fn a_failed_first_install_is_retried_by_the_same_command() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_is_refused_and_changes_nothing() {
+    within(async {
+        let (server, _dir, kubeconfig) = cluster().await;
+        let chart = web_chart();
+        let web = chart.path().join("web");
+        let web = web.to_str().unwrap();
+        for args in [
+            &["install", "web", web, "--dry-run"][..],
+            &["upgrade", "--install", "web", web, "--dry-run=server"][..],
+        ] {
+            let out = finish(spawn(&kubeconfig, args)).await;
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+            assert!(stderr.contains("--dry-run is not supported"), "{stderr}");
+        }
+        // Not one write reached the cluster: no object, no record, no Lease.
+        let writes: Vec<_> = server
+            .requests()
+            .into_iter()
+            .filter(|r| !matches!(r.verb, "get" | "list" | "watch"))
+            .map(|r| format!("{} {:?} {:?}", r.verb, r.kind, r.name))
+            .collect();
+        assert!(writes.is_empty(), "{writes:?}");
+    })
+    .await;
+}

@@ -104,10 +104,12 @@ pub struct DeployArgs {
     /// Run no hooks.
     #[arg(long)]
     pub no_hooks: bool,
-    /// Print what the command would do to the cluster (as `sequenced diff`), change nothing.
+    /// Not supported yet: refused with exit code 1 before anything is read or changed (a
+    /// manifest of the release given to `sequenced diff -f` shows what a revision would do).
     #[arg(long, value_name = "STRATEGY", num_args = 0..=1, require_equals = true, default_missing_value = "client")]
     pub dry_run: Option<String>,
-    /// A description of the revision (shown by `helm history`).
+    /// Accepted as Helm takes it, but not recorded yet: `helm history` shows sequenced's own
+    /// description of the revision (a warning says so).
     #[arg(long, value_name = "TEXT")]
     pub description: Option<String>,
     /// How many revisions the release keeps (0: no limit).

@@ -299,6 +299,21 @@ fn deployed(loaded: &Loaded) -> bool {
 }
 
 async fn deploy(args: &DeployArgs, mode: Mode) -> Result<u8, Failure> {
+    // A dry run must never deploy: until it prints what it would do, it is refused.
+    if args.dry_run.is_some() {
+        return Err(Failure(
+            "--dry-run is not supported by this command yet (nothing was read or changed): \
+             `sequenced diff -f RELEASE.yaml` shows what a revision of a SequencedRelease \
+             manifest would do"
+                .to_string(),
+        ));
+    }
+    if args.description.is_some() {
+        eprintln!(
+            "warning: --description is not recorded yet: `helm history` shows sequenced's own \
+             description of the revision"
+        );
+    }
     let (config, namespace) = connect(&args.connection).await?;
     let helm = crate::helm::Helm::locate()?;
     let values = values::merged(&helm, &args.value_args())

@@ -41,21 +41,7 @@ pub async fn merged(
         return Ok(serde_json::Map::new());
     }
     let io = |e: std::io::Error| format!("preparing the values: {}", crate::chart::io_message(&e));
-    let chart = tempfile::Builder::new()
-        .prefix("sequenced-values-")
-        .tempdir()
-        .map_err(io)?;
-    std::fs::write(
-        chart.path().join("Chart.yaml"),
-        "apiVersion: v2\nname: values\nversion: 0.0.0\n",
-    )
-    .map_err(io)?;
-    std::fs::create_dir(chart.path().join("templates")).map_err(io)?;
-    std::fs::write(
-        chart.path().join("templates").join("values.yaml"),
-        "{{ toJson .Values }}\n",
-    )
-    .map_err(io)?;
+    let chart = crate::pipeline::values_chart("sequenced-values-").map_err(io)?;
     let mut argv: Vec<OsString> = vec!["template".into(), "values".into(), chart.path().into()];
     for file in &args.files {
         argv.push("--values".into());
