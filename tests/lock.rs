@@ -321,7 +321,7 @@ async fn a_controller_with_a_stale_cache_reads_the_release_again_after_taking_th
         let a = op.spawn("controller-a", 4);
         op.create(
             "default",
-            duo_release("duo", &dir, json!({"timeout": "2s"})),
+            duo_release("duo", &dir, json!({"timeout": "8s"})),
         )
         .await;
         op.wait_release("default", "duo", "layer db waiting", |sr| {
@@ -348,7 +348,9 @@ async fn a_controller_with_a_stale_cache_reads_the_release_again_after_taking_th
         assert!(synced);
         tokio::time::sleep(Duration::from_millis(300)).await;
         // b's watches stall: its cache keeps db waiting and app pending, and its sighting of the
-        // lease stops moving, so the lease looks expired to it after 2 s.
+        // lease stops moving, so the lease looks expired to it after 8 s. (b keeps no member
+        // Lease of a's, so a lease of a's that b reads while a still holds it is a dead
+        // replica's to b: the 8 s leave a the time to finish first, even on a loaded machine.)
         op.server.pause_watches("controller-b");
         let _kubelet = op.kubelet();
         op.wait_release("default", "duo", "Ready", is_ready).await;
@@ -357,7 +359,7 @@ async fn a_controller_with_a_stale_cache_reads_the_release_again_after_taking_th
         // read the release again instead of going on from its stale copy.
         let took_lock = op
             .server
-            .wait_until(Duration::from_secs(20), |server| {
+            .wait_until(Duration::from_secs(30), |server| {
                 server.requests().iter().any(|r| {
                     r.client.as_deref() == Some("controller-b")
                         && r.kind.as_deref() == Some("Lease")
