@@ -266,8 +266,18 @@ async fn a_ready_release_that_fails_to_reconcile_stays_ready_and_says_so() {
         )
         .await;
         op.wait_release("default", "shop", "Ready", is_ready).await;
-        // Its drift checks fail for a while: still Ready, Reconciling with the failure.
+        // Its drift checks fail for a while: still Ready, Reconciling with the failure. (A Ready
+        // release compares its objects after a watch event shows one changed: a label added by
+        // hand is such an event.)
         op.server.fail_next("GET", "/configmaps/settings", 500, 4);
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(op.client.clone(), "default")
+            .patch(
+                "settings",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"touched": "by-hand"}}})),
+            )
+            .await
+            .unwrap();
         let sr = op
             .wait_release("default", "shop", "the failure told", |sr| {
                 condition(sr, "Reconciling").is_some_and(|c| c.1 == "ReconcileFailed")

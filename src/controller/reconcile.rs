@@ -413,13 +413,30 @@ impl<'a> Reconcile<'a> {
                 let changed = ctx.watches.take_changed(&self.key);
                 let full = changed
                     || ctx.drift_check_due(&self.key, ctx.options.drift_full_check_interval);
+                // A comparison that fails (its status says so) is tried again in full by the
+                // next reconcile, as the watch event asked.
+                let key = self.key.clone();
+                let again = || {
+                    if changed {
+                        ctx.watches.mark_changed(&key);
+                    }
+                };
                 if full {
                     // The objects are compared with what applying them would make.
-                    self.make_whole().await?;
+                    if let Err(stop) = self.make_whole().await {
+                        again();
+                        return Err(stop);
+                    }
                 }
                 let report = match self.deployable() {
                     Some(deployable) => {
-                        let report = self.objects().drift(&deployable, full).await?;
+                        let report = match self.objects().drift(&deployable, full).await {
+                            Ok(report) => report,
+                            Err(e) => {
+                                again();
+                                return Err(e.into());
+                            }
+                        };
                         if full {
                             ctx.drift_checked(&self.key);
                         }

@@ -427,6 +427,14 @@ impl Watches {
             .unwrap_or(true)
     }
 
+    /// Says again that one of the release's objects changed: the full comparison that
+    /// [`Watches::take_changed`] called for failed, and the next reconcile tries it again.
+    pub fn mark_changed(&self, release: &ObjectRef<SequencedRelease>) {
+        if let Ok(mut changed) = self.changed.lock() {
+            changed.insert(release.clone());
+        }
+    }
+
     /// Forgets a release that is gone.
     pub fn forget_changed(&self, release: &ObjectRef<SequencedRelease>) {
         if let Ok(mut changed) = self.changed.lock() {
