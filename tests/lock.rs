@@ -328,17 +328,31 @@ async fn a_controller_with_a_stale_cache_reads_the_release_again_after_taking_th
             layer_phase(sr, "db") == Some(LayerPhase::Waiting)
         })
         .await;
-        // b keeps its shards apart (another namespace), so it owns every shard as a does and
-        // the two meet at the release's lock, whichever shard the release falls in.
+        // b keeps its shards apart (another namespace) in one shard, so it owns every release
+        // as a does and the two meet at the release's lock. A member Lease of a's there, as a
+        // live replica of b's group keeps one, tells b that a is alive: without it, b judges a
+        // lease a sharded replica wrote, whose member Lease it does not see, a dead one's.
+        let now = MicroTime(Timestamp::now());
+        let member: Lease = serde_json::from_value(json!({
+            "metadata": {"name": "sequenced.member.controller-a", "namespace": "kube-public",
+                         "labels": {sequenced::api::names::SHARD_LEASE_LABEL: "member"}},
+            "spec": {"holderIdentity": "controller-a", "leaseDurationSeconds": 3600,
+                     "acquireTime": now, "renewTime": now}
+        }))
+        .unwrap();
+        Api::<Lease>::namespaced(op.client.clone(), "kube-public")
+            .create(&PostParams::default(), &member)
+            .await
+            .unwrap();
         let b = support::operator::Controller::start_sharded(
             op.server.config_as("controller-b"),
             "controller-b",
             4,
             Default::default(),
             sequenced::lock::Sharding {
+                shards: 1,
                 namespace: "kube-public".to_string(),
                 lease_duration: Duration::from_secs(3),
-                ..Default::default()
             },
         );
         let synced = op
@@ -348,9 +362,7 @@ async fn a_controller_with_a_stale_cache_reads_the_release_again_after_taking_th
         assert!(synced);
         tokio::time::sleep(Duration::from_millis(300)).await;
         // b's watches stall: its cache keeps db waiting and app pending, and its sighting of the
-        // lease stops moving, so the lease looks expired to it after 8 s. (b keeps no member
-        // Lease of a's, so a lease of a's that b reads while a still holds it is a dead
-        // replica's to b: the 8 s leave a the time to finish first, even on a loaded machine.)
+        // lease stops moving, so the lease looks expired to it after 8 s.
         op.server.pause_watches("controller-b");
         let _kubelet = op.kubelet();
         op.wait_release("default", "duo", "Ready", is_ready).await;

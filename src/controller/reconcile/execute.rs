@@ -139,16 +139,13 @@ impl Reconcile<'_> {
             }
         }
         self.update_records(&step.records).await?;
-        // What the step did is told even when its status write meets a 409 and the reconcile
-        // starts again: the step taken again may find nothing left to do, and say nothing.
-        let written = self.write_status(&step.status).await;
-        self.publish(&step.events).await;
-        written?;
+        self.write_status(&step.status).await?;
         if step.status.phase == Some(ReleasePhase::Ready) {
             // This controller applied every object and watched them become ready: they match
             // what it applied, so the next full comparison is due an `interval` from now.
             self.ctx.drift_checked(&self.key);
         }
+        self.publish(&step.events).await;
         Ok(self.requeue(&step.status, step.requeue_after))
     }
 
@@ -251,8 +248,9 @@ impl Reconcile<'_> {
                 return self.failed_delete(&step, step.deletes.len(), failed).await;
             }
         }
-        // Told even when the status write meets a 409 (see `install`): the objects are gone,
-        // and the step taken again finds nothing to delete.
+        // What the step did is told even when its status write meets a 409 and the reconcile
+        // starts again: the objects are gone, and the step taken again finds nothing to delete
+        // (an install step taken again applies again, and tells it then).
         let written = self.write_status(&step.status).await;
         self.publish(&step.events).await;
         written?;
