@@ -334,7 +334,8 @@ async fn a_controller_with_a_stale_cache_reads_the_release_again_after_taking_th
         // lease a sharded replica wrote, whose member Lease it does not see, a dead one's.
         let now = MicroTime(Timestamp::now());
         let member: Lease = serde_json::from_value(json!({
-            "metadata": {"name": "sequenced.member.controller-a", "namespace": "kube-public",
+            "metadata": {"name": sequenced::lock::shards::member_lease("controller-a"),
+                         "namespace": "kube-public",
                          "labels": {sequenced::api::names::SHARD_LEASE_LABEL: "member"}},
             "spec": {"holderIdentity": "controller-a", "leaseDurationSeconds": 3600,
                      "acquireTime": now, "renewTime": now}

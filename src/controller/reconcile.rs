@@ -23,6 +23,7 @@ use super::{Error, Stop, account_of, kube_error};
 use crate::api::{FINALIZER, Identity, ReleasePhase, SequencedRelease};
 use crate::cluster::{Cluster, ClusterError};
 use crate::history::HookRecord;
+use crate::rollout::drift::DriftReport;
 use crate::rollout::ignore::IgnoreRules;
 use crate::rollout::lifecycle::{Facts, LockView, Need, Next, Requeue};
 use crate::rollout::{self, Deployable, Settings};
@@ -413,38 +414,13 @@ impl<'a> Reconcile<'a> {
                 let changed = ctx.watches.take_changed(&self.key);
                 let full = changed
                     || ctx.drift_check_due(&self.key, ctx.options.drift_full_check_interval);
-                // A comparison that fails (its status says so) is tried again in full by the
-                // next reconcile, as the watch event asked.
-                let key = self.key.clone();
-                let again = || {
-                    if changed {
-                        ctx.watches.mark_changed(&key);
-                    }
-                };
-                if full {
-                    // The objects are compared with what applying them would make.
-                    if let Err(stop) = self.make_whole().await {
-                        again();
-                        return Err(stop);
-                    }
+                let compared = self.compare(full).await;
+                if compared.is_err() && changed {
+                    // A comparison that fails (its status says so) is tried again in full by
+                    // the next reconcile, as the watch event asked.
+                    ctx.watches.mark_changed(&self.key);
                 }
-                let report = match self.deployable() {
-                    Some(deployable) => {
-                        let report = match self.objects().drift(&deployable, full).await {
-                            Ok(report) => report,
-                            Err(e) => {
-                                again();
-                                return Err(e.into());
-                            }
-                        };
-                        if full {
-                            ctx.drift_checked(&self.key);
-                        }
-                        report
-                    }
-                    None => Default::default(),
-                };
-                self.facts.drift = Some(report);
+                self.facts.drift = Some(compared?);
             }
             Need::Leftovers => {
                 let namespace = self.key.namespace.as_deref().unwrap_or("default");
@@ -465,6 +441,22 @@ impl<'a> Reconcile<'a> {
             }
         }
         Ok(())
+    }
+
+    /// What drifted of the release's objects: in `full`, each compared with what applying it
+    /// would make (a dry run each), else only their deletions (the watches' index).
+    async fn compare(&mut self, full: bool) -> Result<DriftReport, Stop> {
+        if full {
+            self.make_whole().await?;
+        }
+        let Some(deployable) = self.deployable() else {
+            return Ok(DriftReport::default());
+        };
+        let report = self.objects().drift(&deployable, full).await?;
+        if full {
+            self.ctx.drift_checked(&self.key);
+        }
+        Ok(report)
     }
 
     /// Whether the release's namespace is being deleted (or is gone).
