@@ -1956,6 +1956,11 @@ impl WatchStream {
 
     async fn next(mut self) -> Option<(Result<Frame<Bytes>, Infallible>, WatchStream)> {
         loop {
+            if self.inner.lifecycle.killed() {
+                // A killed server writes nothing more, not even the end of the stream: its
+                // connection is reset where it is (the read of the watch is incomplete).
+                std::future::pending::<()>().await;
+            }
             if self.inner.is_down() {
                 return None;
             }
