@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, clippy with warnings as errors, every test
 # (unit, integration, doc), the book, and the chart archive fuzz target for a bounded time
-# (scripts/fuzz.sh, on the stable toolchain). Installs helm and kubectl into .tools/bin first when
+# (scripts/fuzz.sh, on the stable toolchain). Installs helm (4 and 3) and kubectl into .tools/bin first when
 # none is found, the pinned mdbook and cargo-fuzz (once; later runs find them there).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 SEQUENCED_HELM="$(scripts/install-helm.sh)"
 export SEQUENCED_HELM
+# Helm 3 is the oracle of the releases Helm 3 wrote (tests/adopt.rs).
+SEQUENCED_HELM3="$(scripts/install-helm3.sh)"
+export SEQUENCED_HELM3
 # kubectl's built-in kustomize runs spec.postRenderers (and is their tests' oracle).
 SEQUENCED_KUBECTL="$(scripts/install-kubectl.sh)"
 export SEQUENCED_KUBECTL

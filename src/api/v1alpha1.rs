@@ -1304,4 +1304,9 @@ pub struct HistoryEntry {
     pub finished_at: Option<Time>,
     /// Whether it was applied layer by layer.
     pub sequenced: bool,
+    /// How it began when that was more than an install or an upgrade: the Helm history it went
+    /// on from (`went on from Helm release shop at revision 3 (…)`), a pending record of
+    /// Helm's it took over. Kept as long as the entry is; `sequenced status` shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }

@@ -207,6 +207,19 @@ pub fn format_status(release: &SequencedRelease, style: Style) -> String {
             field(&mut out, "LOCKED TILL", &until.0.to_string());
         }
     }
+    // How revisions began when that was more than an install or upgrade (a Helm release gone
+    // on from, a pending record taken over): said for as long as the history keeps them.
+    let began = status.history.iter().filter_map(|entry| {
+        let description = entry.description.as_deref().filter(|d| !d.is_empty())?;
+        Some(format!(
+            "revision {}: {}",
+            entry.revision,
+            one_line(description)
+        ))
+    });
+    for (i, line) in began.enumerate() {
+        field(&mut out, if i == 0 { "HISTORY" } else { "" }, &line);
+    }
     // What the release waits for before its revision starts, and why each is not ready.
     for (i, dependency) in status.dependencies.iter().enumerate() {
         let key = if i == 0 { "DEPENDS ON" } else { "" };
@@ -752,7 +765,7 @@ pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::v1alpha1::{LockStatus, SequencedReleaseStatus};
+    use crate::api::v1alpha1::{HistoryEntry, LockStatus, SequencedReleaseStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     fn time(text: &str) -> Time {
@@ -1007,6 +1020,40 @@ DEPENDS ON   SequencedRelease apps/queue: ready
 LAYERS       none yet
 "
         );
+    }
+
+    #[test]
+    fn how_a_revision_began_from_helm_is_shown_while_the_history_keeps_it() {
+        let entry = |revision: i64, description: Option<&str>| HistoryEntry {
+            revision,
+            chart_version: None,
+            digest: None,
+            chart_digest: None,
+            phase: ReleasePhase::Ready,
+            started_at: None,
+            finished_at: None,
+            sequenced: true,
+            description: description.map(str::to_string),
+        };
+        let mut status = deploying();
+        status.history = vec![
+            entry(4, None),
+            entry(
+                3,
+                Some(
+                    "went on from Helm release web at revision 3 (its revision 2 was pending-upgrade; this one is an upgrade); took over a pending-upgrade record of revision 2 (Secret sh.helm.release.v1.web.v2): not finished by the helm process that began it; taken over by sequenced; marked failed",
+                ),
+            ),
+        ];
+        let text = format_status(&release(1, Some(status.clone())), Style::default());
+        assert!(
+            text.contains("\nHISTORY      revision 3: went on from Helm release web at revision 3 (its revision 2 was pending-upgrade; this one is an upgrade); took over a pending-upgrade record of revision 2"),
+            "{text}"
+        );
+        assert!(!text.contains("revision 4:"), "{text}");
+        status.history.truncate(1);
+        let text = format_status(&release(1, Some(status)), Style::default());
+        assert!(!text.contains("HISTORY"), "{text}");
     }
 
     #[test]

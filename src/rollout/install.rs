@@ -238,6 +238,7 @@ pub fn begin(
             started_at: Some(now.clone()),
             finished_at: None,
             sequenced: revision.settings.sequenced,
+            description: None,
         },
     );
     if revision.settings.max_history > 0 {

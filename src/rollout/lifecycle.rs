@@ -792,6 +792,9 @@ fn deploy(facts: &Facts, requests: &Requests) -> Next {
             message.clone(),
         ));
         told.insert(0, message);
+        if let Some(entry) = status.history.first_mut().filter(|e| e.revision == number) {
+            entry.description = Some(told.join("; "));
+        }
         if let Some(progress) = &status.message {
             told.push(progress.clone());
         }

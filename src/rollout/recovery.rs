@@ -456,6 +456,7 @@ mod tests {
             started_at: None,
             finished_at: None,
             sequenced: true,
+            description: None,
         }
     }
 

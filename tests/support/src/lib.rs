@@ -21,6 +21,19 @@ pub fn helm() -> PathBuf {
     PathBuf::from("helm")
 }
 
+/// Helm 3, the oracle of the releases Helm 3 wrote: `$SEQUENCED_HELM3`, else the copy that
+/// `scripts/install-helm3.sh` put into `.tools/bin`, else `helm3` on PATH.
+pub fn helm3() -> PathBuf {
+    if let Some(path) = std::env::var_os("SEQUENCED_HELM3") {
+        return PathBuf::from(path);
+    }
+    let local = charts::repo().join(".tools/bin/helm3");
+    if local.is_file() {
+        return local;
+    }
+    PathBuf::from("helm3")
+}
+
 /// The kubectl binary the tests run kustomize with (`spec.postRenderers`, and as the oracle of
 /// them): `$SEQUENCED_KUBECTL`, else the copy that `scripts/install-kubectl.sh` put into
 /// `.tools/bin`, else `kubectl` on PATH.
@@ -84,7 +97,12 @@ pub fn sequenced_command(bin: &str, kubeconfig: &Path) -> Command {
 /// Runs the real helm with `args` against the cluster of `kubeconfig`, and returns what it
 /// printed; a helm that fails fails the test with its message.
 pub fn run_helm(kubeconfig: &Path, args: &[&str]) -> String {
-    let out = Command::new(helm())
+    run_helm_binary(&helm(), kubeconfig, args)
+}
+
+/// [`run_helm`] with this helm binary (such as [`helm3`]).
+pub fn run_helm_binary(helm: &Path, kubeconfig: &Path, args: &[&str]) -> String {
+    let out = Command::new(helm)
         .args(args)
         .arg("--kubeconfig")
         .arg(kubeconfig)

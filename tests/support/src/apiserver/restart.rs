@@ -350,11 +350,14 @@ pub(super) async fn hold_gate(inner: &Inner, req: &Req) -> Option<()> {
             format!("{}?{}", req.path, req.query)
         };
         let client = req.header(super::CLIENT_HEADER);
-        let matches = holds.rule.as_ref().is_some_and(|rule| {
-            rule.method == req.method.as_str()
-                && full.contains(&rule.contains)
-                && rule.client.as_deref().is_none_or(|c| Some(c) == client)
-        });
+        // A dry run (the drift check's applies) changes nothing, so it marks no stage.
+        let dry_run = req.query.split('&').any(|p| p == "dryRun=All");
+        let matches = !dry_run
+            && holds.rule.as_ref().is_some_and(|rule| {
+                rule.method == req.method.as_str()
+                    && full.contains(&rule.contains)
+                    && rule.client.as_deref().is_none_or(|c| Some(c) == client)
+            });
         if !matches {
             return None;
         }
@@ -527,7 +530,8 @@ impl TestApiServer {
     /// by `client` when one is named ([`TestApiServer::config_as`]), before the server looks at
     /// it: a test kills its sender at that very point ([`TestApiServer::held`]), then drops it
     /// ([`TestApiServer::drop_held`]: it never reached the server) or lets it go on
-    /// ([`TestApiServer::release_held`]). One rule at a time; a new one replaces the last.
+    /// ([`TestApiServer::release_held`]). One rule at a time; a new one replaces the last. A dry
+    /// run (`dryRun=All`) is never held: it changes nothing.
     pub fn hold(&self, method: &str, contains: &str, client: Option<&str>) {
         let lifecycle = &self.inner.lifecycle;
         let mut holds = lifecycle.holds.lock().unwrap_or_else(|e| e.into_inner());
