@@ -58,10 +58,7 @@ impl Reconcile<'_> {
         self.update_records(&begin.records).await?;
         self.delete_records(&begin.drop_records).await?;
         self.publish(&begin.events).await;
-        // The status says the revision began before anything of it is applied: a reader (or
-        // the controller that takes over after a kill) never sees the last revision's Ready
-        // while this one changes objects.
-        self.write_status(&begin.status).await?;
+        self.facts.status = begin.status;
         let number = begin.record.revision;
         if begin.record.rollback_to.is_some() {
             let stored = Deployable::from_record(&begin.record).map(Arc::new);
