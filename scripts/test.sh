@@ -9,7 +9,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SEQUENCED_HELM="$(scripts/install-helm.sh)"
 export SEQUENCED_HELM
 # Helm 3 is the oracle of the releases Helm 3 wrote (tests/adopt.rs).
-SEQUENCED_HELM3="$(scripts/install-helm3.sh)"
+SEQUENCED_HELM3="$(scripts/install-helm.sh 3)"
 export SEQUENCED_HELM3
 # kubectl's built-in kustomize runs spec.postRenderers (and is their tests' oracle).
 SEQUENCED_KUBECTL="$(scripts/install-kubectl.sh)"

@@ -11,41 +11,32 @@ use std::path::PathBuf;
 /// The helm binary the tests run: `$SEQUENCED_HELM`, else the copy that
 /// `scripts/install-helm.sh` put into `.tools/bin`, else `helm` on PATH.
 pub fn helm() -> PathBuf {
-    if let Some(path) = std::env::var_os("SEQUENCED_HELM") {
-        return PathBuf::from(path);
-    }
-    let local = charts::repo().join(".tools/bin/helm");
-    if local.is_file() {
-        return local;
-    }
-    PathBuf::from("helm")
+    tool("SEQUENCED_HELM", "helm")
 }
 
 /// Helm 3, the oracle of the releases Helm 3 wrote: `$SEQUENCED_HELM3`, else the copy that
-/// `scripts/install-helm3.sh` put into `.tools/bin`, else `helm3` on PATH.
+/// `scripts/install-helm.sh 3` put into `.tools/bin`, else `helm3` on PATH.
 pub fn helm3() -> PathBuf {
-    if let Some(path) = std::env::var_os("SEQUENCED_HELM3") {
+    tool("SEQUENCED_HELM3", "helm3")
+}
+
+/// `$VAR`, else `.tools/bin/NAME` of this repository, else `NAME` on PATH.
+fn tool(var: &str, name: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(var) {
         return PathBuf::from(path);
     }
-    let local = charts::repo().join(".tools/bin/helm3");
+    let local = charts::repo().join(".tools/bin").join(name);
     if local.is_file() {
         return local;
     }
-    PathBuf::from("helm3")
+    PathBuf::from(name)
 }
 
 /// The kubectl binary the tests run kustomize with (`spec.postRenderers`, and as the oracle of
 /// them): `$SEQUENCED_KUBECTL`, else the copy that `scripts/install-kubectl.sh` put into
 /// `.tools/bin`, else `kubectl` on PATH.
 pub fn kubectl() -> PathBuf {
-    if let Some(path) = std::env::var_os("SEQUENCED_KUBECTL") {
-        return PathBuf::from(path);
-    }
-    let local = charts::repo().join(".tools/bin/kubectl");
-    if local.is_file() {
-        return local;
-    }
-    PathBuf::from("kubectl")
+    tool("SEQUENCED_KUBECTL", "kubectl")
 }
 
 /// A helm that writes each command line it is given, and the mode of every file it names, to
