@@ -514,6 +514,53 @@ async fn an_account_that_may_write_but_not_watch_is_told_so_before_anything_is_w
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_that_may_not_watch_a_kind_it_manages_is_asked_a_bounded_number_of_times() {
+    within(async {
+        let op = operator(Tenancy::default()).await;
+        tenant(&op, TEAM).await;
+        admin_apply(
+            &op,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                   "metadata": {"name": "deployer", "namespace": TEAM},
+                   "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                              "verbs": ["get", "create", "patch", "delete"]}]}),
+        )
+        .await;
+        let dir = two_layers("app", "");
+        deploy_as_deployer(&op, &dir).await;
+        failed_with(&op, TEAM, "app", "Forbidden").await;
+        // What the refused account is asked from then on: its watches of ConfigMaps back off
+        // as client-go's reflector does (from 800 ms, doubling, to 30 s), not every few seconds.
+        let from = op.server.requests().len();
+        let window = Duration::from_secs(40);
+        tokio::time::sleep(window).await;
+        let asked: Vec<String> = op.server.requests()[from..]
+            .iter()
+            .filter(|r| {
+                r.user.as_deref() == Some(DEPLOYER) && r.kind.as_deref() == Some("ConfigMap")
+            })
+            .filter(|r| matches!(r.verb, "list" | "watch"))
+            .map(tenants::describe)
+            .collect();
+        eprintln!(
+            "{} lists and watches of ConfigMaps as the account in {window:?}",
+            asked.len()
+        );
+        // Two watches (this replica's shards, and objects of no shard), each asking again after
+        // 0.8, 1.6, 3.2, 6.4, 12.8 and 25.6 s (±25 %): about 10. It was over 300 (the `Init` a
+        // watcher yields before each list attempt reset the backoff), and 26 with the backoff of
+        // an outage (at most 4 s).
+        assert!(
+            asked.len() <= 12,
+            "{} in {window:?}: {asked:#?}",
+            asked.len()
+        );
+        op.stop().await;
+    })
+    .await;
+}
+
 /// The requests made as the release's account for ClusterRole `name` from request `from` on (the
 /// watch of ClusterRoles its release asked for is counted apart).
 fn asked_for_cluster_role(op: &Operator, name: &str, from: usize) -> Vec<String> {

@@ -332,18 +332,42 @@ pub fn reconnect_delay(failures: u32) -> Duration {
 /// The longest wait of a watch before it asks a starting server again.
 const STARTING_RECONNECT: Duration = Duration::from_secs(1);
 
+/// The wait of a watch the API server refused (403) while it is not starting: the account may
+/// not list or watch the kind, which a person must grant. From 800 ms, doubling, at most 30 s,
+/// with ±25 % jitter: client-go's reflector backoff, not the short one of an outage.
+pub fn forbidden_delay(failures: u32) -> Duration {
+    let base = Duration::from_millis(800).saturating_mul(1 << failures.min(6));
+    base.min(Duration::from_secs(30))
+        .mul_f64(0.75 + fastrand::f64() * 0.5)
+}
+
+/// Whether the API server refused the watch or its list with 403 Forbidden.
+fn forbidden(error: &watcher::Error) -> bool {
+    let api = |e: &kube::Error| matches!(e, kube::Error::Api(status) if status.code == 403);
+    match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => api(e),
+        watcher::Error::WatchError(status) => status.code == 403,
+        watcher::Error::NoResourceVersion => false,
+    }
+}
+
 /// A watch (a kube-runtime `watcher` stream) that reconnects as the controller's watches must:
 /// after an error it waits [`reconnect_delay`], or less when the API server answers again in
 /// the meantime (the delay then starts again from the shortest), and at most a second while the
 /// server is starting ([`Health::starting`]); a 410 `Expired` (a resumed
 /// watch older than the server's watch cache, as after a restart) re-lists at once, as
-/// client-go's reflector does. Errors other than 410 are passed on, each before its wait.
+/// client-go's reflector does. A 403 while the server is not starting (a refusal a person must
+/// lift) waits [`forbidden_delay`], as client-go's reflector backs off. Errors other than 410 are
+/// passed on, each before its wait. The failures are counted until the server answers
+/// something: the `Init` a watch yields before each list attempt is no answer.
 pub fn reconnecting<K: Send + 'static>(
-    watch: BoxStream<'static, Result<K, watcher::Error>>,
+    watch: BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>,
     health: &Arc<Health>,
-) -> BoxStream<'static, Result<K, watcher::Error>> {
+) -> BoxStream<'static, Result<watcher::Event<K>, watcher::Error>> {
     struct State<K> {
-        watch: BoxStream<'static, Result<K, watcher::Error>>,
+        watch: BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>,
         failures: u32,
         wait: Option<Duration>,
         backs: tokio::sync::watch::Receiver<u64>,
@@ -370,7 +394,9 @@ pub fn reconnecting<K: Send + 'static>(
             }
             match state.watch.next().await? {
                 Ok(item) => {
-                    state.failures = 0;
+                    if !matches!(item, watcher::Event::Init) {
+                        state.failures = 0;
+                    }
                     return Some((Ok(item), state));
                 }
                 Err(watcher::Error::WatchError(status)) if status.code == 410 => {
@@ -379,8 +405,13 @@ pub fn reconnecting<K: Send + 'static>(
                 Err(e) => {
                     // A starting server serves everything within seconds: asked again every
                     // second at most, not after a backoff grown meanwhile.
-                    let mut wait = reconnect_delay(state.failures);
-                    if state.health.starting() {
+                    let starting = state.health.starting();
+                    let mut wait = if forbidden(&e) && !starting {
+                        forbidden_delay(state.failures)
+                    } else {
+                        reconnect_delay(state.failures)
+                    };
+                    if starting {
                         wait = wait.min(STARTING_RECONNECT);
                     }
                     state.wait = Some(wait);
@@ -398,6 +429,60 @@ pub fn reconnecting<K: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The gaps between the errors `reconnecting` passes on of a watch that yields `Init` then
+    /// `error`, `times` times over.
+    async fn gaps(error: fn() -> watcher::Error, times: usize) -> Vec<Duration> {
+        let health = Arc::new(Health::new());
+        let items = futures::stream::iter(
+            (0..times).flat_map(move |_| [Ok(watcher::Event::<()>::Init), Err(error())]),
+        );
+        let mut watch = reconnecting(items.boxed(), &health);
+        let mut at = Vec::new();
+        while let Some(item) = watch.next().await {
+            if item.is_err() {
+                at.push(Instant::now());
+                if at.len() == times {
+                    // Not the wait after the last one.
+                    break;
+                }
+            }
+        }
+        at.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    fn refused(code: u16) -> watcher::Error {
+        let status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "message": "no", "reason": "Forbidden", "code": code,
+        }))
+        .expect("a Status");
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn a_refused_watch_waits_as_client_gos_reflector_up_to_30_s() {
+        for failures in 0..12 {
+            let base = (0.8 * f64::from(1u32 << failures.min(6))).min(30.0);
+            let wait = forbidden_delay(failures).as_secs_f64();
+            assert!(
+                wait >= base * 0.75 && wait <= base * 1.25,
+                "{failures}: {wait}"
+            );
+        }
+        assert!(forbidden_delay(20) >= Duration::from_millis(22_500));
+    }
+
+    #[tokio::test]
+    async fn the_init_before_each_list_is_no_answer_so_the_wait_grows() {
+        // The waits grow (0.25, 0.5, 1 s of an outage's backoff, ±25 %) although the watch
+        // yields an `Init` before each attempt: it used to reset them to the shortest.
+        let waits = gaps(|| refused(500), 4).await;
+        assert!(waits[2] >= Duration::from_millis(750), "{waits:?}");
+        // A 403 of a server that is not starting waits 0.8 s, then 1.6 s (±25 %).
+        let waits = gaps(|| refused(403), 3).await;
+        assert!(waits[0] >= Duration::from_millis(600), "{waits:?}");
+        assert!(waits[1] >= Duration::from_millis(1_200), "{waits:?}");
+    }
 
     fn headers(retry_after: bool) -> http::HeaderMap {
         let mut headers = http::HeaderMap::new();
