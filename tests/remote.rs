@@ -851,3 +851,45 @@ async fn a_remote_cluster_unreachable_while_its_namespace_is_deleted_holds_the_n
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_failure_of_an_uninstall_in_a_terminating_namespace_is_in_the_status() {
+    within(async {
+        // What the uninstall of a remote release in a namespace being deleted writes: the
+        // deletion of its objects and of its record on the remote cluster (no Lease, Event,
+        // record or hook is created in the namespace: see the test above). Each fails three
+        // times; from the second failure on the status says which and why, although no event
+        // can be recorded there, and the uninstall then finishes by itself.
+        for (method, path, named) in [
+            ("DELETE", "/configmaps/app", "ConfigMap apps/app"),
+            ("DELETE", "/configmaps/settings", "ConfigMap apps/settings"),
+            (
+                "DELETE",
+                "/secrets/sh.helm.release.v1.shop.v1",
+                "sh.helm.release.v1.shop.v1",
+            ),
+        ] {
+            let remote = TestApiServer::start().await;
+            let (op, _dir) =
+                remote_release_in_a_namespace_deleted_while_no_controller_ran(&remote).await;
+            remote.fail_next(method, path, 500, 3);
+            let back = controller_back(&op);
+            let sr = op
+                .wait_release("apps", "shop", &format!("the failure of {named}"), |sr| {
+                    condition(sr, "Reconciling").is_some_and(|(s, r, m)| {
+                        s == "True" && r == "ReconcileFailed" && m.contains(named)
+                    })
+                })
+                .await;
+            let (_, _, text) = condition(&sr, "Reconciling").unwrap();
+            assert!(
+                text.contains("500") || text.contains("Internal"),
+                "{named}: {text}"
+            );
+            wait_namespace_gone(&op, "apps", Duration::from_secs(60)).await;
+            assert!(records_on(&remote, "apps").is_empty(), "{named}");
+            back.stop().await;
+        }
+    })
+    .await;
+}
