@@ -89,6 +89,17 @@ fn fleet() -> TempDir {
     )
 }
 
+/// [`fleet`] with a pre-delete hook Job `cleanup`.
+fn fleet_with_cleanup() -> TempDir {
+    let dir = fleet();
+    std::fs::write(
+        dir.path().join("fleet/templates/cleanup.yaml"),
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: cleanup\n  annotations:\n    helm.sh/hook: pre-delete\n    helm.sh/hook-delete-policy: hook-succeeded\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: cleanup\n        image: busybox\n",
+    )
+    .unwrap();
+    dir
+}
+
 /// Release `name` of chart `fleet` in `namespace` deployed through the kubeconfig of Secret
 /// `fleet-a`, with more spec fields from `extra`.
 fn remote_release(name: &str, dir: &TempDir, extra: Value) -> Value {
@@ -686,6 +697,7 @@ async fn wait_namespace_gone(op: &Operator, name: &str, within: Duration) {
 /// everything it can there (the Lease included) before the controller starts again.
 async fn remote_release_in_a_namespace_deleted_while_no_controller_ran(
     remote: &TestApiServer,
+    dir: TempDir,
 ) -> (Operator, TempDir) {
     let mut op = operator().await;
     op.namespace("apps").await;
@@ -698,7 +710,6 @@ async fn remote_release_in_a_namespace_deleted_while_no_controller_ran(
         .await
         .unwrap();
     kubeconfig_secret(&op, "apps", "fleet-a", "value", &kubeconfig_of(remote)).await;
-    let dir = fleet();
     op.create("apps", remote_release("shop", &dir, json!({})))
         .await;
     ready_at(&op, "apps", "shop", 1).await;
@@ -764,7 +775,7 @@ async fn a_remote_release_whose_namespace_was_deleted_while_no_controller_ran_is
     within(async {
         let remote = TestApiServer::start().await;
         let (op, _dir) =
-            remote_release_in_a_namespace_deleted_while_no_controller_ran(&remote).await;
+            remote_release_in_a_namespace_deleted_while_no_controller_ran(&remote, fleet()).await;
         let from = op.server.requests().len();
         let remote_from = remote.requests().len();
 
@@ -809,7 +820,7 @@ async fn a_remote_cluster_unreachable_while_its_namespace_is_deleted_holds_the_n
     within(async {
         let remote = TestApiServer::start().await;
         let (op, _dir) =
-            remote_release_in_a_namespace_deleted_while_no_controller_ran(&remote).await;
+            remote_release_in_a_namespace_deleted_while_no_controller_ran(&remote, fleet()).await;
         let from = op.server.requests().len();
         remote.set_down(true);
 
@@ -860,18 +871,32 @@ async fn every_failure_of_an_uninstall_in_a_terminating_namespace_is_in_the_stat
         // record or hook is created in the namespace: see the test above). Each fails three
         // times; from the second failure on the status says which and why, although no event
         // can be recorded there, and the uninstall then finishes by itself.
-        for (method, path, named) in [
-            ("DELETE", "/configmaps/app", "ConfigMap apps/app"),
-            ("DELETE", "/configmaps/settings", "ConfigMap apps/settings"),
+        for (method, path, named, hooked) in [
+            // A pre-delete hook runs on the remote cluster (its namespace is not being deleted).
+            ("PATCH", "/jobs/cleanup", "cleanup", true),
+            ("DELETE", "/configmaps/app", "ConfigMap apps/app", false),
+            (
+                "DELETE",
+                "/configmaps/settings",
+                "ConfigMap apps/settings",
+                false,
+            ),
             (
                 "DELETE",
                 "/secrets/sh.helm.release.v1.shop.v1",
                 "sh.helm.release.v1.shop.v1",
+                false,
             ),
         ] {
             let remote = TestApiServer::start().await;
+            let _jobs = remote.job_controller(Duration::from_millis(200));
+            let dir = if hooked {
+                fleet_with_cleanup()
+            } else {
+                fleet()
+            };
             let (op, _dir) =
-                remote_release_in_a_namespace_deleted_while_no_controller_ran(&remote).await;
+                remote_release_in_a_namespace_deleted_while_no_controller_ran(&remote, dir).await;
             remote.fail_next(method, path, 500, 3);
             let back = controller_back(&op);
             let sr = op
@@ -888,6 +913,19 @@ async fn every_failure_of_an_uninstall_in_a_terminating_namespace_is_in_the_stat
             );
             wait_namespace_gone(&op, "apps", Duration::from_secs(60)).await;
             assert!(records_on(&remote, "apps").is_empty(), "{named}");
+            if hooked {
+                // The hook ran, once it could be created, before anything was deleted.
+                let writes: Vec<String> = remote
+                    .requests()
+                    .iter()
+                    .filter(|r| matches!(r.verb, "apply" | "delete") && r.status < 300)
+                    .filter(|r| matches!(r.kind.as_deref(), Some("Job" | "ConfigMap")))
+                    .map(|r| format!("{} {}", r.verb, r.name.clone().unwrap_or_default()))
+                    .collect();
+                let ran = writes.iter().position(|w| w == "apply cleanup");
+                let deleted = writes.iter().position(|w| w == "delete app");
+                assert!(ran.is_some() && ran < deleted, "{writes:?}");
+            }
             back.stop().await;
         }
     })

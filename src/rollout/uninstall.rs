@@ -401,6 +401,37 @@ fn unseen(keys: &[ObjectKey], observed: &Observations) -> Wanted {
 /// deletes them rather than waiting for objects nobody deletes. A refusal that a retry does not
 /// change (the release's service account may not delete the object) also makes it Stalled with
 /// that reason, so that it is not taken for an uninstall in progress.
+/// A hook of an uninstall step failed (before its deletes, or after them with `post`): what
+/// [`fail_delete`] says, and the hook stage is to run again, not taken as done (a hook whose
+/// creation failed must not read as one deleted by its `hook-succeeded` policy).
+pub fn fail_hook(
+    step: &UninstallStep,
+    post: bool,
+    failure: &super::ActionFailure,
+    now: &Time,
+) -> SequencedReleaseStatus {
+    let issued = if post { step.deletes.len() } else { 0 };
+    let mut status = fail_delete(step, issued, failure, now);
+    let stage = if post {
+        status
+            .layers
+            .last_mut()
+            .filter(|l| l.name.starts_with("(post-"))
+    } else {
+        status
+            .layers
+            .first_mut()
+            .filter(|l| l.name.starts_with("(pre-"))
+    };
+    if let Some(layer) = stage {
+        layer.phase = LayerPhase::Pending;
+        layer.started_at = None;
+        layer.finished_at = None;
+        layer.message = Some(failure.message.clone());
+    }
+    status
+}
+
 pub fn fail_delete(
     step: &UninstallStep,
     issued: usize,

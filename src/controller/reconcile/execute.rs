@@ -225,7 +225,8 @@ impl Reconcile<'_> {
         for action in &step.hooks_before {
             self.still_held().await?;
             if let Err(failed) = self.objects().hook(&hooks, action).await {
-                return self.failed_delete(&step, 0, failed).await;
+                let status = uninstall::fail_hook(&step, false, &failed.failure, &self.facts.now);
+                return self.failed_uninstall(status, failed).await;
             }
         }
         for (issued, (_, keys)) in step.deletes.iter().enumerate() {
@@ -239,13 +240,16 @@ impl Reconcile<'_> {
                 .with_label_values(&["delete"])
                 .observe(deleting.elapsed().as_secs_f64());
             if let Err(failed) = result {
-                return self.failed_delete(&step, issued, failed).await;
+                let status =
+                    uninstall::fail_delete(&step, issued, &failed.failure, &self.facts.now);
+                return self.failed_uninstall(status, failed).await;
             }
         }
         for action in &step.hooks_after {
             self.still_held().await?;
             if let Err(failed) = self.objects().hook(&hooks, action).await {
-                return self.failed_delete(&step, step.deletes.len(), failed).await;
+                let status = uninstall::fail_hook(&step, true, &failed.failure, &self.facts.now);
+                return self.failed_uninstall(status, failed).await;
             }
         }
         // What the step did is told even when its status write meets a 409 and the reconcile
@@ -261,15 +265,14 @@ impl Reconcile<'_> {
         Ok(self.requeue(&step.status, step.requeue_after))
     }
 
-    /// A deletion (or hook) of an uninstall step failed after the first `issued` of its deletes:
-    /// the status says why; the uninstall goes on from there when it is tried again.
-    pub(super) async fn failed_delete(
+    /// A deletion (or hook) of an uninstall step failed: `status` says why
+    /// ([`uninstall::fail_delete`], [`uninstall::fail_hook`]); the uninstall goes on from there
+    /// when it is tried again.
+    pub(super) async fn failed_uninstall(
         &mut self,
-        step: &UninstallStep,
-        issued: usize,
+        mut status: SequencedReleaseStatus,
         failed: Failed,
     ) -> Result<Action, Stop> {
-        let mut status = uninstall::fail_delete(step, issued, &failed.failure, &self.facts.now);
         if failed.failure.transient {
             self.keep_told_failure(&mut status);
         }
