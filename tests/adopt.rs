@@ -101,6 +101,18 @@ fn chart_path(dir: &TempDir) -> PathBuf {
     dir.path().join("shop")
 }
 
+/// `helm install shop CHART` then `helm upgrade shop CHART --set level=2` with the helm binary
+/// `helm`: revision 1 superseded, 2 deployed.
+async fn install_and_upgrade(helm: PathBuf, kubeconfig: &Path, chart: &str) {
+    run_helm(helm.clone(), kubeconfig, &["install", "shop", chart]).await;
+    run_helm(
+        helm,
+        kubeconfig,
+        &["upgrade", "shop", chart, "--set", "level=2"],
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_helm_release_goes_on_under_a_sequenced_release_at_its_next_revision_with_adopt() {
     let op = Operator::start(2).await;
@@ -109,12 +121,7 @@ async fn a_helm_release_goes_on_under_a_sequenced_release_at_its_next_revision_w
     let chart = shop();
     let path = chart_path(&chart);
     let path_text = path.display().to_string();
-    helm(&kubeconfig, &["install", "shop", &path_text]).await;
-    helm(
-        &kubeconfig,
-        &["upgrade", "shop", &path_text, "--set", "level=2"],
-    )
-    .await;
+    install_and_upgrade(support::helm(), &kubeconfig, &path_text).await;
     let maps: Api<ConfigMap> = Api::namespaced(op.client.clone(), NAMESPACE);
     assert!(maps.get_opt("old").await.unwrap().is_some());
     let level = |map: ConfigMap| map.data.unwrap_or_default()["level"].clone();
@@ -225,13 +232,7 @@ async fn a_release_helm_3_wrote_goes_on_under_sequenced_and_its_status_keeps_say
         version.starts_with("v3."),
         "{helm3:?} is not Helm 3: {version}"
     );
-    run_helm(helm3.clone(), &kubeconfig, &["install", "shop", &path_text]).await;
-    run_helm(
-        helm3.clone(),
-        &kubeconfig,
-        &["upgrade", "shop", &path_text, "--set", "level=2"],
-    )
-    .await;
+    install_and_upgrade(helm3.clone(), &kubeconfig, &path_text).await;
 
     // Helm 3's records are read as Helm 4's: revision 3, an upgrade, `old` pruned.
     let spec = json!({"adopt": true, "values": {"old": false, "level": 3}});

@@ -8,7 +8,7 @@
 use sequenced_testkit as support;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
@@ -43,20 +43,12 @@ async fn until_reason(op: &Operator, name: &str, type_: &str, reason: &str) -> S
 /// nothing of the chart: no record written, no object of the chart asked for or deleted.
 async fn let_go_at_once(op: &Operator, name: &str) {
     let from = op.server.requests().len();
-    let started = Instant::now();
     op.releases(NS)
         .delete(name, &DeleteParams::default())
         .await
         .unwrap();
-    while let Some(sr) = op.releases(NS).get_opt(name).await.unwrap() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "release {name} is still there after {:?}: {:?}",
-            started.elapsed(),
-            sr.status
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    op.wait_deleted_within(NS, name, Duration::from_secs(10))
+        .await;
     // The chart's objects by name (its ConfigMap), and Helm's records written or deleted; not
     // the look-up of Helm's records (in Secrets, and in ConfigMaps for Helm's ConfigMap driver)
     // nor the read of the kubeconfig Secret.

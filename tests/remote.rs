@@ -866,11 +866,11 @@ async fn a_remote_cluster_unreachable_while_its_namespace_is_deleted_holds_the_n
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_failure_of_an_uninstall_in_a_terminating_namespace_is_in_the_status() {
     within(async {
-        // What the uninstall of a remote release in a namespace being deleted writes: the
-        // deletion of its objects and of its record on the remote cluster (no Lease, Event,
-        // record or hook is created in the namespace: see the test above). Each fails three
-        // times; from the second failure on the status says which and why, although no event
-        // can be recorded there, and the uninstall then finishes by itself.
+        // What the uninstall of a remote release in a namespace being deleted writes, all on
+        // the remote cluster: its pre-delete hook, the deletion of its objects and of its
+        // record (no Lease, Event or record is created in the namespace: see the test above).
+        // Each fails three times; from the second failure on the status says which and why,
+        // although no event can be recorded there, and the uninstall then finishes by itself.
         for (method, path, named, hooked) in [
             // A pre-delete hook runs on the remote cluster (its namespace is not being deleted).
             ("PATCH", "/jobs/cleanup", "cleanup", true),

@@ -480,20 +480,24 @@ async fn the_multi_tenant_chart_grants_the_controller_all_it_needs_to_deploy_as_
     .await;
 }
 
+/// The tenant's account as [`tenant`] makes it, but its Role lacks list and watch of ConfigMaps.
+async fn may_not_list_configmaps(op: &Operator) {
+    admin_apply(
+        op,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": "deployer", "namespace": TEAM},
+               "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                          "verbs": ["get", "create", "patch", "delete"]}]}),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_account_that_may_write_but_not_watch_is_told_so_before_anything_is_written() {
     within(async {
         let op = operator(Tenancy::default()).await;
         tenant(&op, TEAM).await;
-        // The same account, but its Role lacks list and watch.
-        admin_apply(
-            &op,
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                   "metadata": {"name": "deployer", "namespace": TEAM},
-                   "rules": [{"apiGroups": [""], "resources": ["configmaps"],
-                              "verbs": ["get", "create", "patch", "delete"]}]}),
-        )
-        .await;
+        may_not_list_configmaps(&op).await;
         let dir = two_layers("app", "");
         deploy_as_deployer(&op, &dir).await;
         let sr = failed_with(&op, TEAM, "app", "Forbidden").await;
@@ -519,14 +523,7 @@ async fn an_account_that_may_not_watch_a_kind_it_manages_is_asked_a_bounded_numb
     within(async {
         let op = operator(Tenancy::default()).await;
         tenant(&op, TEAM).await;
-        admin_apply(
-            &op,
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                   "metadata": {"name": "deployer", "namespace": TEAM},
-                   "rules": [{"apiGroups": [""], "resources": ["configmaps"],
-                              "verbs": ["get", "create", "patch", "delete"]}]}),
-        )
-        .await;
+        may_not_list_configmaps(&op).await;
         let dir = two_layers("app", "");
         deploy_as_deployer(&op, &dir).await;
         failed_with(&op, TEAM, "app", "Forbidden").await;
@@ -580,15 +577,8 @@ async fn deleted_within_seconds(op: &Operator) {
         .delete("app", &DeleteParams::default())
         .await
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while let Some(sr) = op.releases(TEAM).get_opt("app").await.unwrap() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the release is still there: {:?}",
-            sr.status
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    op.wait_deleted_within(TEAM, "app", Duration::from_secs(10))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -401,6 +401,35 @@ fn unseen(keys: &[ObjectKey], observed: &Observations) -> Wanted {
 /// deletes them rather than waiting for objects nobody deletes. A refusal that a retry does not
 /// change (the release's service account may not delete the object) also makes it Stalled with
 /// that reason, so that it is not taken for an uninstall in progress.
+pub fn fail_delete(
+    step: &UninstallStep,
+    issued: usize,
+    failure: &super::ActionFailure,
+    now: &Time,
+) -> SequencedReleaseStatus {
+    let mut status = step.status.clone();
+    let message = &failure.message;
+    status.message = Some(message.clone());
+    let offset = usize::from(
+        status
+            .layers
+            .first()
+            .is_some_and(|l| l.name.starts_with("(pre-")),
+    );
+    for (i, _) in step.deletes.iter().skip(issued) {
+        if let Some(layer) = status.layers.get_mut(offset + i) {
+            layer.phase = LayerPhase::Pending;
+            layer.started_at = None;
+            layer.message = Some(message.clone());
+        }
+    }
+    if !failure.transient {
+        let message = format!("uninstall blocked: {message}; it goes on once that changes");
+        set_stalled(&mut status, failure.reason, &message, now);
+    }
+    status
+}
+
 /// A hook of an uninstall step failed (before its deletes, or after them with `post`): what
 /// [`fail_delete`] says, and the hook stage is to run again, not taken as done (a hook whose
 /// creation failed must not read as one deleted by its `hook-succeeded` policy).
@@ -428,35 +457,6 @@ pub fn fail_hook(
         layer.started_at = None;
         layer.finished_at = None;
         layer.message = Some(failure.message.clone());
-    }
-    status
-}
-
-pub fn fail_delete(
-    step: &UninstallStep,
-    issued: usize,
-    failure: &super::ActionFailure,
-    now: &Time,
-) -> SequencedReleaseStatus {
-    let mut status = step.status.clone();
-    let message = &failure.message;
-    status.message = Some(message.clone());
-    let offset = usize::from(
-        status
-            .layers
-            .first()
-            .is_some_and(|l| l.name.starts_with("(pre-")),
-    );
-    for (i, _) in step.deletes.iter().skip(issued) {
-        if let Some(layer) = status.layers.get_mut(offset + i) {
-            layer.phase = LayerPhase::Pending;
-            layer.started_at = None;
-            layer.message = Some(message.clone());
-        }
-    }
-    if !failure.transient {
-        let message = format!("uninstall blocked: {message}; it goes on once that changes");
-        set_stalled(&mut status, failure.reason, &message, now);
     }
     status
 }

@@ -649,6 +649,11 @@ struct Req {
 }
 
 impl Req {
+    /// Whether the request asks for a dry run (`dryRun=All`).
+    fn dry_run(&self) -> bool {
+        self.params.iter().any(|(k, v)| k == "dryRun" && v == "All")
+    }
+
     fn param(&self, name: &str) -> Option<&str> {
         self.params
             .iter()
@@ -1333,7 +1338,7 @@ fn resource(
     body: Option<Result<Value, String>>,
     user: &User,
 ) -> Result<Reply, ApiError> {
-    let dry_run = req.params.iter().any(|(k, v)| k == "dryRun" && v == "All");
+    let dry_run = req.dry_run();
     let manager_param = req.param("fieldManager").map(String::from);
     let manager = manager_param.clone().unwrap_or_else(|| {
         let ua = req.header("user-agent").unwrap_or("");
@@ -1594,7 +1599,7 @@ fn delete_options(
         }
         return Err(e);
     }
-    let dry_run = req.params.iter().any(|(k, v)| k == "dryRun" && v == "All")
+    let dry_run = req.dry_run()
         || body
             .get("dryRun")
             .and_then(Value::as_array)

@@ -302,17 +302,23 @@ impl Operator {
 
     /// Waits until the release is gone (its uninstall finished and the finalizer was dropped).
     pub async fn wait_deleted(&self, namespace: &str, name: &str) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self
+        self.wait_deleted_within(namespace, name, Duration::from_secs(60))
+            .await;
+    }
+
+    /// [`Operator::wait_deleted`], failing the test once `within` has passed.
+    pub async fn wait_deleted_within(&self, namespace: &str, name: &str, within: Duration) {
+        let started = Instant::now();
+        while let Some(sr) = self
             .releases(namespace)
             .get_opt(name)
             .await
             .expect("read the release")
-            .is_some()
         {
             assert!(
-                Instant::now() < deadline,
-                "{namespace}/{name} was never removed"
+                started.elapsed() < within,
+                "{namespace}/{name} was never removed (still there after {within:?}): {:?}",
+                sr.status
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -119,7 +119,7 @@ pub(super) fn admit(
         return Ok(());
     }
     let bindings = stored(state, BINDINGS);
-    let dry_run_asked = req.params.iter().any(|(k, v)| k == "dryRun" && v == "All");
+    let dry_run_asked = req.dry_run();
     let existing = if t.name.is_empty() {
         None
     } else {

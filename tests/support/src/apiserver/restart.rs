@@ -351,8 +351,7 @@ pub(super) async fn hold_gate(inner: &Inner, req: &Req) -> Option<()> {
         };
         let client = req.header(super::CLIENT_HEADER);
         // A dry run (the drift check's applies) changes nothing, so it marks no stage.
-        let dry_run = req.query.split('&').any(|p| p == "dryRun=All");
-        let matches = !dry_run
+        let matches = !req.dry_run()
             && holds.rule.as_ref().is_some_and(|rule| {
                 rule.method == req.method.as_str()
                     && full.contains(&rule.contains)
